@@ -1,0 +1,31 @@
+//! The crate's error type: what can go wrong at run time, beside configuration errors, which
+//! have their own type in [`crate::config`].
+
+use crate::config::ConfigError;
+use crate::evict::ReplyError;
+use crate::schedule::ScheduleError;
+
+/// Everything that can fail in presence-sweeper.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration was rejected.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Redis refused, failed or could not be reached.
+    #[error("Redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The eviction script answered something unexpected.
+    #[error(transparent)]
+    Reply(#[from] ReplyError),
+    /// A schedule could not be started.
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
+    /// A local I/O operation failed (binding a socket, for instance).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+}

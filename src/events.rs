@@ -1,0 +1,184 @@
+//! The JSON event published for every evicted member.
+//!
+//! ```json
+//! {"type":"presence.leave","conversation_id":"c42","user_id":"u7","reason":"expired",
+//!  "last_seen":1764460000.25,"timestamp":1764460046.5,"online":["u1","u2"],"online_count":2}
+//! ```
+//!
+//! The roster field is named after the sweep. Ids are bytes in Redis but JSON strings are Unicode:
+//! an id that is not valid UTF-8 is written with U+FFFD in place of the bad bytes, and the exact
+//! bytes follow in `user_id_base64` / `conversation_id_base64`, so the payload is always valid JSON
+//! and nothing is lost. Roster entries are only ever written lossily.
+
+use std::io::Write as _;
+
+use base64::Engine as _;
+
+/// Value of the `reason` field.
+pub const REASON_EXPIRED: &str = "expired";
+
+/// One eviction to announce.
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'a> {
+    /// What the key pattern's `*` matched.
+    pub conversation_id: &'a [u8],
+    /// The removed member.
+    pub user_id: &'a [u8],
+    /// The removed score, in Unix seconds.
+    pub last_seen: f64,
+    /// When the eviction happened on Redis's clock, in Unix seconds.
+    pub timestamp: f64,
+    /// The roster, already encoded by [`EventEncoder::roster_json`].
+    pub roster_json: &'a [u8],
+    /// Members left in the set.
+    pub roster_count: u64,
+}
+
+/// Encodes the events of one sweep; the parts that never change are encoded once.
+#[derive(Debug, Clone)]
+pub struct EventEncoder {
+    head: Vec<u8>,
+    roster_key: Vec<u8>,
+    count_key: Vec<u8>,
+}
+
+impl EventEncoder {
+    /// An encoder for events of type `event_type` whose roster field is `roster_field`.
+    pub fn new(event_type: &str, roster_field: &str) -> Self {
+        let mut head = b"{\"type\":".to_vec();
+        push_str(&mut head, event_type);
+        let mut roster_key = b",".to_vec();
+        push_str(&mut roster_key, roster_field);
+        roster_key.push(b':');
+        let mut count_key = b",".to_vec();
+        push_str(&mut count_key, &format!("{roster_field}_count"));
+        count_key.push(b':');
+        Self {
+            head,
+            roster_key,
+            count_key,
+        }
+    }
+
+    /// Encodes a roster as a JSON array of strings.
+    pub fn roster_json(members: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(2 + members.iter().map(|m| m.len() + 3).sum::<usize>());
+        out.push(b'[');
+        for (i, m) in members.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_str(&mut out, &String::from_utf8_lossy(m));
+        }
+        out.push(b']');
+        out
+    }
+
+    /// Writes the event's JSON into `out` (cleared first).
+    pub fn encode_into(&self, event: &Event<'_>, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.head);
+        push_id(out, "conversation_id", event.conversation_id);
+        push_id(out, "user_id", event.user_id);
+        out.extend_from_slice(b",\"reason\":");
+        push_str(out, REASON_EXPIRED);
+        out.extend_from_slice(b",\"last_seen\":");
+        push_f64(out, event.last_seen);
+        out.extend_from_slice(b",\"timestamp\":");
+        push_f64(out, event.timestamp);
+        out.extend_from_slice(&self.roster_key);
+        out.extend_from_slice(event.roster_json);
+        out.extend_from_slice(&self.count_key);
+        let _ = write!(out, "{}", event.roster_count);
+        out.push(b'}');
+    }
+
+    /// The event's JSON.
+    pub fn encode(&self, event: &Event<'_>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128 + event.roster_json.len());
+        self.encode_into(event, &mut out);
+        out
+    }
+}
+
+fn push_id(out: &mut Vec<u8>, field: &str, id: &[u8]) {
+    out.push(b',');
+    push_str(out, field);
+    out.push(b':');
+    match std::str::from_utf8(id) {
+        Ok(s) => push_str(out, s),
+        Err(_) => {
+            push_str(out, &String::from_utf8_lossy(id));
+            out.extend_from_slice(b",\"");
+            out.extend_from_slice(field.as_bytes());
+            out.extend_from_slice(b"_base64\":\"");
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(id)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+    }
+}
+
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
+}
+
+fn push_f64(out: &mut Vec<u8>, x: f64) {
+    // serde_json writes the shortest form that reads back as the same f64, and null for
+    // non-finite values (a `-inf` score), which keeps the payload valid JSON.
+    serde_json::to_writer(out, &x).expect("writing to a Vec cannot fail");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event<'a>(conv: &'a [u8], user: &'a [u8], roster: &'a [u8]) -> Event<'a> {
+        Event {
+            conversation_id: conv,
+            user_id: user,
+            last_seen: 1764460000.25,
+            timestamp: 1764460046.5,
+            roster_json: roster,
+            roster_count: 2,
+        }
+    }
+
+    #[test]
+    fn the_documented_payload() {
+        let enc = EventEncoder::new("presence.leave", "online");
+        let roster = EventEncoder::roster_json(&[b"u1".to_vec(), b"u2".to_vec()]);
+        let json = enc.encode(&event(b"c42", b"u7", &roster));
+        assert_eq!(
+            String::from_utf8(json).unwrap(),
+            r#"{"type":"presence.leave","conversation_id":"c42","user_id":"u7","reason":"expired","last_seen":1764460000.25,"timestamp":1764460046.5,"online":["u1","u2"],"online_count":2}"#
+        );
+    }
+
+    #[test]
+    fn quotes_and_invalid_utf8_stay_valid_json() {
+        let enc = EventEncoder::new("typing.stop", "typing");
+        let roster = EventEncoder::roster_json(&[b"a\"b".to_vec(), b"\xff".to_vec()]);
+        let json = enc.encode(&event(b"c\"1\\", b"\xffu\n", &roster));
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["conversation_id"], "c\"1\\");
+        assert_eq!(v["user_id"], "\u{fffd}u\n");
+        assert_eq!(v["user_id_base64"], "/3UK");
+        assert!(v.get("conversation_id_base64").is_none());
+        assert_eq!(v["typing"][0], "a\"b");
+        assert_eq!(v["typing"][1], "\u{fffd}");
+        assert_eq!(v["typing_count"], 2);
+    }
+
+    #[test]
+    fn non_finite_scores_become_null() {
+        let enc = EventEncoder::new("x", "online");
+        let mut e = event(b"c", b"u", b"[]");
+        e.last_seen = f64::NEG_INFINITY;
+        let v: serde_json::Value = serde_json::from_slice(&enc.encode(&e)).unwrap();
+        assert!(v["last_seen"].is_null());
+    }
+}

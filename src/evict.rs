@@ -1,0 +1,330 @@
+//! The atomic eviction script (`evict.lua`) and its typed reply.
+//!
+//! One call sweeps a batch of keys and is bounded by a member budget, so no call holds Redis for
+//! long whatever the size of a set; keys the budget did not cover come back marked for another
+//! call.
+
+use redis::Value;
+
+use crate::config::ScoreUnit;
+
+/// Most remaining members an event lists; the full count goes beside it.
+pub const ROSTER_LIMIT: usize = 100;
+
+/// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.
+const CHUNK: usize = 500;
+
+/// Where "now" comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Clock {
+    /// Redis `TIME`, read inside the script: the one clock every writer and sweeper agrees on.
+    Redis,
+    /// A fixed instant in Unix seconds, so tests can put members exactly on the boundary.
+    Fixed(f64),
+}
+
+/// What one script call is asked to do.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// Window length.
+    pub ttl: std::time::Duration,
+    /// Unit of the scores.
+    pub unit: ScoreUnit,
+    /// Most members the call removes over all its keys.
+    pub budget: usize,
+    /// Count what would be removed, change nothing.
+    pub dry_run: bool,
+    /// The clock.
+    pub clock: Clock,
+}
+
+/// The outcome of one call.
+#[derive(Debug)]
+pub struct Reply {
+    /// The instant the call judged staleness at, in Unix seconds.
+    pub now: f64,
+    /// One entry per key, in the order the keys were given.
+    pub keys: Vec<KeyReply>,
+}
+
+/// The outcome for one key.
+#[derive(Debug)]
+pub enum KeyReply {
+    /// The key was swept (and may need another call if `more`).
+    Swept(Swept),
+    /// The budget ran out before this key; send it again.
+    NotReached,
+    /// The key is no longer a sorted set; it is left alone.
+    WrongType,
+}
+
+/// One key's sweep.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Stale members are left because the budget ran out; send the key again.
+    pub more: bool,
+    /// Members left in the set.
+    pub card: u64,
+    /// Lowest remaining score, in the score unit.
+    pub oldest: Option<f64>,
+    /// Removed members and their scores (in the score unit); empty on a dry run.
+    pub removed: Vec<(Vec<u8>, f64)>,
+    /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first; only when members
+    /// were removed.
+    pub roster: Vec<Vec<u8>>,
+    /// Members removed, or on a dry run the members that would be.
+    pub stale: u64,
+}
+
+impl KeyReply {
+    /// Whether the key must be sent again.
+    pub fn pending(&self) -> bool {
+        match self {
+            Self::Swept(s) => s.more,
+            Self::NotReached => true,
+            Self::WrongType => false,
+        }
+    }
+}
+
+/// The reply did not have the shape `evict.lua` returns.
+#[derive(Debug, thiserror::Error)]
+#[error("unexpected reply from the eviction script: {0}")]
+pub struct ReplyError(String);
+
+/// The eviction script, identified by its SHA1 so calls send only the hash.
+#[derive(Debug, Clone)]
+pub struct EvictScript {
+    script: redis::Script,
+}
+
+impl Default for EvictScript {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EvictScript {
+    /// The script's source.
+    pub const SOURCE: &'static str = include_str!("evict.lua");
+
+    /// Prepares the script (nothing is sent yet).
+    pub fn new() -> Self {
+        Self {
+            script: redis::Script::new(Self::SOURCE),
+        }
+    }
+
+    /// Sweeps `keys` in one call. EVALSHA, loading the script first if Redis lost it (NOSCRIPT
+    /// after a restart or a `SCRIPT FLUSH`).
+    pub async fn call<C>(
+        &self,
+        con: &mut C,
+        keys: &[Vec<u8>],
+        params: &Params,
+    ) -> Result<Reply, crate::Error>
+    where
+        C: redis::aio::ConnectionLike + Send,
+    {
+        let mut inv = self.script.prepare_invoke();
+        for k in keys {
+            inv.key(k.as_slice());
+        }
+        let now = match params.clock {
+            Clock::Redis => String::new(),
+            Clock::Fixed(secs) => format!("{:?}", params.unit.from_seconds(secs)),
+        };
+        inv.arg(format!("{:?}", params.unit.from_duration(params.ttl)))
+            .arg(match params.unit {
+                ScoreUnit::Seconds => "s",
+                ScoreUnit::Milliseconds => "ms",
+            })
+            .arg(CHUNK)
+            .arg(params.budget)
+            .arg(ROSTER_LIMIT)
+            .arg(if params.dry_run { "1" } else { "0" })
+            .arg(now);
+        let value: Value = inv.invoke_async(con).await?;
+        Ok(parse_reply(value, keys.len(), params.unit)?)
+    }
+}
+
+fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<Reply, ReplyError> {
+    let err = |what: &str| ReplyError(what.to_owned());
+    let Value::Array(mut top) = value else {
+        return Err(err("not an array"));
+    };
+    if top.len() != 2 {
+        return Err(err("not a pair"));
+    }
+    let results = top.pop().expect("len 2");
+    let now = float(&top[0]).ok_or_else(|| err("now is not a number"))?;
+    let Value::Array(results) = results else {
+        return Err(err("results are not an array"));
+    };
+    if results.len() != n_keys {
+        return Err(ReplyError(format!(
+            "{} results for {n_keys} keys",
+            results.len()
+        )));
+    }
+    let keys = results
+        .into_iter()
+        .map(parse_key)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Reply {
+        now: unit.to_seconds(now),
+        keys,
+    })
+}
+
+fn parse_key(value: Value) -> Result<KeyReply, ReplyError> {
+    let err = |what: &str| ReplyError(what.to_owned());
+    let Value::Array(fields) = value else {
+        return Err(err("key result is not an array"));
+    };
+    let mut fields = fields.into_iter();
+    let status = match fields.next() {
+        Some(Value::Int(s)) => s,
+        _ => return Err(err("key result has no status")),
+    };
+    match status {
+        2 => return Ok(KeyReply::NotReached),
+        3 => return Ok(KeyReply::WrongType),
+        0 | 1 => {}
+        other => return Err(ReplyError(format!("unknown key status {other}"))),
+    }
+    let (Some(card), Some(oldest), Some(removed), Some(roster), Some(stale)) = (
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+    ) else {
+        return Err(err("key result is short"));
+    };
+    let card = int(&card).ok_or_else(|| err("card is not an integer"))?;
+    let oldest = match oldest {
+        Value::Nil => None,
+        v => Some(float(&v).ok_or_else(|| err("oldest is not a number"))?),
+    };
+    let Value::Array(flat) = removed else {
+        return Err(err("removed is not an array"));
+    };
+    if flat.len() % 2 != 0 {
+        return Err(err("removed has an odd length"));
+    }
+    let mut removed = Vec::with_capacity(flat.len() / 2);
+    let mut it = flat.into_iter();
+    while let (Some(member), Some(score)) = (it.next(), it.next()) {
+        let score = float(&score).ok_or_else(|| err("score is not a number"))?;
+        removed.push((
+            bytes(member).ok_or_else(|| err("member is not a string"))?,
+            score,
+        ));
+    }
+    let Value::Array(roster) = roster else {
+        return Err(err("roster is not an array"));
+    };
+    let roster = roster
+        .into_iter()
+        .map(|m| bytes(m).ok_or_else(|| err("roster member is not a string")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let stale = int(&stale).ok_or_else(|| err("stale is not an integer"))?;
+    Ok(KeyReply::Swept(Swept {
+        more: status == 1,
+        card,
+        oldest,
+        removed,
+        roster,
+        stale,
+    }))
+}
+
+fn int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn float(v: &Value) -> Option<f64> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::Double(d) => Some(*d),
+        Value::Int(n) => Some(*n as f64),
+        _ => None,
+    }
+}
+
+fn bytes(v: Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.into_bytes()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn parses_every_status() {
+        let reply = Value::Array(vec![
+            bulk("1764460046.5"),
+            Value::Array(vec![
+                Value::Array(vec![
+                    Value::Int(0),
+                    Value::Int(2),
+                    bulk("1764460040"),
+                    Value::Array(vec![bulk("u7"), bulk("1764460000.25")]),
+                    Value::Array(vec![bulk("u1"), bulk("u2")]),
+                    Value::Int(1),
+                ]),
+                Value::Array(vec![Value::Int(2)]),
+                Value::Array(vec![Value::Int(3)]),
+                Value::Array(vec![
+                    Value::Int(1),
+                    Value::Int(0),
+                    Value::Nil,
+                    Value::Array(vec![]),
+                    Value::Array(vec![]),
+                    Value::Int(0),
+                ]),
+            ]),
+        ]);
+        let r = parse_reply(reply, 4, ScoreUnit::Seconds).unwrap();
+        assert_eq!(r.now, 1764460046.5);
+        let KeyReply::Swept(s) = &r.keys[0] else {
+            panic!()
+        };
+        assert_eq!(s.removed, vec![(b"u7".to_vec(), 1764460000.25)]);
+        assert_eq!(s.roster, vec![b"u1".to_vec(), b"u2".to_vec()]);
+        assert_eq!(
+            (s.card, s.oldest, s.stale, s.more),
+            (2, Some(1764460040.0), 1, false)
+        );
+        assert!(matches!(r.keys[1], KeyReply::NotReached));
+        assert!(matches!(r.keys[2], KeyReply::WrongType));
+        assert!(r.keys[3].pending());
+    }
+
+    #[test]
+    fn milliseconds_now_becomes_seconds() {
+        let reply = Value::Array(vec![bulk("1764460046500"), Value::Array(vec![])]);
+        let r = parse_reply(reply, 0, ScoreUnit::Milliseconds).unwrap();
+        assert_eq!(r.now, 1764460046.5);
+    }
+
+    #[test]
+    fn rejects_wrong_shapes() {
+        assert!(parse_reply(Value::Int(1), 0, ScoreUnit::Seconds).is_err());
+        let short = Value::Array(vec![bulk("1"), Value::Array(vec![])]);
+        assert!(parse_reply(short, 1, ScoreUnit::Seconds).is_err());
+    }
+}

@@ -1,0 +1,33 @@
+//! presence-sweeper: keeps Redis-backed presence honest.
+//!
+//! Apps keep "who is here" in sorted sets (member = user id, score = last heartbeat). A client
+//! that vanishes without saying goodbye stays there forever; this crate finds such zombies and
+//! evicts them atomically, on Redis's clock, announcing each eviction exactly once.
+//!
+//! Map of the crate:
+//! - [`config`]: layered configuration (defaults < file < environment < flags) and validation;
+//!   [`pattern`]: key globs and channel templates; [`schedule`]: when sweeps run.
+//! - [`store`]: the Redis connection; [`discover`]: SCAN, streamed page by page.
+//! - [`evict`] (+ `evict.lua`): the atomic, bounded eviction script and its reply.
+//! - [`events`]: the JSON event payload.
+//! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule;
+//!   [`oneshot`]: the `sweep` command.
+//! - [`cli`]: command-line definitions; [`logging`], [`shutdown`]: process plumbing;
+//!   [`error`]: the error type.
+
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod discover;
+pub mod error;
+pub mod events;
+pub mod evict;
+pub mod logging;
+pub mod oneshot;
+pub mod pattern;
+pub mod schedule;
+pub mod shutdown;
+pub mod store;
+pub mod sweeper;
+
+pub use error::Error;

@@ -1,0 +1,104 @@
+//! The connection to Redis: built from the configuration, shared by every sweep, reconnecting on
+//! its own after Redis restarts.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, IntoConnectionInfo};
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::config::{RedisConfig, redact_url};
+
+/// Cap of the wait between two connection attempts at start.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A multiplexed, self-reconnecting connection. Clones share the connection, so concurrent
+/// commands from several sweeps are pipelined on one socket.
+#[derive(Clone)]
+pub struct Store {
+    con: ConnectionManager,
+}
+
+impl Store {
+    /// Connects once: one attempt, bounded by `redis.connect_timeout`.
+    pub async fn connect(cfg: &RedisConfig) -> Result<Self, Error> {
+        let client = client(cfg)?;
+        let manager_cfg = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(cfg.connect_timeout))
+            .set_response_timeout(Some(cfg.command_timeout))
+            // Retries here only apply to reconnecting an established manager; a failed command
+            // fails its pass, and the next pass tries again.
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(100))
+            .set_max_delay(Duration::from_secs(1));
+        let con = tokio::time::timeout(
+            cfg.connect_timeout + Duration::from_secs(1),
+            ConnectionManager::new_with_config(client, manager_cfg),
+        )
+        .await
+        .map_err(|_| {
+            Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timed out",
+            )))
+        })??;
+        let store = Self { con };
+        store.ping().await?;
+        Ok(store)
+    }
+
+    /// Connects, retrying with a capped exponential backoff until Redis answers or `cancel`
+    /// fires (then `None`). Every failed attempt is logged.
+    pub async fn connect_with_retry(cfg: &RedisConfig, cancel: &CancellationToken) -> Option<Self> {
+        let mut delay = Duration::from_millis(200);
+        let mut attempt = 1u32;
+        loop {
+            match Self::connect(cfg).await {
+                Ok(store) => {
+                    if attempt > 1 {
+                        tracing::info!(attempt, "connected to Redis");
+                    }
+                    return Some(store);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        url = %redact_url(&cfg.url),
+                        error = %e,
+                        attempt,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "Redis is not reachable yet; retrying"
+                    );
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return None,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(MAX_BACKOFF);
+            attempt += 1;
+        }
+    }
+
+    /// A handle on the shared connection.
+    pub fn connection(&self) -> ConnectionManager {
+        self.con.clone()
+    }
+
+    /// One PING round trip.
+    pub async fn ping(&self) -> Result<(), Error> {
+        let mut con = self.con.clone();
+        redis::cmd("PING").query_async::<()>(&mut con).await?;
+        Ok(())
+    }
+}
+
+fn client(cfg: &RedisConfig) -> Result<Client, Error> {
+    let mut info = cfg.url.as_str().into_connection_info()?;
+    let mut settings = info.redis_settings().clone();
+    if let Some(password) = &cfg.password {
+        settings = settings.set_password(password.expose());
+    }
+    info = info.set_redis_settings(settings);
+    Ok(Client::open(info)?)
+}

@@ -1,0 +1,315 @@
+//! One pass of one sweep: discover keys, evict zombies in bounded script calls kept in flight a
+//! few at a time, and announce every member actually removed.
+//!
+//! The daemon publishes the events from the script's reply instead of the script publishing them.
+//! Why: ids that are not valid UTF-8 cannot be encoded as JSON in Lua (cjson passes the bytes
+//! through); encoding JSON in Lua costs Redis's single thread several times what PUBLISH of a
+//! ready payload does; and in a cluster a script may only touch its own slot, which a
+//! `{conversation_id}` channel need not hash to. Exactly-once holds either way: only the call whose
+//! ZREMRANGEBYRANK removed a member gets it back, so only that sweeper announces it. The cost is
+//! a window between the reply and the PUBLISH in which a crash loses events, never duplicates them.
+//! Redis pub/sub is at-most-once to subscribers anyway, and every event carries the roster, so
+//! consumers already resynchronise from the next one.
+
+use std::collections::VecDeque;
+use std::pin::pin;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use redis::aio::ConnectionLike;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::config::{Config, EvictConfig, SweepConfig};
+use crate::discover;
+use crate::events::{Event, EventEncoder};
+use crate::evict::{Clock, EvictScript, KeyReply, Params};
+use crate::store::Store;
+
+/// How a pass runs.
+#[derive(Debug, Clone, Copy)]
+pub struct PassOptions {
+    /// Count what would be evicted; change and publish nothing.
+    pub dry_run: bool,
+    /// Where "now" comes from.
+    pub clock: Clock,
+}
+
+impl Default for PassOptions {
+    fn default() -> Self {
+        Self {
+            dry_run: false,
+            clock: Clock::Redis,
+        }
+    }
+}
+
+/// Per-key and per-member observations of a pass, for metrics. Ids never reach it.
+pub trait PassObserver: Send + Sync {
+    /// A key was swept; `cardinality` members remain in it.
+    fn key_swept(&self, cardinality: u64) {
+        let _ = cardinality;
+    }
+    /// A member was evicted `lag_seconds` after its window closed.
+    fn member_evicted(&self, lag_seconds: f64) {
+        let _ = lag_seconds;
+    }
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+impl PassObserver for NoObserver {}
+
+/// What a pass did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PassReport {
+    /// Keys SCAN returned.
+    pub keys_scanned: u64,
+    /// Sorted sets swept (keys that changed type meanwhile are not counted).
+    pub keys: u64,
+    /// Members left in those sets.
+    pub members: u64,
+    /// Members removed (on a dry run: that would have been).
+    pub evicted: u64,
+    /// Events published.
+    pub events_published: u64,
+    /// Wall time of the pass.
+    pub duration: Duration,
+    /// False if shutdown stopped the pass before it covered the keyspace.
+    pub complete: bool,
+}
+
+impl PassReport {
+    fn add(&mut self, c: &BatchCounts) {
+        self.keys += c.keys;
+        self.members += c.members;
+        self.evicted += c.evicted;
+        self.events_published += c.events_published;
+    }
+}
+
+/// A pass that failed part way, with what it had done until then.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct PassError {
+    /// The first error.
+    pub error: Error,
+    /// Work done before (and, for batches already in flight, after) the error.
+    pub partial: PassReport,
+}
+
+#[derive(Debug, Default)]
+struct BatchCounts {
+    keys: u64,
+    members: u64,
+    evicted: u64,
+    events_published: u64,
+}
+
+/// Runs the passes of one sweep.
+#[derive(Debug, Clone)]
+pub struct Sweeper {
+    sweep: SweepConfig,
+    encoder: EventEncoder,
+    script: EvictScript,
+    scan_count: u32,
+    evict: EvictConfig,
+}
+
+impl Sweeper {
+    /// A sweeper for `sweep` with the scan and evict settings of `config`.
+    pub fn new(sweep: &SweepConfig, config: &Config) -> Self {
+        Self {
+            encoder: EventEncoder::new(&sweep.event, &sweep.name),
+            sweep: sweep.clone(),
+            script: EvictScript::new(),
+            scan_count: config.scan.count,
+            evict: config.evict.clone(),
+        }
+    }
+
+    /// The sweep's configuration.
+    pub fn config(&self) -> &SweepConfig {
+        &self.sweep
+    }
+
+    /// Sweeps the whole keyspace once. On `cancel`, no new script call starts; calls in flight
+    /// finish and their events are published.
+    pub async fn pass(
+        &self,
+        store: &Store,
+        opts: PassOptions,
+        observer: &dyn PassObserver,
+        cancel: &CancellationToken,
+    ) -> Result<PassReport, PassError> {
+        let started = Instant::now();
+        let con = store.connection();
+        let batch_size = self.evict.batch_keys;
+        let depth = self.evict.pipeline_depth;
+        let mut pages = pin!(discover::pages(
+            con.clone(),
+            self.sweep.pattern.glob().to_owned(),
+            self.scan_count
+        ));
+        let mut queue: VecDeque<Vec<u8>> = VecDeque::new();
+        let mut in_flight = FuturesUnordered::new();
+        let mut report = PassReport::default();
+        let mut failure: Option<Error> = None;
+        let mut scan_done = false;
+        let mut stopping = false;
+
+        loop {
+            while !stopping
+                && in_flight.len() < depth
+                && (queue.len() >= batch_size || (scan_done && !queue.is_empty()))
+            {
+                let n = batch_size.min(queue.len());
+                let batch: Vec<Vec<u8>> = queue.drain(..n).collect();
+                in_flight.push(self.sweep_batch(con.clone(), batch, opts, observer));
+            }
+            if in_flight.is_empty() && (stopping || (scan_done && queue.is_empty())) {
+                break;
+            }
+            // Keep at most a few batches of keys waiting: memory stays flat however many
+            // keys match.
+            let want_page = !stopping && !scan_done && queue.len() < batch_size * depth;
+            tokio::select! {
+                Some((counts, error)) = in_flight.next(), if !in_flight.is_empty() => {
+                    report.add(&counts);
+                    if let Some(e) = error {
+                        stopping = true;
+                        failure.get_or_insert(e);
+                    }
+                }
+                page = pages.next(), if want_page => match page {
+                    Some(Ok(keys)) => {
+                        report.keys_scanned += keys.len() as u64;
+                        queue.extend(keys);
+                    }
+                    Some(Err(e)) => {
+                        stopping = true;
+                        failure.get_or_insert(e);
+                    }
+                    None => scan_done = true,
+                },
+                () = cancel.cancelled(), if !stopping => stopping = true,
+            }
+        }
+
+        report.duration = started.elapsed();
+        report.complete = scan_done && queue.is_empty() && failure.is_none();
+        match failure {
+            None => Ok(report),
+            Some(error) => Err(PassError {
+                error,
+                partial: report,
+            }),
+        }
+    }
+
+    /// Sweeps one batch to the end, calling the script again for keys the budget did not cover.
+    /// Returns what was done even when a call fails, so evictions are always counted.
+    async fn sweep_batch<C>(
+        &self,
+        mut con: C,
+        mut keys: Vec<Vec<u8>>,
+        opts: PassOptions,
+        observer: &dyn PassObserver,
+    ) -> (BatchCounts, Option<Error>)
+    where
+        C: ConnectionLike + Send,
+    {
+        let params = Params {
+            ttl: self.sweep.ttl,
+            unit: self.sweep.score_unit,
+            budget: self.evict.max_members_per_call,
+            dry_run: opts.dry_run,
+            clock: opts.clock,
+        };
+        let mut counts = BatchCounts::default();
+        while !keys.is_empty() {
+            let reply = match self.script.call(&mut con, &keys, &params).await {
+                Ok(r) => r,
+                Err(e) => return (counts, Some(e)),
+            };
+            let mut pipe = redis::pipe();
+            let mut next = Vec::new();
+            for (key, result) in keys.into_iter().zip(reply.keys) {
+                let swept = match result {
+                    KeyReply::Swept(s) => s,
+                    KeyReply::NotReached => {
+                        next.push(key);
+                        continue;
+                    }
+                    KeyReply::WrongType => continue,
+                };
+                counts.evicted += swept.stale;
+                if !swept.removed.is_empty() {
+                    self.queue_events(&mut pipe, &key, &swept, reply.now, observer);
+                }
+                if swept.more {
+                    next.push(key);
+                } else {
+                    let remaining = if opts.dry_run {
+                        swept.card.saturating_sub(swept.stale)
+                    } else {
+                        swept.card
+                    };
+                    counts.keys += 1;
+                    counts.members += remaining;
+                    observer.key_swept(remaining);
+                }
+            }
+            if !pipe.is_empty() {
+                let n = pipe.len() as u64;
+                if let Err(e) = pipe.query_async::<()>(&mut con).await {
+                    tracing::error!(
+                        sweep = %self.sweep.name,
+                        events = n,
+                        error = %e,
+                        "members were evicted but their events could not be published"
+                    );
+                    return (counts, Some(e.into()));
+                }
+                counts.events_published += n;
+            }
+            keys = next;
+        }
+        (counts, None)
+    }
+
+    fn queue_events(
+        &self,
+        pipe: &mut redis::Pipeline,
+        key: &[u8],
+        swept: &crate::evict::Swept,
+        now: f64,
+        observer: &dyn PassObserver,
+    ) {
+        let conversation_id = self.sweep.pattern.conversation_id(key).unwrap_or(key);
+        let channel = self.sweep.channel.render(conversation_id);
+        let roster_json = EventEncoder::roster_json(&swept.roster);
+        let ttl = self.sweep.ttl.as_secs_f64();
+        for (member, score) in &swept.removed {
+            let last_seen = self.sweep.score_unit.to_seconds(*score);
+            observer.member_evicted(now - (last_seen + ttl));
+            tracing::debug!(
+                sweep = %self.sweep.name,
+                conversation_id = %String::from_utf8_lossy(conversation_id),
+                user_id = %String::from_utf8_lossy(member),
+                last_seen,
+                "evicted"
+            );
+            let payload = self.encoder.encode(&Event {
+                conversation_id,
+                user_id: member,
+                last_seen,
+                timestamp: now,
+                roster_json: &roster_json,
+                roster_count: swept.card,
+            });
+            pipe.cmd("PUBLISH").arg(&channel).arg(payload).ignore();
+        }
+    }
+}
