@@ -314,9 +314,14 @@ impl Config {
             .and_then(|b| b.set_override_option("log.format", o.log_format.clone()))
             .and_then(|b| b.set_override_option("log.level", o.log_level.clone()))
             .map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        let merged = builder
-            .build()
-            .map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let merged = builder.build().map_err(|e| match e {
+            config::ConfigError::FileParse { cause, .. } => ConfigError::Syntax(format!(
+                "{}: {}",
+                sources.file.as_deref().unwrap_or(Path::new("?")).display(),
+                one_line(&cause.to_string())
+            )),
+            other => ConfigError::Syntax(one_line(&other.to_string())),
+        })?;
         let root =
             config::Source::collect(&merged).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let mut config = Self::from_tree(Table::new(String::new(), root))?;
@@ -585,6 +590,20 @@ pub fn redact_url(url: &str) -> String {
         "***".to_owned()
     };
     format!("{}{}{}", &url[..scheme_end + 3], hidden, &rest[at..])
+}
+
+/// Folds a multi-line parser message (with its source snippet) into one line.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| {
+            let snippet = l
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start();
+            !l.is_empty() && !snippet.starts_with('|')
+        })
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 fn q(s: &str) -> String {

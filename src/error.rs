@@ -11,7 +11,15 @@ pub enum Error {
     /// The configuration was rejected.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// Redis refused, failed or could not be reached.
+    /// Connecting to Redis failed.
+    #[error("cannot connect to Redis at {url}: {source}")]
+    Connect {
+        /// The URL, password redacted.
+        url: String,
+        /// Why.
+        source: redis::RedisError,
+    },
+    /// A Redis command failed.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
     /// The eviction script answered something unexpected.

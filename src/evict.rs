@@ -115,6 +115,11 @@ impl EvictScript {
         }
     }
 
+    /// The SHA1 Redis knows the script by.
+    pub fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+
     /// Sweeps `keys` in one call. EVALSHA, loading the script first if Redis lost it (NOSCRIPT
     /// after a restart or a `SCRIPT FLUSH`).
     pub async fn call<C>(

@@ -23,6 +23,15 @@ pub struct Store {
 impl Store {
     /// Connects once: one attempt, bounded by `redis.connect_timeout`.
     pub async fn connect(cfg: &RedisConfig) -> Result<Self, Error> {
+        Self::try_connect(cfg)
+            .await
+            .map_err(|source| Error::Connect {
+                url: redact_url(&cfg.url),
+                source,
+            })
+    }
+
+    async fn try_connect(cfg: &RedisConfig) -> Result<Self, redis::RedisError> {
         let client = client(cfg)?;
         let manager_cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(cfg.connect_timeout))
@@ -38,14 +47,14 @@ impl Store {
         )
         .await
         .map_err(|_| {
-            Error::Redis(redis::RedisError::from(std::io::Error::new(
+            redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 "connect timed out",
-            )))
+            ))
         })??;
-        let store = Self { con };
-        store.ping().await?;
-        Ok(store)
+        let mut probe = con.clone();
+        redis::cmd("PING").query_async::<()>(&mut probe).await?;
+        Ok(Self { con })
     }
 
     /// Connects, retrying with a capped exponential backoff until Redis answers or `cancel`
@@ -63,7 +72,6 @@ impl Store {
                 }
                 Err(e) => {
                     tracing::warn!(
-                        url = %redact_url(&cfg.url),
                         error = %e,
                         attempt,
                         retry_in_ms = delay.as_millis() as u64,
@@ -93,12 +101,12 @@ impl Store {
     }
 }
 
-fn client(cfg: &RedisConfig) -> Result<Client, Error> {
+fn client(cfg: &RedisConfig) -> Result<Client, redis::RedisError> {
     let mut info = cfg.url.as_str().into_connection_info()?;
     let mut settings = info.redis_settings().clone();
     if let Some(password) = &cfg.password {
         settings = settings.set_password(password.expose());
     }
     info = info.set_redis_settings(settings);
-    Ok(Client::open(info)?)
+    Client::open(info)
 }

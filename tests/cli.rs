@@ -1,0 +1,297 @@
+//! The binary's one-shot commands: exit codes, messages and summaries.
+
+mod support;
+
+use redis::Commands;
+use support::{RedisServer, free_port, redis_now, run_binary, write_file};
+
+fn check_config(toml: &str, env: &[(&str, &str)]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "c.toml", toml);
+    run_binary(&["--config", file.to_str().unwrap(), "check-config"], env)
+}
+
+fn assert_config_error(toml: &str, env: &[(&str, &str)], expected: &str) {
+    let (code, stdout, stderr) = check_config(toml, env);
+    assert_eq!(code, 2, "{toml:?}: stdout {stdout:?} stderr {stderr:?}");
+    assert!(stdout.is_empty(), "{stdout:?}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line for {toml:?}: {stderr:?}");
+    assert!(
+        lines[0].starts_with("presence-sweeper: configuration error: "),
+        "{stderr:?}"
+    );
+    assert!(lines[0].contains(expected), "{toml:?}: {stderr:?}");
+    assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"));
+}
+
+#[test]
+fn bad_configurations_exit_2_with_one_line_naming_key_and_value() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "[redis]\nurll = \"redis://x\"\n",
+            "unknown configuration key `redis.urll`",
+        ),
+        (
+            "[sweeps.online]\nmatch = \"presence:online\"\n",
+            "sweeps.online.match = \"presence:online\"",
+        ),
+        (
+            "[sweeps.online]\nmatch = \"presence:*:*\"\n",
+            "sweeps.online.match = \"presence:*:*\"",
+        ),
+        (
+            "[sweeps.typing]\nttl = \"0s\"\n",
+            "sweeps.typing.ttl = \"0s\"",
+        ),
+        (
+            "[sweeps.typing]\nttl = \"five seconds\"\n",
+            "sweeps.typing.ttl = \"five seconds\"",
+        ),
+        (
+            "[sweeps.typing]\nschedule = \"0ms\"\n",
+            "sweeps.typing.schedule = \"0ms\"",
+        ),
+        (
+            "[sweeps.online]\nschedule = \"0 61 * * * *\"\n",
+            "sweeps.online.schedule = \"0 61 * * * *\"",
+        ),
+        (
+            "[sweeps.online]\nschedule = \"*/5 * * * *\"\n",
+            "sweeps.online.schedule = \"*/5 * * * *\"",
+        ),
+        (
+            "[redis]\npassword_file = \"/nonexistent/redis-password\"\n",
+            "redis.password_file = \"/nonexistent/redis-password\"",
+        ),
+        (
+            "[redis]\nconnect_timeout = \"0s\"\n",
+            "redis.connect_timeout = \"0s\"",
+        ),
+        ("[http]\nlisten = \"9750\"\n", "http.listen = \"9750\""),
+        (
+            "[sweeps.new]\nmatch = \"x:*\"\n",
+            "missing configuration key `sweeps.new.ttl`",
+        ),
+        ("[sweeps]\nonline = 3\n", "sweeps.online = 3"),
+        (
+            "this is not toml",
+            "c.toml: TOML parse error at line 1, column 6",
+        ),
+    ];
+    for (toml, expected) in cases {
+        assert_config_error(toml, &[], expected);
+    }
+}
+
+#[test]
+fn environment_mistakes_are_named_too() {
+    assert_config_error(
+        "",
+        &[("PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL", "10s")],
+        "unknown configuration key `sweeps.online.tll` (from the environment)",
+    );
+    assert_config_error(
+        "",
+        &[("PRESENCE_SWEEPER__SCAN__COUNT", "lots")],
+        "scan.count = \"lots\" (from the environment): must be a whole number",
+    );
+}
+
+#[test]
+fn missing_config_file_exits_2() {
+    let (code, _, stderr) = run_binary(&["--config", "/nonexistent/p.toml", "check-config"], &[]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("cannot read config file /nonexistent/p.toml"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_binary(
+        &["check-config"],
+        &[("PRESENCE_SWEEPER_CONFIG", "/nonexistent/q.toml")],
+    );
+    assert_eq!(code, 2);
+    assert!(stderr.contains("/nonexistent/q.toml"), "{stderr}");
+}
+
+#[test]
+fn check_config_prints_the_effective_configuration_without_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = write_file(dir.path(), "pw", "hunter2-file-secret\n");
+    let toml = format!(
+        "[redis]\npassword_file = {:?}\n[sweeps.typing]\nenabled = false\n",
+        pw.to_str().unwrap()
+    );
+    let (code, stdout, stderr) = check_config(
+        &toml,
+        &[(
+            "PRESENCE_SWEEPER__REDIS__URL",
+            "redis://app:url-secret@10.0.0.5:6380/2",
+        )],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("url = \"redis://app:***@10.0.0.5:6380/2\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[sweeps.typing]\n"), "{stdout}");
+    assert!(stdout.contains("enabled = false"), "{stdout}");
+    assert!(stdout.contains("ttl = \"45s\""), "{stdout}");
+    for out in [&stdout, &stderr] {
+        assert!(!out.contains("hunter2"), "{out}");
+        assert!(!out.contains("url-secret"), "{out}");
+    }
+}
+
+#[test]
+fn flags_override_environment() {
+    let (code, stdout, _) = run_binary(
+        &[
+            "--redis-url",
+            "redis://flag:1/0",
+            "--log-format",
+            "json",
+            "check-config",
+        ],
+        &[("PRESENCE_SWEEPER__REDIS__URL", "redis://env:2/0")],
+    );
+    assert_eq!(code, 0);
+    assert!(stdout.contains("url = \"redis://flag:1/0\""), "{stdout}");
+    assert!(stdout.contains("format = \"json\""), "{stdout}");
+    let (code, _, stderr) = run_binary(&["--log-format", "xml", "check-config"], &[]);
+    assert_eq!(code, 2, "clap rejects it: {stderr}");
+}
+
+#[test]
+fn one_shot_sweep_prints_a_summary_per_sweep() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    for c in 0..3 {
+        let _: () = con
+            .zadd_multiple(
+                format!("presence:c{c}:online"),
+                &[(now - 100.0, "gone"), (now, "here")],
+            )
+            .unwrap();
+        let _: () = con
+            .zadd_multiple(
+                format!("presence:c{c}:typing"),
+                &[(now - 10.0, "stopped"), (now, "typing")],
+            )
+            .unwrap();
+    }
+    let url = server.url();
+    let (code, stdout, stderr) = run_binary(&["--redis-url", &url, "sweep", "--dry-run"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("online: keys_scanned=3 keys=3 members=3 would_evict=3 events_published=0"),
+        "{stdout}"
+    );
+    let n: u64 = con.zcard("presence:c0:online").unwrap();
+    assert_eq!(n, 2, "dry run changed nothing");
+
+    let (code, stdout, stderr) =
+        run_binary(&["--redis-url", &url, "sweep", "--sweep", "typing"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    assert!(
+        stdout.starts_with(
+            "typing: keys_scanned=3 keys=3 members=3 evicted=3 events_published=3 seconds="
+        ),
+        "{stdout}"
+    );
+    let n: u64 = con.zcard("presence:c0:online").unwrap();
+    assert_eq!(n, 2, "only the named sweep ran");
+
+    let (code, stdout, _) = run_binary(&["--redis-url", &url, "sweep"], &[]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("online: keys_scanned=3 keys=3 members=3 evicted=3"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("typing: keys_scanned=3 keys=3 members=3 evicted=0"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn named_sweep_must_exist() {
+    let (code, _, stderr) = run_binary(
+        &[
+            "--redis-url",
+            "redis://127.0.0.1:1/0",
+            "sweep",
+            "--sweep",
+            "presence",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("unknown sweep `presence` (configured: online, typing)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn one_shot_sweep_exits_1_when_redis_is_unreachable() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = run_binary(&["--redis-url", &url, "sweep"], &[]);
+    assert_eq!(code, 1, "{stdout} {stderr}");
+    assert!(
+        stderr.contains(&format!("sweep failed: cannot connect to Redis at {url}: ")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[test]
+fn password_from_file_works_and_a_wrong_one_fails_clearly() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_file(dir.path(), "good", "s3cret-pw\n");
+    let bad = write_file(dir.path(), "bad", "wrong-pw\n");
+    let url = server.url();
+    let toml =
+        |p: &std::path::Path| format!("[redis]\npassword_file = {:?}\n", p.to_str().unwrap());
+
+    let file = write_file(dir.path(), "good.toml", &toml(&good));
+    let (code, stdout, stderr) = run_binary(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--redis-url",
+            &url,
+            "sweep",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    assert!(!stdout.contains("s3cret") && !stderr.contains("s3cret"));
+
+    let file = write_file(dir.path(), "bad.toml", &toml(&bad));
+    let (code, stdout, stderr) = run_binary(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--redis-url",
+            &url,
+            "sweep",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{stdout} {stderr}");
+    assert!(
+        stderr.to_lowercase().contains("auth") || stderr.contains("WRONGPASS"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("wrong-pw") && !stderr.contains("s3cret"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,227 @@
+//! The daemon as operators run it: schedules, Redis going away and coming back, shutdown.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use support::{Binary, RedisServer, Subscriber, free_port, redis_now};
+
+fn toml(extra: &str) -> String {
+    format!("[http]\nlisten = \"127.0.0.1:0\"\n{extra}")
+}
+
+fn seed_zombies(con: &mut redis::Connection, conversations: usize) {
+    let now = redis_now(con);
+    for c in 0..conversations {
+        let _: () = con
+            .zadd_multiple(
+                format!("presence:c{c}:typing"),
+                &[(now - 60.0, "zombie"), (now + 60.0, "live")],
+            )
+            .unwrap();
+    }
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn zcard(con: &mut redis::Connection, key: &str) -> u64 {
+    con.zcard(key).unwrap()
+}
+
+#[test]
+fn sub_second_schedule_sweeps_continuously() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let d = Binary::spawn(
+        &toml("[sweeps.online]\nenabled = false\n[sweeps.typing]\nschedule = \"100ms\"\n"),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    d.wait_for_log("pass finished", 1, Duration::from_secs(10));
+    for round in 0..3 {
+        seed_zombies(&mut con, 5);
+        wait_until(
+            &format!("round {round} swept"),
+            Duration::from_secs(3),
+            || (0..5).all(|c| zcard(&mut con, &format!("presence:c{c}:typing")) == 1),
+        );
+    }
+    // 100 ms apart: well over 10 passes in 2 s.
+    let before = d.count("pass finished");
+    std::thread::sleep(Duration::from_secs(2));
+    let passes = d.count("pass finished") - before;
+    assert!((12..=22).contains(&passes), "{passes} passes in 2 s");
+}
+
+#[test]
+fn cron_schedule_runs_through_the_cron_scheduler() {
+    let server = RedisServer::start();
+    let d = Binary::spawn(
+        &toml("[sweeps.typing]\nenabled = false\n[sweeps.online]\nschedule = \"* * * * * *\"\n"),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    // The start-up pass, then one a second.
+    d.wait_for_log("pass finished", 4, Duration::from_secs(10));
+}
+
+#[test]
+fn waits_for_redis_at_start_then_sweeps() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let d = Binary::spawn(
+        &toml("[sweeps.typing]\nschedule = \"200ms\"\n"),
+        &["--redis-url", &url],
+        &[],
+    );
+    d.wait_for_log(
+        "Redis is not reachable yet; retrying",
+        2,
+        Duration::from_secs(10),
+    );
+    let mut server = RedisServer::unstarted(port, &[]);
+    server.restart();
+    let mut con = server.con();
+    seed_zombies(&mut con, 3);
+    wait_until(
+        "zombies swept after Redis came up",
+        Duration::from_secs(15),
+        || (0..3).all(|c| zcard(&mut con, &format!("presence:c{c}:typing")) == 1),
+    );
+    assert!(d.log().contains("connected to Redis"));
+}
+
+#[test]
+fn survives_a_redis_restart_and_reloads_its_script() {
+    let mut server = RedisServer::start();
+    let mut con = server.con();
+    let d = Binary::spawn(
+        &toml("[sweeps.typing]\nschedule = \"200ms\"\n"),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    seed_zombies(&mut con, 2);
+    wait_until("first sweep", Duration::from_secs(10), || {
+        zcard(&mut con, "presence:c0:typing") == 1
+    });
+
+    server.stop();
+    d.wait_for_log(
+        "pass failed; the next one will retry",
+        1,
+        Duration::from_secs(10),
+    );
+    server.restart();
+    // A fresh server has an empty script cache: the next calls get NOSCRIPT and must reload.
+    let mut con = server.con();
+    seed_zombies(&mut con, 2);
+    wait_until("sweep after the restart", Duration::from_secs(15), || {
+        (0..2).all(|c| zcard(&mut con, &format!("presence:c{c}:typing")) == 1)
+    });
+    let scripts: Vec<bool> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(presence_sweeper::evict::EvictScript::new().hash())
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(scripts, [true]);
+}
+
+#[test]
+fn sigterm_exits_0_promptly() {
+    let server = RedisServer::start();
+    let mut d = Binary::spawn(&toml(""), &["--redis-url", &server.url()], &[]);
+    d.wait_for_log("pass finished", 2, Duration::from_secs(10));
+    let asked = Instant::now();
+    d.signal("TERM");
+    let status = d
+        .wait_exit(Duration::from_secs(5))
+        .expect("exited within 5 s");
+    assert_eq!(status.code(), Some(0), "{}", d.log());
+    assert!(asked.elapsed() < Duration::from_secs(5));
+    assert!(d.log().contains("shutting down"));
+}
+
+#[test]
+fn sigterm_while_redis_is_down_exits_0() {
+    let port = free_port();
+    let mut d = Binary::spawn(
+        &toml(""),
+        &["--redis-url", &format!("redis://127.0.0.1:{port}/0")],
+        &[],
+    );
+    d.wait_for_log("Redis is not reachable yet", 1, Duration::from_secs(10));
+    d.signal("INT");
+    let status = d
+        .wait_exit(Duration::from_secs(5))
+        .expect("exited within 5 s");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// SIGTERM in the middle of a long pass: calls in flight finish and are announced, no new call
+/// starts, and every member removed has its event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let keys = 20_000;
+    let now = redis_now(&mut con);
+    let mut pipe = redis::pipe();
+    for c in 0..keys {
+        pipe.zadd(format!("presence:c{c}:online"), "zombie", now - 100.0)
+            .ignore();
+        pipe.zadd(format!("presence:c{c}:online"), "live", now)
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).unwrap();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+
+    // One key per call, one call at a time: a pass long enough to interrupt, and a schedule
+    // much shorter than it, so ticks overrun.
+    let mut d = Binary::spawn(
+        &toml(
+            "[sweeps.typing]\nenabled = false\n[sweeps.online]\nschedule = \"100ms\"\n\
+             [evict]\nbatch_keys = 1\npipeline_depth = 1\n",
+        ),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    let sub_count = || sub.received().len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sub_count() < 500 {
+        assert!(Instant::now() < deadline, "no progress: {}", d.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    d.wait_for_log(
+        "previous pass still running; skipping this tick",
+        1,
+        Duration::from_secs(10),
+    );
+    d.signal("TERM");
+    let status = d
+        .wait_exit(Duration::from_secs(5))
+        .expect("exited within 5 s");
+    assert_eq!(status.code(), Some(0), "{}", d.log());
+
+    let mut remaining = 0u64;
+    for c in 0..keys {
+        remaining += zcard(&mut con, &format!("presence:c{c}:online"));
+    }
+    let removed = 2 * keys as u64 - remaining;
+    assert!(
+        removed < keys as u64,
+        "the pass was interrupted, not finished"
+    );
+    let events = sub.wait_for(removed as usize, Duration::from_secs(5)).await;
+    assert_eq!(
+        events.len() as u64,
+        removed,
+        "every removed member is announced once"
+    );
+}

@@ -1,0 +1,539 @@
+//! Eviction semantics against a real Redis: what is removed, what is kept, what is announced.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use presence_sweeper::evict::Clock;
+use presence_sweeper::store::Store;
+use presence_sweeper::sweeper::{NoObserver, PassOptions, PassReport, Sweeper};
+use redis::Commands;
+use support::{RedisServer, Subscriber, config, redis_now};
+use tokio_util::sync::CancellationToken;
+
+const ONLY_ONLINE: &str = "[sweeps.typing]\nenabled = false\n";
+
+async fn pass(server: &RedisServer, toml: &str, sweep: &str, opts: PassOptions) -> PassReport {
+    let cfg = config(&server.url(), toml);
+    let store = Store::connect(&cfg.redis).await.unwrap();
+    let sweeper = Sweeper::new(cfg.sweep(sweep).unwrap(), &cfg);
+    sweeper
+        .pass(&store, opts, &NoObserver, &CancellationToken::new())
+        .await
+        .unwrap()
+}
+
+fn members(con: &mut redis::Connection, key: &str) -> Vec<String> {
+    let mut m: Vec<String> = con.zrange(key, 0, -1).unwrap();
+    m.sort();
+    m
+}
+
+fn fixed(now: f64) -> PassOptions {
+    PassOptions {
+        clock: Clock::Fixed(now),
+        ..PassOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn stale_members_go_fresh_ones_stay_on_redis_clock() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let _: () = con
+        .zadd_multiple(
+            "presence:c1:online",
+            &[
+                (now - 3600.0, "gone-long-ago"),
+                (now - 46.0, "just-gone"),
+                (now - 40.0, "quiet"),
+                (now, "live"),
+            ],
+        )
+        .unwrap();
+    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    assert_eq!(members(&mut con, "presence:c1:online"), ["live", "quiet"]);
+    assert_eq!(
+        (
+            report.keys_scanned,
+            report.keys,
+            report.members,
+            report.evicted
+        ),
+        (1, 1, 2, 2)
+    );
+    assert_eq!(report.events_published, 2);
+    assert!(report.complete);
+}
+
+#[tokio::test]
+async fn exact_boundary_is_kept() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = 1_764_460_045.0;
+    // ttl 45 s: the cutoff is exactly 1764460000.
+    let _: () = con
+        .zadd_multiple(
+            "presence:c1:online",
+            &[
+                (1_764_460_000.0, "at-cutoff"),
+                (1_764_459_999.999, "just-below"),
+                (1_764_460_000.001, "just-above"),
+            ],
+        )
+        .unwrap();
+    let report = pass(&server, ONLY_ONLINE, "online", fixed(now)).await;
+    assert_eq!(
+        members(&mut con, "presence:c1:online"),
+        ["at-cutoff", "just-above"]
+    );
+    assert_eq!(report.evicted, 1);
+}
+
+#[tokio::test]
+async fn online_event_payload_is_exact() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let _: () = con
+        .zadd_multiple(
+            "presence:c42:online",
+            &[
+                (1_764_460_000.25, "u7"),
+                (1_764_460_040.0, "u1"),
+                (1_764_460_041.0, "u2"),
+            ],
+        )
+        .unwrap();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    pass(&server, ONLY_ONLINE, "online", fixed(1_764_460_046.5)).await;
+    let got = sub.wait_for(1, Duration::from_secs(5)).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].channel, b"presence:c42:events");
+    assert_eq!(
+        String::from_utf8(got[0].payload.clone()).unwrap(),
+        r#"{"type":"presence.leave","conversation_id":"c42","user_id":"u7","reason":"expired","last_seen":1764460000.25,"timestamp":1764460046.5,"online":["u2","u1"],"online_count":2}"#
+    );
+}
+
+#[tokio::test]
+async fn typing_event_payload_is_exact() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let _: () = con
+        .zadd_multiple(
+            "presence:c42:typing",
+            &[(1_764_460_040.5, "u7"), (1_764_460_045.0, "u1")],
+        )
+        .unwrap();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let toml = "[sweeps.online]\nenabled = false\n";
+    pass(&server, toml, "typing", fixed(1_764_460_046.0)).await;
+    let got = sub.wait_for(1, Duration::from_secs(5)).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        String::from_utf8(got[0].payload.clone()).unwrap(),
+        r#"{"type":"typing.stop","conversation_id":"c42","user_id":"u7","reason":"expired","last_seen":1764460040.5,"timestamp":1764460046.0,"typing":["u1"],"typing_count":1}"#
+    );
+}
+
+#[tokio::test]
+async fn millisecond_scores() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now_ms = redis_now(&mut con) * 1000.0;
+    let _: () = con
+        .zadd_multiple(
+            "cursor:c1",
+            &[
+                (now_ms - 2500.0, "stale"),
+                (now_ms - 500.0, "fresh"),
+                (now_ms + 10.0, "future"),
+            ],
+        )
+        .unwrap();
+    let toml = r#"
+        [sweeps.online]
+        enabled = false
+        [sweeps.typing]
+        enabled = false
+        [sweeps.cursor]
+        match = "cursor:*"
+        ttl = "2s"
+        schedule = "1s"
+        event = "cursor.gone"
+        channel = "cursor-events"
+        score_unit = "milliseconds"
+    "#;
+    let sub = Subscriber::start(&server.url(), "cursor-events").await;
+    let report = pass(&server, toml, "cursor", PassOptions::default()).await;
+    assert_eq!(report.evicted, 1);
+    assert_eq!(members(&mut con, "cursor:c1"), ["fresh", "future"]);
+    let got = sub.wait_for(1, Duration::from_secs(5)).await;
+    let ev = got[0].json();
+    assert_eq!(ev["type"], "cursor.gone");
+    assert_eq!(ev["user_id"], "stale");
+    // Seconds on the wire, whatever the score unit.
+    let last_seen = ev["last_seen"].as_f64().unwrap();
+    assert!(
+        (last_seen - (now_ms - 2500.0) / 1000.0).abs() < 1e-6,
+        "{ev}"
+    );
+    let ts = ev["timestamp"].as_f64().unwrap();
+    assert!((ts - now_ms / 1000.0).abs() < 5.0, "{ev}");
+    assert_eq!(ev["cursor_count"], 2);
+}
+
+#[tokio::test]
+async fn odd_conversation_ids_non_zset_keys_and_binary_members() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let odd_ids = [
+        "team:a:b", "*", "x?y", "[abc]", "quo\"te", "sp ace", "{c42}",
+    ];
+    for id in odd_ids {
+        let key = format!("presence:{id}:online");
+        let _: () = con
+            .zadd_multiple(&key, &[(now - 100.0, "zombie"), (now, "live")])
+            .unwrap();
+    }
+    // A string and a hash under the pattern: SCAN's TYPE filter skips them, and they survive.
+    let _: () = con.set("presence:str:online", "not a zset").unwrap();
+    let _: () = con.hset("presence:hash:online", "u1", "x").unwrap();
+    // A member that is not UTF-8.
+    let binary_member: &[u8] = b"\xff\xfeuser";
+    let _: () = redis::cmd("ZADD")
+        .arg("presence:bin:online")
+        .arg(now - 100.0)
+        .arg(binary_member)
+        .query(&mut con)
+        .unwrap();
+
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    assert_eq!(report.keys, odd_ids.len() as u64 + 1);
+    assert_eq!(report.evicted, odd_ids.len() as u64 + 1);
+
+    let got = sub
+        .wait_for(odd_ids.len() + 1, Duration::from_secs(5))
+        .await;
+    assert_eq!(got.len(), odd_ids.len() + 1);
+    let mut seen = HashSet::new();
+    for r in &got {
+        let ev = r.json();
+        let conv = ev["conversation_id"].as_str().unwrap().to_owned();
+        let expected_channel = format!("presence:{conv}:events");
+        if conv == "bin" {
+            assert_eq!(ev["user_id"], "\u{fffd}\u{fffd}user");
+            assert_eq!(ev["user_id_base64"], "//51c2Vy");
+        } else {
+            assert_eq!(ev["user_id"], "zombie");
+            assert_eq!(r.channel, expected_channel.as_bytes());
+        }
+        seen.insert(conv);
+    }
+    for id in odd_ids {
+        assert!(seen.contains(id), "no event for conversation {id:?}");
+        assert_eq!(
+            members(&mut con, &format!("presence:{id}:online")),
+            ["live"]
+        );
+    }
+    let s: String = con.get("presence:str:online").unwrap();
+    assert_eq!(s, "not a zset");
+    let h: String = con.hget("presence:hash:online", "u1").unwrap();
+    assert_eq!(h, "x");
+    let exists: bool = con.exists("presence:bin:online").unwrap();
+    assert!(!exists, "a set whose last member was evicted is gone");
+}
+
+#[tokio::test]
+async fn dry_run_changes_and_publishes_nothing() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    for c in 0..20 {
+        let _: () = con
+            .zadd_multiple(
+                format!("presence:c{c}:online"),
+                &[(now - 100.0, "a"), (now - 90.0, "b"), (now, "c")],
+            )
+            .unwrap();
+    }
+    let before: Vec<(String, f64)> = con.zrange_withscores("presence:c3:online", 0, -1).unwrap();
+    let sub = Subscriber::start(&server.url(), "*").await;
+    let opts = PassOptions {
+        dry_run: true,
+        ..PassOptions::default()
+    };
+    let report = pass(&server, ONLY_ONLINE, "online", opts).await;
+    assert_eq!((report.keys, report.evicted, report.members), (20, 40, 20));
+    assert_eq!(report.events_published, 0);
+    let after: Vec<(String, f64)> = con.zrange_withscores("presence:c3:online", 0, -1).unwrap();
+    assert_eq!(before, after);
+    for c in 0..20 {
+        let n: u64 = con.zcard(format!("presence:c{c}:online")).unwrap();
+        assert_eq!(n, 3);
+    }
+    assert!(sub.wait_for(1, Duration::from_millis(300)).await.is_empty());
+}
+
+#[tokio::test]
+async fn big_set_is_swept_in_short_commands() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    // 200k members, half of them stale.
+    for chunk in 0..200 {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg("presence:big:online");
+        for i in 0..1000 {
+            let n = chunk * 1000 + i;
+            let score = if n % 2 == 0 { now - 100.0 } else { now };
+            cmd.arg(score).arg(format!("user-{n}"));
+        }
+        let _: () = cmd.query(&mut con).unwrap();
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(50_000)
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut con).unwrap();
+
+    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    assert_eq!(report.evicted, 100_000);
+    assert_eq!(report.events_published, 100_000);
+    let card: u64 = con.zcard("presence:big:online").unwrap();
+    assert_eq!(card, 100_000);
+    let slow: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(128)
+        .query(&mut con)
+        .unwrap();
+    assert!(slow.is_empty(), "commands over 50 ms: {slow:?}");
+}
+
+#[tokio::test]
+async fn three_sweepers_announce_each_zombie_exactly_once() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let (keys, stale_per_key) = (300, 5);
+    for c in 0..keys {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(format!("presence:c{c}:online"));
+        for u in 0..stale_per_key {
+            cmd.arg(now - 100.0 - u as f64).arg(format!("zombie{u}"));
+            cmd.arg(now).arg(format!("live{u}"));
+        }
+        let _: () = cmd.query(&mut con).unwrap();
+    }
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    // Small batches and budgets maximise interleaving between the three.
+    let toml = format!("{ONLY_ONLINE}[evict]\nbatch_keys = 2\nmax_members_per_call = 3\n");
+    let mut reports = Vec::new();
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        let cfg = config(&server.url(), &toml);
+        handles.push(tokio::spawn(async move {
+            let store = Store::connect(&cfg.redis).await.unwrap();
+            let sweeper = Sweeper::new(cfg.sweep("online").unwrap(), &cfg);
+            let mut total = 0;
+            for _ in 0..3 {
+                total += sweeper
+                    .pass(
+                        &store,
+                        PassOptions::default(),
+                        &NoObserver,
+                        &CancellationToken::new(),
+                    )
+                    .await
+                    .unwrap()
+                    .evicted;
+            }
+            total
+        }));
+    }
+    for h in handles {
+        reports.push(h.await.unwrap());
+    }
+    let expected = keys * stale_per_key;
+    assert_eq!(reports.iter().sum::<u64>(), expected as u64, "{reports:?}");
+    let got = sub.wait_for(expected, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), expected);
+    let mut seen = HashMap::new();
+    for r in &got {
+        let ev = r.json();
+        let id = (
+            ev["conversation_id"].as_str().unwrap().to_owned(),
+            ev["user_id"].as_str().unwrap().to_owned(),
+        );
+        assert!(
+            id.1.starts_with("zombie"),
+            "a live member was announced: {ev}"
+        );
+        *seen.entry(id).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), expected);
+    assert!(seen.values().all(|&n| n == 1));
+    for c in 0..keys {
+        let m = members(&mut con, &format!("presence:c{c}:online"));
+        assert_eq!(m.len(), stale_per_key);
+        assert!(m.iter().all(|u| u.starts_with("live")));
+    }
+}
+
+/// A heartbeat racing sweeps is never lost to a stale read.
+///
+/// Members flip between live and stale all the time (heartbeats every 20-80 ms against a 50 ms
+/// window), three sweepers pass every millisecond or so, and afterwards every announced eviction
+/// is checked against the heartbeat log: the score it reports must be the member's latest
+/// heartbeat before the eviction instant, and stale at that instant. Removing a member whose
+/// heartbeat had landed would break the first; evicting a live member would break the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_heartbeats_are_never_evicted() {
+    let server = RedisServer::start();
+    let toml = r#"
+        [sweeps.online]
+        enabled = false
+        [sweeps.typing]
+        enabled = false
+        [sweeps.hb]
+        match = "hb:*"
+        ttl = "50ms"
+        schedule = "1s"
+        event = "leave"
+        channel = "hb-events"
+        score_unit = "milliseconds"
+    "#;
+    let sub = Subscriber::start(&server.url(), "hb-events").await;
+    let stop = CancellationToken::new();
+    let key = "hb:room";
+    let users = 20;
+
+    // Heartbeats stamp the score with Redis's clock inside a script, as an app should.
+    let heartbeat = redis::Script::new(
+        "local t = redis.call('TIME') \
+         local s = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000 \
+         local added = redis.call('ZADD', KEYS[1], s, ARGV[1]) \
+         return { string.format('%.17g', s), added }",
+    );
+    let mut beaters = Vec::new();
+    for u in 0..users {
+        let client = server.client();
+        let heartbeat = heartbeat.clone();
+        let stop = stop.clone();
+        beaters.push(tokio::spawn(async move {
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            let mut log = Vec::new();
+            let mut step = u as u64;
+            while !stop.is_cancelled() {
+                let (s, added): (String, u8) = heartbeat
+                    .key(key)
+                    .arg(format!("u{u}"))
+                    .invoke_async(&mut con)
+                    .await
+                    .unwrap();
+                log.push((s.parse::<f64>().unwrap(), added == 1));
+                step = step
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                tokio::time::sleep(Duration::from_millis(20 + (step >> 33) % 61)).await;
+            }
+            (format!("u{u}"), log)
+        }));
+    }
+    let mut sweepers = Vec::new();
+    for _ in 0..3 {
+        let cfg = config(&server.url(), toml);
+        let stop = stop.clone();
+        sweepers.push(tokio::spawn(async move {
+            let store = Store::connect(&cfg.redis).await.unwrap();
+            let sweeper = Sweeper::new(cfg.sweep("hb").unwrap(), &cfg);
+            let mut passes = 0u64;
+            while !stop.is_cancelled() {
+                sweeper
+                    .pass(
+                        &store,
+                        PassOptions::default(),
+                        &NoObserver,
+                        &CancellationToken::new(),
+                    )
+                    .await
+                    .unwrap();
+                passes += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            passes
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.cancel();
+    let mut heartbeats: HashMap<String, Vec<(f64, bool)>> = HashMap::new();
+    for b in beaters {
+        let (user, log) = b.await.unwrap();
+        heartbeats.insert(user, log);
+    }
+    let mut passes = 0;
+    for s in sweepers {
+        passes += s.await.unwrap();
+    }
+    let events = sub.wait_for(0, Duration::from_millis(100)).await;
+    assert!(passes > 300, "only {passes} passes ran");
+    assert!(
+        events.len() > 20,
+        "too few evictions to exercise the race: {}",
+        events.len()
+    );
+
+    let mut announced = HashSet::new();
+    for r in &events {
+        let ev = r.json();
+        let user = ev["user_id"].as_str().unwrap();
+        let last_seen_ms = ev["last_seen"].as_f64().unwrap() * 1000.0;
+        let evicted_at_ms = ev["timestamp"].as_f64().unwrap() * 1000.0;
+        assert!(
+            last_seen_ms < evicted_at_ms - 50.0 + 1e-3,
+            "{user} evicted while live: {ev}"
+        );
+        let log = &heartbeats[user];
+        let j = log
+            .iter()
+            .rposition(|&(h, _)| h <= evicted_at_ms)
+            .expect("evicted before its first heartbeat");
+        assert!(
+            (log[j].0 - last_seen_ms).abs() < 1e-3,
+            "{user}: the eviction at {evicted_at_ms} reports last_seen {last_seen_ms}, but the \
+             latest heartbeat before it was {}: a heartbeat was lost",
+            log[j].0
+        );
+        // The removal really took the member with that score: the next heartbeat found it gone.
+        if let Some(&(next, added)) = log.get(j + 1) {
+            assert!(
+                added,
+                "{user}: evicted at {last_seen_ms}, yet the heartbeat at {next} updated it"
+            );
+        }
+        assert!(
+            announced.insert((user.to_owned(), j)),
+            "{user} announced twice for one heartbeat"
+        );
+    }
+    // Conversely, every time a heartbeat found its member gone, that removal was announced with
+    // the score it removed.
+    for (user, log) in &heartbeats {
+        for (i, &(_, added)) in log.iter().enumerate().skip(1) {
+            if added {
+                assert!(
+                    announced.contains(&(user.clone(), i - 1)),
+                    "{user} was removed after its heartbeat at {} without an announcement",
+                    log[i - 1].0
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! Test support: real `redis-server` processes on free ports, an event subscriber, and a guard
+//! around the built binary. Every guard kills and reaps its process on drop, so a failing test
+//! leaves nothing behind.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use presence_sweeper::config::{Config, Sources};
+
+/// A free TCP port on 127.0.0.1, below 55535 so that a cluster bus port (+10000) fits too.
+pub fn free_port() -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().unwrap().port();
+        if port < 55535 {
+            return port;
+        }
+    }
+}
+
+fn redis_server_binary() -> String {
+    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    if Command::new(&bin).arg("--version").output().is_err() {
+        panic!(
+            "`{bin}` was not found: the tests start their own Redis servers. Install it \
+             (Debian/Ubuntu: `apt-get install redis-server`) or set REDIS_SERVER=/path/to/redis-server"
+        );
+    }
+    bin
+}
+
+/// A `redis-server` owned by one test. Killed and reaped on drop.
+pub struct RedisServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server on a free port with extra `redis-server` arguments (e.g. `--requirepass`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        for _ in 0..5 {
+            let mut server = Self::unstarted(free_port(), extra);
+            if server.try_start() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server on a free port after 5 tries");
+    }
+
+    /// A server that will use `port` but is not running yet ([`RedisServer::restart`] starts it).
+    pub fn unstarted(port: u16, extra: &[&str]) -> Self {
+        Self {
+            port,
+            dir: tempfile::tempdir().expect("temp dir"),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn try_start(&mut self) -> bool {
+        let mut cmd = Command::new(redis_server_binary());
+        cmd.args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dir", &self.dir.path().to_string_lossy()])
+            .args(["--logfile", &self.log_path().to_string_lossy()])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn redis-server");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                // Exited: most likely the port was taken meanwhile.
+                return false;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                self.child = Some(child);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "redis-server on port {} did not come up; log:\n{}",
+            self.port,
+            std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        );
+    }
+
+    /// `redis://127.0.0.1:PORT/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A client for the test's own commands (with the password, if any, set by the caller).
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    /// A synchronous connection for seeding and assertions.
+    pub fn con(&self) -> redis::Connection {
+        self.client()
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("connect to test redis")
+    }
+
+    /// Kills the server (SIGKILL: like a crash).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (data is gone: nothing is persisted).
+    pub fn restart(&mut self) {
+        self.stop();
+        for _ in 0..50 {
+            if self.try_start() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Loads the configuration the way the binary does, from a TOML text and a Redis URL.
+pub fn config(url: &str, toml: &str) -> Config {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("presence-sweeper.toml");
+    std::fs::write(&file, toml).unwrap();
+    let mut env = std::collections::HashMap::new();
+    env.insert("PRESENCE_SWEEPER__REDIS__URL".to_string(), url.to_string());
+    Config::load(&Sources {
+        file: Some(file),
+        env,
+        overrides: Default::default(),
+    })
+    .expect("valid test configuration")
+}
+
+/// Redis's clock in Unix seconds.
+pub fn redis_now(con: &mut redis::Connection) -> f64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+    s as f64 + us as f64 / 1e6
+}
+
+/// One received event.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub channel: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+impl Received {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.payload).unwrap_or_else(|e| {
+            panic!(
+                "event is not valid JSON ({e}): {}",
+                String::from_utf8_lossy(&self.payload)
+            )
+        })
+    }
+}
+
+/// Collects every message published on channels matching a pattern.
+pub struct Subscriber {
+    received: Arc<Mutex<Vec<Received>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Subscriber {
+    /// Subscribes (PSUBSCRIBE) and returns once the subscription is active.
+    pub async fn start(url: &str, pattern: &str) -> Self {
+        let client = redis::Client::open(url).unwrap();
+        let mut pubsub = client.get_async_pubsub().await.expect("pubsub connection");
+        pubsub.psubscribe(pattern).await.expect("psubscribe");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let sink = received.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = pubsub.into_on_message();
+            while let Some(msg) = stream.next().await {
+                sink.lock().unwrap().push(Received {
+                    channel: msg.get_channel_name().as_bytes().to_vec(),
+                    payload: msg.get_payload_bytes().to_vec(),
+                });
+            }
+        });
+        Self { received, task }
+    }
+
+    /// What arrived so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` messages arrived (or `timeout`), then a little more to catch extras.
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> Vec<Received> {
+        let deadline = Instant::now() + timeout;
+        while self.received.lock().unwrap().len() < n && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.received()
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The built `presence-sweeper` binary, running; killed on drop. Its stderr (the log) is
+/// collected for assertions.
+pub struct Binary {
+    child: Child,
+    log: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+/// Path of the built binary.
+pub fn binary_path() -> &'static str {
+    env!("CARGO_BIN_EXE_presence-sweeper")
+}
+
+impl Binary {
+    /// Starts the binary with `args`, a config file holding `toml`, and extra environment.
+    pub fn spawn(toml: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("presence-sweeper.toml");
+        std::fs::write(&file, toml).unwrap();
+        let mut cmd = Command::new(binary_path());
+        cmd.arg("--config")
+            .arg(&file)
+            .args(args)
+            .env_remove("PRESENCE_SWEEPER_CONFIG")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn presence-sweeper");
+        let log = Arc::new(Mutex::new(String::new()));
+        for stream in [
+            Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stdout.take().unwrap()),
+        ] {
+            let sink = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let mut log = sink.lock().unwrap();
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            });
+        }
+        Self {
+            child,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The path of the config file, to rewrite it (reload tests).
+    pub fn config_path(&self) -> PathBuf {
+        self._dir.path().join("presence-sweeper.toml")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// How many log lines contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        self.log().lines().filter(|l| l.contains(needle)).count()
+    }
+
+    /// Waits until the log holds at least `n` lines containing `needle`.
+    pub fn wait_for_log(&self, needle: &str, n: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.count(needle) < n {
+            if Instant::now() > deadline {
+                panic!(
+                    "waited {timeout:?} for {n}x {needle:?} in the log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends a signal (by name, e.g. "TERM").
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the binary to completion; returns (exit code, stdout, stderr).
+pub fn run_binary(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(binary_path())
+        .args(args)
+        .env_remove("PRESENCE_SWEEPER_CONFIG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run presence-sweeper");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Writes `text` to `dir/name` and returns the path.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
