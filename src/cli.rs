@@ -58,6 +58,13 @@ pub enum Command {
     },
     /// Validate the configuration and print it in effect, secrets redacted; exit 0 or 2.
     CheckConfig,
+    /// GET /healthz of the daemon at `http.listen`; exit 0 if it answers 200, else 1. For
+    /// container HEALTHCHECKs, where there is no curl.
+    Healthcheck {
+        /// How long to wait for the answer.
+        #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 impl Cli {

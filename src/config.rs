@@ -43,7 +43,7 @@ pub struct Config {
 }
 
 /// `[redis]`: the connection.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RedisConfig {
     /// `redis.url`: `redis://[user:password@]host:port/db`, `rediss://...` or `unix://path`.
     pub url: String,
@@ -58,14 +58,14 @@ pub struct RedisConfig {
 }
 
 /// `[scan]`: discovery.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanConfig {
     /// `scan.count`: the COUNT hint of each SCAN call.
     pub count: u32,
 }
 
 /// `[evict]`: bounds on the eviction script calls.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvictConfig {
     /// `evict.batch_keys`: keys per script call.
     pub batch_keys: usize,
@@ -76,14 +76,14 @@ pub struct EvictConfig {
 }
 
 /// `[http]`: the metrics and health server.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpConfig {
     /// `http.listen`: the address to bind; port 0 picks a free port.
     pub listen: SocketAddr,
 }
 
 /// `[log]`: logging.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogConfig {
     /// `log.format`.
     pub format: LogFormat,
@@ -152,7 +152,7 @@ impl ScoreUnit {
 }
 
 /// `[sweeps.<name>]`: one kind of presence set and what to do with its zombies.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SweepConfig {
     /// The table name; also the metric label and the roster field of events.
     pub name: String,

@@ -8,7 +8,8 @@ use redis::aio::ConnectionLike;
 
 use crate::Error;
 
-/// The keys matching `glob` that are sorted sets, one SCAN page per item; empty pages are skipped.
+/// The keys matching `glob` that are sorted sets, one SCAN page per item. Pages may be empty
+/// (SCAN visited slots with no match); they still show that the pass moves on.
 ///
 /// SCAN guarantees that a key present for the whole scan is returned at least once; a key may
 /// come twice (the second sweep of it finds nothing to do).
@@ -19,29 +20,20 @@ where
     futures_util::stream::try_unfold((con, Some(0u64)), move |(mut con, cursor)| {
         let glob = glob.clone();
         async move {
-            let Some(mut cursor) = cursor else {
+            let Some(cursor) = cursor else {
                 return Ok(None);
             };
-            loop {
-                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&glob)
-                    .arg("COUNT")
-                    .arg(count)
-                    .arg("TYPE")
-                    .arg("zset")
-                    .query_async(&mut con)
-                    .await?;
-                let after = (next != 0).then_some(next);
-                if !keys.is_empty() {
-                    return Ok(Some((keys, (con, after))));
-                }
-                match after {
-                    Some(c) => cursor = c,
-                    None => return Ok(None),
-                }
-            }
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&glob)
+                .arg("COUNT")
+                .arg(count)
+                .arg("TYPE")
+                .arg("zset")
+                .query_async(&mut con)
+                .await?;
+            Ok(Some((keys, (con, (next != 0).then_some(next)))))
         }
     })
 }

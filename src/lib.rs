@@ -10,9 +10,11 @@
 //! - [`store`]: the Redis connection; [`discover`]: SCAN, streamed page by page.
 //! - [`evict`] (+ `evict.lua`): the atomic, bounded eviction script and its reply.
 //! - [`events`]: the JSON event payload.
-//! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule;
-//!   [`oneshot`]: the `sweep` command.
-//! - [`cli`]: command-line definitions; [`logging`], [`shutdown`]: process plumbing;
+//! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule, reloads,
+//!   drain; [`oneshot`]: the `sweep` command.
+//! - [`metrics`]: the Prometheus registry; [`health`]: liveness and readiness; [`http`]: the
+//!   server for both; [`notify`]: systemd readiness and watchdog.
+//! - [`cli`]: command-line definitions; [`logging`], [`signals`]: process plumbing;
 //!   [`error`]: the error type.
 
 pub mod cli;
@@ -22,11 +24,15 @@ pub mod discover;
 pub mod error;
 pub mod events;
 pub mod evict;
+pub mod health;
+pub mod http;
 pub mod logging;
+pub mod metrics;
+pub mod notify;
 pub mod oneshot;
 pub mod pattern;
 pub mod schedule;
-pub mod shutdown;
+pub mod signals;
 pub mod store;
 pub mod sweeper;
 

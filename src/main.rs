@@ -2,19 +2,22 @@
 //! outcomes to exit codes (0 success, 1 failure at run time, 2 bad configuration or usage).
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use presence_sweeper::cli::{Cli, Command};
 use presence_sweeper::config::Config;
+use presence_sweeper::daemon::Daemon;
+use presence_sweeper::notify::Notifier;
 use presence_sweeper::sweeper::PassOptions;
-use presence_sweeper::{daemon, logging, oneshot, shutdown};
+use presence_sweeper::{http, logging, oneshot, signals};
 use tokio_util::sync::CancellationToken;
 
 const EXIT_FAILURE: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let config = match Config::load(&cli.sources(std::env::vars().collect())) {
         Ok(c) => c,
         Err(e) => {
@@ -22,13 +25,15 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let command = cli.command.unwrap_or(Command::Run);
+    let command = cli.command.take().unwrap_or(Command::Run);
     if let Command::CheckConfig = command {
         print!("{}", config.to_toml());
         eprintln!("presence-sweeper: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    logging::init(&config.log);
+    if !matches!(command, Command::Healthcheck { .. }) {
+        logging::init(&config.log);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -36,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    match runtime.block_on(execute(command, config)) {
+    match runtime.block_on(execute(command, config, cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("presence-sweeper: {e:#}");
@@ -45,15 +50,25 @@ fn main() -> ExitCode {
     }
 }
 
-async fn execute(command: Command, config: Config) -> anyhow::Result<ExitCode> {
-    let cancel = CancellationToken::new();
-    shutdown::cancel_on_signals(cancel.clone())?;
+async fn execute(command: Command, config: Config, cli: Cli) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run => {
-            daemon::run(config, cancel).await?;
+            let cancel = CancellationToken::new();
+            let reloads = signals::install(cancel.clone())?;
+            let listener = http::bind(config.http.listen).await?;
+            let daemon = Daemon {
+                config,
+                listener,
+                reloads,
+                loader: Box::new(move || Config::load(&cli.sources(std::env::vars().collect()))),
+                notifier: Arc::new(Notifier::from_env()),
+            };
+            daemon.run(cancel).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Sweep { sweeps, dry_run } => {
+            let cancel = CancellationToken::new();
+            signals::install(cancel.clone())?;
             let selected = match oneshot::select(&config, &sweeps) {
                 Ok(s) => s,
                 Err(e) => {
@@ -83,6 +98,13 @@ async fn execute(command: Command, config: Config) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Healthcheck { timeout } => match http::check(config.http.listen, timeout).await {
+            Ok(()) => Ok(ExitCode::SUCCESS),
+            Err(why) => {
+                eprintln!("presence-sweeper: unhealthy: {why}");
+                Ok(ExitCode::from(EXIT_FAILURE))
+            }
+        },
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
     }
 }

@@ -55,23 +55,33 @@ impl Schedule {
                 "{fields} fields where a cron expression needs 6 (seconds first)"
             )));
         }
-        // The same parser settings tokio-cron-scheduler uses, so what passes here runs there.
-        croner::parser::CronParser::builder()
-            .seconds(croner::parser::Seconds::Required)
-            .dom_and_dow(true)
-            .build()
+        cron_parser()
             .parse(text)
             .map_err(|e| ScheduleError::Unparsable(e.to_string()))?;
         Ok(Self::Cron(text.to_owned()))
     }
 
-    /// The period between passes, when it is fixed.
-    pub fn period(&self) -> Option<Duration> {
+    /// Time between passes: the period, or for a cron expression the gap between its next two
+    /// runs (`None` if it never runs again).
+    pub fn interval(&self) -> Option<Duration> {
         match self {
             Self::Every(d) => Some(*d),
-            Self::Cron(_) => None,
+            Self::Cron(expr) => {
+                let cron = cron_parser().parse(expr).ok()?;
+                let first = cron.find_next_occurrence(&chrono::Utc::now(), false).ok()?;
+                let second = cron.find_next_occurrence(&first, false).ok()?;
+                (second - first).to_std().ok()
+            }
         }
     }
+}
+
+/// The parser settings tokio-cron-scheduler uses, so that what validates here runs there.
+fn cron_parser() -> croner::parser::CronParser {
+    croner::parser::CronParser::builder()
+        .seconds(croner::parser::Seconds::Required)
+        .dom_and_dow(true)
+        .build()
 }
 
 impl fmt::Display for Schedule {
@@ -197,6 +207,18 @@ mod tests {
         assert_eq!(
             Schedule::parse("0 */5 * * * *").unwrap(),
             Schedule::Cron("0 */5 * * * *".into())
+        );
+    }
+
+    #[test]
+    fn interval_of_cron_expressions() {
+        let every_5_min = Schedule::parse("0 */5 * * * *").unwrap();
+        assert_eq!(every_5_min.interval(), Some(Duration::from_secs(300)));
+        let every_second = Schedule::parse("* * * * * *").unwrap();
+        assert_eq!(every_second.interval(), Some(Duration::from_secs(1)));
+        assert_eq!(
+            Schedule::parse("250ms").unwrap().interval(),
+            Some(Duration::from_millis(250))
         );
     }
 

@@ -58,8 +58,13 @@ impl Store {
     }
 
     /// Connects, retrying with a capped exponential backoff until Redis answers or `cancel`
-    /// fires (then `None`). Every failed attempt is logged.
-    pub async fn connect_with_retry(cfg: &RedisConfig, cancel: &CancellationToken) -> Option<Self> {
+    /// fires (then `None`). Every failed attempt is logged and reported to `on_failure` with the
+    /// wait before the next one.
+    pub async fn connect_with_retry(
+        cfg: &RedisConfig,
+        cancel: &CancellationToken,
+        on_failure: impl Fn(&Error, Duration),
+    ) -> Option<Self> {
         let mut delay = Duration::from_millis(200);
         let mut attempt = 1u32;
         loop {
@@ -77,6 +82,7 @@ impl Store {
                         retry_in_ms = delay.as_millis() as u64,
                         "Redis is not reachable yet; retrying"
                     );
+                    on_failure(&e, delay);
                 }
             }
             tokio::select! {

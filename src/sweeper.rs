@@ -51,6 +51,8 @@ pub trait PassObserver: Send + Sync {
     fn key_swept(&self, cardinality: u64) {
         let _ = cardinality;
     }
+    /// The pass moved on (a SCAN page or a script call came back); feeds liveness.
+    fn progress(&self) {}
     /// A member was evicted `lag_seconds` after its window closed.
     fn member_evicted(&self, lag_seconds: f64) {
         let _ = lag_seconds;
@@ -74,6 +76,8 @@ pub struct PassReport {
     pub evicted: u64,
     /// Events published.
     pub events_published: u64,
+    /// Members removed whose events could not be published (Redis failed in between).
+    pub events_failed: u64,
     /// Wall time of the pass.
     pub duration: Duration,
     /// False if shutdown stopped the pass before it covered the keyspace.
@@ -86,6 +90,7 @@ impl PassReport {
         self.members += c.members;
         self.evicted += c.evicted;
         self.events_published += c.events_published;
+        self.events_failed += c.events_failed;
     }
 }
 
@@ -105,6 +110,7 @@ struct BatchCounts {
     members: u64,
     evicted: u64,
     events_published: u64,
+    events_failed: u64,
 }
 
 /// Runs the passes of one sweep.
@@ -120,12 +126,17 @@ pub struct Sweeper {
 impl Sweeper {
     /// A sweeper for `sweep` with the scan and evict settings of `config`.
     pub fn new(sweep: &SweepConfig, config: &Config) -> Self {
+        Self::with_settings(sweep, config.scan.count, &config.evict)
+    }
+
+    /// A sweeper for `sweep` with explicit scan and evict settings.
+    pub fn with_settings(sweep: &SweepConfig, scan_count: u32, evict: &EvictConfig) -> Self {
         Self {
             encoder: EventEncoder::new(&sweep.event, &sweep.name),
             sweep: sweep.clone(),
             script: EvictScript::new(),
-            scan_count: config.scan.count,
-            evict: config.evict.clone(),
+            scan_count,
+            evict: evict.clone(),
         }
     }
 
@@ -184,6 +195,7 @@ impl Sweeper {
                 }
                 page = pages.next(), if want_page => match page {
                     Some(Ok(keys)) => {
+                        observer.progress();
                         report.keys_scanned += keys.len() as u64;
                         queue.extend(keys);
                     }
@@ -233,6 +245,7 @@ impl Sweeper {
                 Ok(r) => r,
                 Err(e) => return (counts, Some(e)),
             };
+            observer.progress();
             let mut pipe = redis::pipe();
             let mut next = Vec::new();
             for (key, result) in keys.into_iter().zip(reply.keys) {
@@ -270,6 +283,7 @@ impl Sweeper {
                         error = %e,
                         "members were evicted but their events could not be published"
                     );
+                    counts.events_failed += n;
                     return (counts, Some(e.into()));
                 }
                 counts.events_published += n;
