@@ -377,3 +377,232 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::write(&p, text).unwrap();
     p
 }
+
+/// GET `path` from `addr` over HTTP/1.1; returns (status, body). Panics on I/O errors.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    http_request(addr, "GET", path)
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns (status, body).
+pub fn http_request(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body.to_owned())
+}
+
+/// One sample of a Prometheus text exposition.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+/// Parses the Prometheus text format (enough of it for our own output).
+pub fn parse_metrics(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("series and value");
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line:?}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_owned(), Vec::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("closing brace");
+                let mut labels = Vec::new();
+                let mut rest = body;
+                while !rest.is_empty() {
+                    let (k, v) = rest.split_once("=\"").expect("label=\"value\"");
+                    let mut value = String::new();
+                    let mut chars = v.char_indices();
+                    let mut end = v.len();
+                    while let Some((i, c)) = chars.next() {
+                        match c {
+                            '\\' => {
+                                if let Some((_, n)) = chars.next() {
+                                    value.push(if n == 'n' { '\n' } else { n });
+                                }
+                            }
+                            '"' => {
+                                end = i;
+                                break;
+                            }
+                            c => value.push(c),
+                        }
+                    }
+                    labels.push((k.trim_start_matches(',').to_owned(), value));
+                    rest = v[end + 1..].trim_start_matches(',');
+                }
+                (name.to_owned(), labels)
+            }
+        };
+        out.push(Sample {
+            name,
+            labels,
+            value,
+        });
+    }
+    out
+}
+
+/// The value of the sample called `name` whose labels include all of `labels`.
+pub fn metric(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| {
+            s.name == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v))
+        })
+        .map(|s| s.value)
+}
+
+/// Scrapes `/metrics` at `addr`.
+pub fn scrape(addr: std::net::SocketAddr) -> Vec<Sample> {
+    let (status, body) = http_get(addr, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    parse_metrics(&body)
+}
+
+/// The daemon running inside the test process on a listener the test bound; cancelled on drop.
+pub struct InProcessDaemon {
+    pub addr: std::net::SocketAddr,
+    pub cancel: tokio_util::sync::CancellationToken,
+    pub reload: tokio::sync::mpsc::Sender<()>,
+    pub task: Option<tokio::task::JoinHandle<Result<(), presence_sweeper::Error>>>,
+}
+
+impl InProcessDaemon {
+    /// Starts the daemon with `config`; a reload re-reads the same file from `file`, if given.
+    pub async fn start(config: Config, file: Option<PathBuf>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let (reload, reloads) = tokio::sync::mpsc::channel(1);
+        let env: std::collections::HashMap<String, String> = [(
+            "PRESENCE_SWEEPER__REDIS__URL".to_string(),
+            config.redis.url.clone(),
+        )]
+        .into();
+        let daemon = presence_sweeper::daemon::Daemon {
+            config,
+            listener,
+            reloads,
+            loader: Box::new(move || {
+                Config::load(&Sources {
+                    file: file.clone(),
+                    env: env.clone(),
+                    overrides: Default::default(),
+                })
+            }),
+            notifier: Arc::new(presence_sweeper::notify::Notifier::disabled()),
+        };
+        let task = tokio::spawn(daemon.run(cancel.clone()));
+        Self {
+            addr,
+            cancel,
+            reload,
+            task: Some(task),
+        }
+    }
+
+    /// Polls `/metrics` until `pred` holds (or panics after `timeout`).
+    pub async fn wait_metrics(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&[Sample]) -> bool,
+    ) -> Vec<Sample> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let addr = self.addr;
+            let samples = tokio::task::spawn_blocking(move || scrape(addr))
+                .await
+                .unwrap();
+            if pred(&samples) {
+                return samples;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Cancels and waits for a clean return.
+    pub async fn stop(mut self) {
+        self.cancel.cancel();
+        let task = self.task.take().unwrap();
+        tokio::time::timeout(Duration::from_secs(6), task)
+            .await
+            .expect("daemon stops within the drain deadline")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+impl Drop for InProcessDaemon {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Loads a configuration from a file (kept on disk so reloads can re-read it).
+pub fn config_file(dir: &Path, url: &str, toml: &str) -> (Config, PathBuf) {
+    let file = write_file(dir, "presence-sweeper.toml", toml);
+    let mut env = std::collections::HashMap::new();
+    env.insert("PRESENCE_SWEEPER__REDIS__URL".to_string(), url.to_string());
+    let config = Config::load(&Sources {
+        file: Some(file.clone()),
+        env,
+        overrides: Default::default(),
+    })
+    .expect("valid test configuration");
+    (config, file)
+}
+
+impl Binary {
+    /// The metrics server's address, from the start-up log line.
+    pub fn http_addr(&self) -> std::net::SocketAddr {
+        self.wait_for_log(
+            "metrics and health server listening",
+            1,
+            Duration::from_secs(10),
+        );
+        let log = self.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("metrics and health server listening"))
+            .unwrap();
+        let at = line.find("addr=").expect("addr field") + 5;
+        line[at..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .expect("socket address")
+    }
+}

@@ -1,0 +1,33 @@
+# presence-sweeper container image: build with cargo, run as a non-root user on a slim Debian.
+#   docker build -t presence-sweeper .
+#   docker run --rm -p 9750:9750 -e PRESENCE_SWEEPER__REDIS__URL=redis://redis:6379/0 presence-sweeper
+
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+# Dependencies first, against stub sources: this layer stays cached until the manifests change.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir src \
+ && echo 'fn main() {}' > src/main.rs \
+ && touch src/lib.rs \
+ && cargo build --locked --release \
+ && rm -rf src
+COPY src ./src
+COPY config ./config
+# Newer mtimes than the stub build's, so cargo rebuilds our crate (and only it).
+RUN touch src/main.rs src/lib.rs && cargo build --locked --release
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/presence-sweeper /usr/local/bin/presence-sweeper
+COPY config/presence-sweeper.toml /etc/presence-sweeper/presence-sweeper.toml
+ENV PRESENCE_SWEEPER_CONFIG=/etc/presence-sweeper/presence-sweeper.toml \
+    PRESENCE_SWEEPER__LOG__FORMAT=json
+USER 10001:10001
+EXPOSE 9750
+HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["/usr/local/bin/presence-sweeper", "healthcheck"]
+# Exec form: the daemon is PID 1 and receives SIGTERM itself.
+ENTRYPOINT ["/usr/local/bin/presence-sweeper"]
+CMD ["run"]

@@ -1,0 +1,309 @@
+//! Metrics and health endpoints, scraped from a daemon sweeping a real Redis.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use support::{
+    Binary, InProcessDaemon, RedisServer, config_file, free_port, http_get, http_request, metric,
+    redis_now, run_binary, scrape,
+};
+
+const TTL: f64 = 45.0;
+
+fn labels_of(samples: &[support::Sample]) -> Vec<String> {
+    samples
+        .iter()
+        .flat_map(|s| s.labels.iter().map(|(_, v)| v.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_is_accounted_exactly() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let seeded_at = redis_now(&mut con);
+    // 50 keys, 5 live and 3 stale members each: 250 live, 150 stale. Stale member k of key c
+    // outlived its window by (c + k + 1) seconds at seeding time.
+    let mut expected_lag_at_seed = 0.0;
+    for c in 0..50 {
+        let key = format!("presence:conv-{c}:online");
+        for u in 0..5 {
+            let _: () = con.zadd(&key, format!("user-live-{u}"), seeded_at).unwrap();
+        }
+        for k in 0..3 {
+            let outlived = (c + k + 1) as f64;
+            let score = seeded_at - TTL - outlived;
+            expected_lag_at_seed += outlived;
+            let _: () = con.zadd(&key, format!("user-gone-{k}"), score).unwrap();
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = config_file(
+        dir.path(),
+        &server.url(),
+        "[sweeps.online]\nschedule = \"1h\"\n[sweeps.typing]\nschedule = \"1h\"\n",
+    );
+    let daemon = InProcessDaemon::start(config, None).await;
+    let s = daemon
+        .wait_metrics("both first passes", Duration::from_secs(10), |s| {
+            metric(
+                s,
+                "presence_sweeper_sweeps_total",
+                &[("sweep", "online"), ("result", "success")],
+            ) == Some(1.0)
+                && metric(
+                    s,
+                    "presence_sweeper_sweeps_total",
+                    &[("sweep", "typing"), ("result", "success")],
+                ) == Some(1.0)
+        })
+        .await;
+    let swept_by = redis_now(&mut con);
+    let online = |name: &str| {
+        metric(&s, name, &[("sweep", "online")]).unwrap_or_else(|| panic!("{name} missing"))
+    };
+    assert_eq!(online("presence_sweeper_evicted_total"), 150.0);
+    assert_eq!(online("presence_sweeper_events_published_total"), 150.0);
+    assert_eq!(online("presence_sweeper_events_failed_total"), 0.0);
+    assert_eq!(online("presence_sweeper_keys_scanned_total"), 50.0);
+    assert_eq!(online("presence_sweeper_keys"), 50.0);
+    assert_eq!(online("presence_sweeper_members"), 250.0);
+    assert_eq!(online("presence_sweeper_key_cardinality_count"), 50.0);
+    assert_eq!(online("presence_sweeper_key_cardinality_sum"), 250.0);
+    assert_eq!(online("presence_sweeper_eviction_lag_seconds_count"), 150.0);
+    let lag_sum = online("presence_sweeper_eviction_lag_seconds_sum");
+    let slack = 150.0 * (swept_by - seeded_at);
+    assert!(
+        lag_sum >= expected_lag_at_seed - 1e-3 && lag_sum <= expected_lag_at_seed + slack + 1e-3,
+        "lag sum {lag_sum} vs seeded {expected_lag_at_seed} (+{slack})"
+    );
+    // Every lag was at least one second: nothing in the lowest buckets.
+    assert_eq!(
+        metric(
+            &s,
+            "presence_sweeper_eviction_lag_seconds_bucket",
+            &[("sweep", "online"), ("le", "0.5")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(online("presence_sweeper_sweep_duration_seconds_count"), 1.0);
+    assert_eq!(online("presence_sweeper_sweep_interval_seconds"), 3600.0);
+    assert_eq!(online("presence_sweeper_sweep_overruns_total"), 0.0);
+    assert_eq!(
+        metric(
+            &s,
+            "presence_sweeper_sweeps_total",
+            &[("sweep", "online"), ("result", "error")]
+        ),
+        Some(0.0)
+    );
+    let last = online("presence_sweeper_last_success_timestamp_seconds");
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((wall - last).abs() < 30.0, "{last} vs {wall}");
+    // The typing sweep found nothing, and says so with zeros rather than gaps.
+    assert_eq!(
+        metric(&s, "presence_sweeper_evicted_total", &[("sweep", "typing")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&s, "presence_sweeper_keys", &[("sweep", "typing")]),
+        Some(0.0)
+    );
+    assert_eq!(metric(&s, "presence_sweeper_redis_up", &[]), Some(1.0));
+    assert_eq!(
+        metric(
+            &s,
+            "presence_sweeper_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        Some(1.0)
+    );
+    assert!(metric(&s, "process_resident_memory_bytes", &[]).unwrap() > 0.0);
+    assert!(metric(&s, "process_open_fds", &[]).unwrap() > 0.0);
+    assert!(metric(&s, "process_cpu_seconds_total", &[]).is_some());
+    // No label value carries a user id, a conversation id or a key.
+    for v in labels_of(&s) {
+        assert!(
+            !v.contains("user-") && !v.contains("conv-") && !v.contains("presence:"),
+            "label value {v:?}"
+        );
+    }
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_series_exists_from_start_even_without_redis() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = config_file(dir.path(), &format!("redis://127.0.0.1:{port}/0"), "");
+    let daemon = InProcessDaemon::start(config, None).await;
+    let addr = daemon.addr;
+    let (s, ready, live) = tokio::task::spawn_blocking(move || {
+        (
+            scrape(addr),
+            http_get(addr, "/readyz"),
+            http_get(addr, "/healthz"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(ready.0, 503);
+    assert_eq!(ready.1, "Redis is unreachable\n");
+    assert_eq!(live.0, 200);
+    assert_eq!(metric(&s, "presence_sweeper_redis_up", &[]), Some(0.0));
+    for sweep in ["online", "typing"] {
+        for result in ["success", "error"] {
+            assert_eq!(
+                metric(
+                    &s,
+                    "presence_sweeper_sweeps_total",
+                    &[("sweep", sweep), ("result", result)]
+                ),
+                Some(0.0)
+            );
+        }
+        for name in [
+            "presence_sweeper_sweep_overruns_total",
+            "presence_sweeper_sweep_duration_seconds_count",
+            "presence_sweeper_last_success_timestamp_seconds",
+            "presence_sweeper_keys_scanned_total",
+            "presence_sweeper_keys",
+            "presence_sweeper_members",
+            "presence_sweeper_key_cardinality_count",
+            "presence_sweeper_evicted_total",
+            "presence_sweeper_events_published_total",
+            "presence_sweeper_eviction_lag_seconds_count",
+        ] {
+            assert_eq!(
+                metric(&s, name, &[("sweep", sweep)]),
+                Some(0.0),
+                "{name}{{{sweep}}}"
+            );
+        }
+    }
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_outage_flips_redis_up_and_readiness_but_not_liveness() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = config_file(
+        dir.path(),
+        &server.url(),
+        "[sweeps.online]\nschedule = \"1h\"\n",
+    );
+    let daemon = InProcessDaemon::start(config, None).await;
+    let addr = daemon.addr;
+    daemon
+        .wait_metrics("ready", Duration::from_secs(10), |_| {
+            http_get(addr, "/readyz").0 == 200
+        })
+        .await;
+
+    server.stop();
+    let killed = Instant::now();
+    let (down_after, worst_scrape) = tokio::task::spawn_blocking(move || {
+        let mut worst = Duration::ZERO;
+        loop {
+            assert_eq!(
+                http_get(addr, "/healthz").0,
+                200,
+                "liveness must not depend on Redis"
+            );
+            let t = Instant::now();
+            let s = scrape(addr);
+            worst = worst.max(t.elapsed());
+            let ready = http_get(addr, "/readyz");
+            if metric(&s, "presence_sweeper_redis_up", &[]) == Some(0.0) && ready.0 == 503 {
+                assert_eq!(ready.1, "Redis is unreachable\n");
+                // A few more scrapes while Redis stays down.
+                for _ in 0..10 {
+                    let t = Instant::now();
+                    scrape(addr);
+                    worst = worst.max(t.elapsed());
+                }
+                return (killed.elapsed(), worst);
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(10),
+                "redis_up never went to 0"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+    assert!(down_after < Duration::from_secs(6), "took {down_after:?}");
+    assert!(
+        worst_scrape < Duration::from_millis(100),
+        "/metrics took {worst_scrape:?}"
+    );
+
+    server.restart();
+    daemon
+        .wait_metrics("Redis back", Duration::from_secs(10), |s| {
+            metric(s, "presence_sweeper_redis_up", &[]) == Some(1.0)
+                && http_get(addr, "/readyz").0 == 200
+                && http_get(addr, "/healthz").0 == 200
+        })
+        .await;
+    daemon.stop().await;
+}
+
+#[test]
+fn routes_and_methods() {
+    let server = RedisServer::start();
+    let d = Binary::spawn(
+        "[http]\nlisten = \"127.0.0.1:0\"\n",
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    let addr = d.http_addr();
+    let (status, body) = http_get(addr, "/");
+    assert_eq!(status, 200);
+    for link in ["/metrics", "/healthz", "/readyz"] {
+        assert!(body.contains(&format!("href=\"{link}\"")), "{body}");
+    }
+    assert_eq!(http_get(addr, "/nope").0, 404);
+    assert_eq!(http_get(addr, "/metrics/extra").0, 404);
+    assert_eq!(http_request(addr, "POST", "/metrics").0, 405);
+    assert_eq!(http_request(addr, "HEAD", "/healthz").0, 200);
+    assert_eq!(http_get(addr, "/healthz"), (200, "ok\n".to_string()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http_get(addr, "/readyz").0 != 200 {
+        assert!(Instant::now() < deadline, "never ready: {}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn healthcheck_command_exit_codes() {
+    let server = RedisServer::start();
+    let d = Binary::spawn(
+        "[http]\nlisten = \"127.0.0.1:0\"\n",
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    let addr = d.http_addr().to_string();
+    let (code, _, stderr) = run_binary(
+        &["healthcheck"],
+        &[("PRESENCE_SWEEPER__HTTP__LISTEN", addr.as_str())],
+    );
+    assert_eq!(code, 0, "{stderr}");
+
+    let nothing = format!("127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let (code, _, stderr) = run_binary(
+        &["healthcheck", "--timeout", "1s"],
+        &[("PRESENCE_SWEEPER__HTTP__LISTEN", nothing.as_str())],
+    );
+    assert_eq!(code, 1);
+    assert!(stderr.contains("unhealthy: cannot connect to"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
