@@ -4,16 +4,28 @@
 //! lets Redis skip keys of other types under the same pattern before they reach us.
 
 use futures_util::Stream;
+use redis::Value;
 use redis::aio::ConnectionLike;
 
 use crate::Error;
+use crate::evict::{ReplyError, parse_time};
 
-/// The keys matching `glob` that are sorted sets, one SCAN page per item. Pages may be empty
-/// (SCAN visited slots with no match); they still show that the pass moves on.
+/// One SCAN page and Redis's clock when it was read.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    /// Matching sorted sets; may be empty (SCAN visited slots with no match).
+    pub keys: Vec<Vec<u8>>,
+    /// Redis `TIME` read in the same pipeline, in Unix seconds: the page's cutoff is computed
+    /// from it, so no extra round trip is needed per batch.
+    pub time: f64,
+}
+
+/// The keys matching `glob` that are sorted sets, one page per item. Empty pages still come
+/// through: they show that the pass moves on.
 ///
 /// SCAN guarantees that a key present for the whole scan is returned at least once; a key may
 /// come twice (the second sweep of it finds nothing to do).
-pub fn pages<C>(con: C, glob: String, count: u32) -> impl Stream<Item = Result<Vec<Vec<u8>>, Error>>
+pub fn pages<C>(con: C, glob: String, count: u32) -> impl Stream<Item = Result<Page, Error>>
 where
     C: ConnectionLike + Clone + Send + 'static,
 {
@@ -23,7 +35,8 @@ where
             let Some(cursor) = cursor else {
                 return Ok(None);
             };
-            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            let mut pipe = redis::pipe();
+            pipe.cmd("SCAN")
                 .arg(cursor)
                 .arg("MATCH")
                 .arg(&glob)
@@ -31,9 +44,14 @@ where
                 .arg(count)
                 .arg("TYPE")
                 .arg("zset")
-                .query_async(&mut con)
-                .await?;
-            Ok(Some((keys, (con, (next != 0).then_some(next)))))
+                .cmd("TIME");
+            let ((next, keys), time): ((u64, Vec<Vec<u8>>), Value) =
+                pipe.query_async(&mut con).await?;
+            let time = parse_time(&time).ok_or_else(|| ReplyError::new("TIME is not a time"))?;
+            Ok(Some((
+                Page { keys, time },
+                (con, (next != 0).then_some(next)),
+            )))
         }
     })
 }

@@ -22,7 +22,7 @@ pub enum Error {
     /// A Redis command failed.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// The eviction script answered something unexpected.
+    /// Redis answered something of an unexpected shape.
     #[error(transparent)]
     Reply(#[from] ReplyError),
     /// A schedule could not be started.

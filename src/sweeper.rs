@@ -24,7 +24,7 @@ use crate::Error;
 use crate::config::{Config, EvictConfig, SweepConfig};
 use crate::discover;
 use crate::events::{Event, EventEncoder};
-use crate::evict::{Clock, EvictScript, KeyReply, Params};
+use crate::evict::{self, Clock, Cutoff, EvictScript, KeyCheck, KeyReply, Params, Target};
 use crate::store::Store;
 
 /// How a pass runs.
@@ -163,7 +163,8 @@ impl Sweeper {
             self.sweep.pattern.glob().to_owned(),
             self.scan_count
         ));
-        let mut queue: VecDeque<Vec<u8>> = VecDeque::new();
+        // Keys waiting for a batch, each with the Redis time of the page it came in.
+        let mut queue: VecDeque<(Vec<u8>, f64)> = VecDeque::new();
         let mut in_flight = FuturesUnordered::new();
         let mut report = PassReport::default();
         let mut failure: Option<Error> = None;
@@ -176,8 +177,17 @@ impl Sweeper {
                 && (queue.len() >= batch_size || (scan_done && !queue.is_empty()))
             {
                 let n = batch_size.min(queue.len());
-                let batch: Vec<Vec<u8>> = queue.drain(..n).collect();
-                in_flight.push(self.sweep_batch(con.clone(), batch, opts, observer));
+                // A batch spanning two pages judges by the older page's time: a cutoff a
+                // little early only spares members, it never evicts a fresh one.
+                let mut time = f64::INFINITY;
+                let batch: Vec<Vec<u8>> = queue
+                    .drain(..n)
+                    .map(|(key, t)| {
+                        time = time.min(t);
+                        key
+                    })
+                    .collect();
+                in_flight.push(self.sweep_batch(con.clone(), batch, time, opts, observer));
             }
             if in_flight.is_empty() && (stopping || (scan_done && queue.is_empty())) {
                 break;
@@ -194,10 +204,10 @@ impl Sweeper {
                     }
                 }
                 page = pages.next(), if want_page => match page {
-                    Some(Ok(keys)) => {
+                    Some(Ok(page)) => {
                         observer.progress();
-                        report.keys_scanned += keys.len() as u64;
-                        queue.extend(keys);
+                        report.keys_scanned += page.keys.len() as u64;
+                        queue.extend(page.keys.into_iter().map(|k| (k, page.time)));
                     }
                     Some(Err(e)) => {
                         stopping = true;
@@ -220,15 +230,140 @@ impl Sweeper {
         }
     }
 
-    /// Sweeps one batch to the end, calling the script again for keys the budget did not cover.
-    /// Returns what was done even when a call fails, so evictions are always counted.
+    /// Sweeps one batch: precheck every key, evict the few-zombie keys in transactions and the
+    /// many-zombie keys with the script. Returns what was done even when a step fails, so
+    /// evictions are always counted.
     async fn sweep_batch<C>(
         &self,
         mut con: C,
-        mut keys: Vec<Vec<u8>>,
+        keys: Vec<Vec<u8>>,
+        page_time: f64,
         opts: PassOptions,
         observer: &dyn PassObserver,
     ) -> (BatchCounts, Option<Error>)
+    where
+        C: ConnectionLike + Send,
+    {
+        let mut counts = BatchCounts::default();
+        let result = self
+            .sweep_batch_inner(&mut con, keys, page_time, opts, observer, &mut counts)
+            .await;
+        (counts, result.err())
+    }
+
+    async fn sweep_batch_inner<C>(
+        &self,
+        con: &mut C,
+        keys: Vec<Vec<u8>>,
+        page_time: f64,
+        opts: PassOptions,
+        observer: &dyn PassObserver,
+        counts: &mut BatchCounts,
+    ) -> Result<(), Error>
+    where
+        C: ConnectionLike + Send,
+    {
+        let fixed_now = match opts.clock {
+            Clock::Fixed(t) => Some(t),
+            Clock::Redis => None,
+        };
+        let cutoff = Cutoff::new(
+            fixed_now.unwrap_or(page_time),
+            self.sweep.ttl,
+            self.sweep.score_unit,
+        );
+        let checks = evict::precheck(con, &keys, &cutoff).await?;
+        observer.progress();
+        let budget = self.evict.max_members_per_call as u64;
+        // Transactions of at most `budget` zombies each; keys with more go to the script.
+        let mut transactions: Vec<Vec<Target<'_>>> = Vec::new();
+        let mut in_last = 0;
+        let mut big = Vec::new();
+        for (key, check) in keys.iter().zip(checks) {
+            let KeyCheck::Set { card, stale } = check else {
+                continue;
+            };
+            if stale == 0 || opts.dry_run {
+                counts.keys += 1;
+                counts.evicted += stale;
+                counts.members += card - stale.min(card);
+                observer.key_swept(card - stale.min(card));
+            } else if stale > budget {
+                big.push(key.clone());
+            } else {
+                if transactions.is_empty() || in_last + stale > budget {
+                    transactions.push(Vec::new());
+                    in_last = 0;
+                }
+                in_last += stale;
+                transactions
+                    .last_mut()
+                    .expect("pushed above")
+                    .push(Target { key, card });
+            }
+        }
+        for targets in &transactions {
+            let (now, results) = evict::evict(con, targets, &cutoff, fixed_now).await?;
+            observer.progress();
+            let mut events = redis::pipe();
+            let mut uncounted = Vec::new();
+            for (target, evicted) in targets.iter().zip(results) {
+                let Some(evicted) = evicted else {
+                    continue;
+                };
+                match evicted.card {
+                    Some(card) => self.account(
+                        target.key,
+                        &evicted.removed,
+                        &evicted.roster,
+                        card,
+                        now,
+                        &mut events,
+                        counts,
+                        observer,
+                    ),
+                    None => uncounted.push((target.key, evicted)),
+                }
+            }
+            if !uncounted.is_empty() {
+                // Members joined between the precheck and the transaction and filled the roster:
+                // count them now.
+                let mut pipe = redis::pipe();
+                for (key, _) in &uncounted {
+                    pipe.cmd("ZCARD").arg(*key);
+                }
+                let cards: Vec<u64> = pipe.query_async(con).await?;
+                for ((key, evicted), card) in uncounted.into_iter().zip(cards) {
+                    self.account(
+                        key,
+                        &evicted.removed,
+                        &evicted.roster,
+                        card,
+                        now,
+                        &mut events,
+                        counts,
+                        observer,
+                    );
+                }
+            }
+            self.publish(con, events, counts).await?;
+        }
+        if !big.is_empty() {
+            self.sweep_big(con, big, opts, observer, counts).await?;
+        }
+        Ok(())
+    }
+
+    /// Keys holding more zombies than one call may remove: the bounded script, called again for
+    /// keys its budget did not finish.
+    async fn sweep_big<C>(
+        &self,
+        con: &mut C,
+        mut keys: Vec<Vec<u8>>,
+        opts: PassOptions,
+        observer: &dyn PassObserver,
+        counts: &mut BatchCounts,
+    ) -> Result<(), Error>
     where
         C: ConnectionLike + Send,
     {
@@ -236,17 +371,12 @@ impl Sweeper {
             ttl: self.sweep.ttl,
             unit: self.sweep.score_unit,
             budget: self.evict.max_members_per_call,
-            dry_run: opts.dry_run,
             clock: opts.clock,
         };
-        let mut counts = BatchCounts::default();
         while !keys.is_empty() {
-            let reply = match self.script.call(&mut con, &keys, &params).await {
-                Ok(r) => r,
-                Err(e) => return (counts, Some(e)),
-            };
+            let reply = self.script.call(con, &keys, &params).await?;
             observer.progress();
-            let mut pipe = redis::pipe();
+            let mut events = redis::pipe();
             let mut next = Vec::new();
             for (key, result) in keys.into_iter().zip(reply.keys) {
                 let swept = match result {
@@ -257,55 +387,110 @@ impl Sweeper {
                     }
                     KeyReply::WrongType => continue,
                 };
-                counts.evicted += swept.stale;
-                if !swept.removed.is_empty() {
-                    self.queue_events(&mut pipe, &key, &swept, reply.now, observer);
-                }
                 if swept.more {
+                    // Announce what this call removed; the key is counted once it is finished.
+                    self.announce(
+                        &key,
+                        &swept.removed,
+                        &swept.roster,
+                        swept.card,
+                        reply.now,
+                        &mut events,
+                        observer,
+                    );
+                    counts.evicted += swept.removed.len() as u64;
                     next.push(key);
                 } else {
-                    let remaining = if opts.dry_run {
-                        swept.card.saturating_sub(swept.stale)
-                    } else {
-                        swept.card
-                    };
-                    counts.keys += 1;
-                    counts.members += remaining;
-                    observer.key_swept(remaining);
-                }
-            }
-            if !pipe.is_empty() {
-                let n = pipe.len() as u64;
-                if let Err(e) = pipe.query_async::<()>(&mut con).await {
-                    tracing::error!(
-                        sweep = %self.sweep.name,
-                        events = n,
-                        error = %e,
-                        "members were evicted but their events could not be published"
+                    self.account(
+                        &key,
+                        &swept.removed,
+                        &swept.roster,
+                        swept.card,
+                        reply.now,
+                        &mut events,
+                        counts,
+                        observer,
                     );
-                    counts.events_failed += n;
-                    return (counts, Some(e.into()));
                 }
-                counts.events_published += n;
             }
+            self.publish(con, events, counts).await?;
             keys = next;
         }
-        (counts, None)
+        Ok(())
     }
 
-    fn queue_events(
+    /// Counts a finished key and queues the events of what was removed from it.
+    #[allow(clippy::too_many_arguments)]
+    fn account(
         &self,
-        pipe: &mut redis::Pipeline,
         key: &[u8],
-        swept: &crate::evict::Swept,
+        removed: &[(Vec<u8>, f64)],
+        roster: &[Vec<u8>],
+        card: u64,
         now: f64,
+        events: &mut redis::Pipeline,
+        counts: &mut BatchCounts,
         observer: &dyn PassObserver,
     ) {
+        counts.keys += 1;
+        counts.members += card;
+        counts.evicted += removed.len() as u64;
+        observer.key_swept(card);
+        self.announce(key, removed, roster, card, now, events, observer);
+    }
+
+    /// PUBLISHes queued events; a failure is counted as events lost (the members are gone).
+    async fn publish<C>(
+        &self,
+        con: &mut C,
+        events: redis::Pipeline,
+        counts: &mut BatchCounts,
+    ) -> Result<(), Error>
+    where
+        C: ConnectionLike + Send,
+    {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let n = events.len() as u64;
+        match events.query_async::<()>(con).await {
+            Ok(()) => {
+                counts.events_published += n;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(
+                    sweep = %self.sweep.name,
+                    events = n,
+                    error = %e,
+                    "members were evicted but their events could not be published"
+                );
+                counts.events_failed += n;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Queues one event per removed member.
+    #[allow(clippy::too_many_arguments)]
+    fn announce(
+        &self,
+        key: &[u8],
+        removed: &[(Vec<u8>, f64)],
+        roster: &[Vec<u8>],
+        card: u64,
+        now: f64,
+        events: &mut redis::Pipeline,
+        observer: &dyn PassObserver,
+    ) {
+        if removed.is_empty() {
+            return;
+        }
         let conversation_id = self.sweep.pattern.conversation_id(key).unwrap_or(key);
         let channel = self.sweep.channel.render(conversation_id);
-        let roster_json = EventEncoder::roster_json(&swept.roster);
+        let roster_json = EventEncoder::roster_json(roster);
         let ttl = self.sweep.ttl.as_secs_f64();
-        for (member, score) in &swept.removed {
+        for (member, score) in removed {
             let last_seen = self.sweep.score_unit.to_seconds(*score);
             observer.member_evicted(now - (last_seen + ttl));
             tracing::debug!(
@@ -321,9 +506,9 @@ impl Sweeper {
                 last_seen,
                 timestamp: now,
                 roster_json: &roster_json,
-                roster_count: swept.card,
+                roster_count: card,
             });
-            pipe.cmd("PUBLISH").arg(&channel).arg(payload).ignore();
+            events.cmd("PUBLISH").arg(&channel).arg(payload).ignore();
         }
     }
 }

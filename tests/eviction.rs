@@ -70,6 +70,18 @@ async fn stale_members_go_fresh_ones_stay_on_redis_clock() {
 
 #[tokio::test]
 async fn exact_boundary_is_kept() {
+    exact_boundary(ONLY_ONLINE).await;
+}
+
+#[tokio::test]
+async fn exact_boundary_is_kept_by_the_script_too() {
+    exact_boundary(&format!("{ONLY_ONLINE}{SCRIPT_PATH}")).await;
+}
+
+/// Forces every key with two or more zombies through the Lua script instead of a transaction.
+const SCRIPT_PATH: &str = "[evict]\nmax_members_per_call = 1\n";
+
+async fn exact_boundary(toml: &str) {
     let server = RedisServer::start();
     let mut con = server.con();
     let now = 1_764_460_045.0;
@@ -81,15 +93,16 @@ async fn exact_boundary_is_kept() {
                 (1_764_460_000.0, "at-cutoff"),
                 (1_764_459_999.999, "just-below"),
                 (1_764_460_000.001, "just-above"),
+                (1_764_459_000.0, "long-gone"),
             ],
         )
         .unwrap();
-    let report = pass(&server, ONLY_ONLINE, "online", fixed(now)).await;
+    let report = pass(&server, toml, "online", fixed(now)).await;
     assert_eq!(
         members(&mut con, "presence:c1:online"),
         ["at-cutoff", "just-above"]
     );
-    assert_eq!(report.evicted, 1);
+    assert_eq!(report.evicted, 2);
 }
 
 #[tokio::test]
@@ -319,6 +332,16 @@ async fn big_set_is_swept_in_short_commands() {
 
 #[tokio::test]
 async fn three_sweepers_announce_each_zombie_exactly_once() {
+    // Small batches maximise interleaving between the three.
+    three_sweepers("[evict]\nbatch_keys = 2\n").await;
+}
+
+#[tokio::test]
+async fn three_sweepers_through_the_script_announce_each_zombie_exactly_once() {
+    three_sweepers("[evict]\nbatch_keys = 2\nmax_members_per_call = 3\n").await;
+}
+
+async fn three_sweepers(evict: &str) {
     let server = RedisServer::start();
     let mut con = server.con();
     let now = redis_now(&mut con);
@@ -333,8 +356,7 @@ async fn three_sweepers_announce_each_zombie_exactly_once() {
         let _: () = cmd.query(&mut con).unwrap();
     }
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
-    // Small batches and budgets maximise interleaving between the three.
-    let toml = format!("{ONLY_ONLINE}[evict]\nbatch_keys = 2\nmax_members_per_call = 3\n");
+    let toml = format!("{ONLY_ONLINE}{evict}");
     let mut reports = Vec::new();
     let mut handles = Vec::new();
     for _ in 0..3 {
@@ -396,8 +418,17 @@ async fn three_sweepers_announce_each_zombie_exactly_once() {
 /// heartbeat had landed would break the first; evicting a live member would break the second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_heartbeats_are_never_evicted() {
+    racing_heartbeats("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_heartbeats_are_never_evicted_by_the_script() {
+    racing_heartbeats(SCRIPT_PATH).await;
+}
+
+async fn racing_heartbeats(evict: &str) {
     let server = RedisServer::start();
-    let toml = r#"
+    let base = r#"
         [sweeps.online]
         enabled = false
         [sweeps.typing]
@@ -410,6 +441,7 @@ async fn racing_heartbeats_are_never_evicted() {
         channel = "hb-events"
         score_unit = "milliseconds"
     "#;
+    let toml = &format!("{base}{evict}");
     let sub = Subscriber::start(&server.url(), "hb-events").await;
     let stop = CancellationToken::new();
     let key = "hb:room";

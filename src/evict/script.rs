@@ -1,4 +1,5 @@
-//! The atomic eviction script (`evict.lua`) and its typed reply.
+//! The bounded eviction script (`evict.lua`) and its typed reply: for keys holding more zombies
+//! than one call may remove.
 //!
 //! One call sweeps a batch of keys and is bounded by a member budget, so no call holds Redis for
 //! long whatever the size of a set; keys the budget did not cover come back marked for another
@@ -6,22 +7,11 @@
 
 use redis::Value;
 
+use super::{Clock, ROSTER_LIMIT, bytes, float, int};
 use crate::config::ScoreUnit;
-
-/// Most remaining members an event lists; the full count goes beside it.
-pub const ROSTER_LIMIT: usize = 100;
 
 /// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.
 const CHUNK: usize = 500;
-
-/// Where "now" comes from.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Clock {
-    /// Redis `TIME`, read inside the script: the one clock every writer and sweeper agrees on.
-    Redis,
-    /// A fixed instant in Unix seconds, so tests can put members exactly on the boundary.
-    Fixed(f64),
-}
 
 /// What one script call is asked to do.
 #[derive(Debug, Clone, Copy)]
@@ -32,8 +22,6 @@ pub struct Params {
     pub unit: ScoreUnit,
     /// Most members the call removes over all its keys.
     pub budget: usize,
-    /// Count what would be removed, change nothing.
-    pub dry_run: bool,
     /// The clock.
     pub clock: Clock,
 }
@@ -67,13 +55,11 @@ pub struct Swept {
     pub card: u64,
     /// Lowest remaining score, in the score unit.
     pub oldest: Option<f64>,
-    /// Removed members and their scores (in the score unit); empty on a dry run.
+    /// Removed members and their scores (in the score unit).
     pub removed: Vec<(Vec<u8>, f64)>,
     /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first; only when members
     /// were removed.
     pub roster: Vec<Vec<u8>>,
-    /// Members removed, or on a dry run the members that would be.
-    pub stale: u64,
 }
 
 impl KeyReply {
@@ -87,10 +73,17 @@ impl KeyReply {
     }
 }
 
-/// The reply did not have the shape `evict.lua` returns.
+/// A reply did not have the expected shape.
 #[derive(Debug, thiserror::Error)]
-#[error("unexpected reply from the eviction script: {0}")]
+#[error("unexpected reply from Redis: {0}")]
 pub struct ReplyError(String);
+
+impl ReplyError {
+    /// A reply error saying what was wrong.
+    pub fn new(what: impl Into<String>) -> Self {
+        Self(what.into())
+    }
+}
 
 /// The eviction script, identified by its SHA1 so calls send only the hash.
 #[derive(Debug, Clone)]
@@ -147,7 +140,6 @@ impl EvictScript {
             .arg(CHUNK)
             .arg(params.budget)
             .arg(ROSTER_LIMIT)
-            .arg(if params.dry_run { "1" } else { "0" })
             .arg(now);
         let value: Value = inv.invoke_async(con).await?;
         Ok(parse_reply(value, keys.len(), params.unit)?)
@@ -199,7 +191,7 @@ fn parse_key(value: Value) -> Result<KeyReply, ReplyError> {
         0 | 1 => {}
         other => return Err(ReplyError(format!("unknown key status {other}"))),
     }
-    let (Some(card), Some(oldest), Some(removed), Some(roster), Some(stale)) = (
+    let (Some(card), Some(oldest), Some(removed), Some(roster), Some(_count)) = (
         fields.next(),
         fields.next(),
         fields.next(),
@@ -235,39 +227,13 @@ fn parse_key(value: Value) -> Result<KeyReply, ReplyError> {
         .into_iter()
         .map(|m| bytes(m).ok_or_else(|| err("roster member is not a string")))
         .collect::<Result<Vec<_>, _>>()?;
-    let stale = int(&stale).ok_or_else(|| err("stale is not an integer"))?;
     Ok(KeyReply::Swept(Swept {
         more: status == 1,
         card,
         oldest,
         removed,
         roster,
-        stale,
     }))
-}
-
-fn int(v: &Value) -> Option<u64> {
-    match v {
-        Value::Int(n) => u64::try_from(*n).ok(),
-        _ => None,
-    }
-}
-
-fn float(v: &Value) -> Option<f64> {
-    match v {
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::Double(d) => Some(*d),
-        Value::Int(n) => Some(*n as f64),
-        _ => None,
-    }
-}
-
-fn bytes(v: Value) -> Option<Vec<u8>> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.into_bytes()),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -310,11 +276,8 @@ mod tests {
         };
         assert_eq!(s.removed, vec![(b"u7".to_vec(), 1764460000.25)]);
         assert_eq!(s.roster, vec![b"u1".to_vec(), b"u2".to_vec()]);
-        assert_eq!(
-            (s.card, s.oldest, s.stale, s.more),
-            (2, Some(1764460040.0), 1, false)
-        );
-        assert!(matches!(r.keys[1], KeyReply::NotReached));
+        assert_eq!((s.card, s.oldest, s.more), (2, Some(1764460040.0), false));
+        assert!(r.keys[1].pending());
         assert!(matches!(r.keys[2], KeyReply::WrongType));
         assert!(r.keys[3].pending());
     }

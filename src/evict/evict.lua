@@ -12,27 +12,25 @@
 -- ARGV[3]  chunk: most members one ZRANGE / ZREMRANGEBYRANK step touches
 -- ARGV[4]  budget: most members this call removes or returns over all keys; keeps it short
 -- ARGV[5]  roster limit: most remaining members returned per key that lost members
--- ARGV[6]  '1' for a dry run: count what is stale, change nothing
--- ARGV[7]  '' to use TIME, or a fixed "now" in the score unit (tests)
+-- ARGV[6]  '' to use TIME, or a fixed "now" in the score unit (tests)
 --
 -- Returns { now, results }, now formatted with %.17g in the score unit, and per key:
 --   { status, card, oldest, removed, roster, stale }
 --   status  0 done, 1 budget spent with stale members left, 2 not reached, 3 not a sorted set
 --   card    members left; oldest: lowest remaining score or false
---   removed flat { member, score, ... } of what this call removed (empty on a dry run)
+--   removed flat { member, score, ... } of what this call removed
 --   roster  up to ARGV[5] remaining members, most recently seen first (only if any were removed)
---   stale   members removed (or, on a dry run, that would be)
+--   stale   members removed
 -- Statuses 2 and 3 come without the other fields.
 
 local ttl = tonumber(ARGV[1])
 local chunk = tonumber(ARGV[3])
 local budget = tonumber(ARGV[4])
 local roster_limit = tonumber(ARGV[5])
-local dry = ARGV[6] == '1'
 
 local now
-if ARGV[7] ~= '' then
-  now = tonumber(ARGV[7])
+if ARGV[6] ~= '' then
+  now = tonumber(ARGV[6])
 else
   local t = redis.call('TIME')
   if ARGV[2] == 'ms' then
@@ -58,9 +56,6 @@ for i, key in ipairs(KEYS) do
       results[i] = { 0, 0, false, {}, {}, 0 }
     elseif tonumber(first[2]) >= cutoff then
       results[i] = { 0, redis.call('ZCARD', key), first[2], {}, {}, 0 }
-    elseif dry then
-      results[i] = { 0, redis.call('ZCARD', key), first[2], {}, {},
-        redis.call('ZCOUNT', key, '-inf', below) }
     else
       local removed = {}
       local count = 0
