@@ -65,6 +65,48 @@ pub enum Command {
         #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
     },
+    /// Fill a Redis on this machine with a synthetic presence keyspace, fast, for benchmarks and
+    /// demos; print one summary line.
+    ///
+    /// Conversations `c1`..`cN` get one key each (the `--sweep`'s `match` with the `*` replaced)
+    /// holding members `u1`..`uM`; exactly round(M x F) of them (half rounds up) are stale in
+    /// every key, the others fresh, with scores from Redis TIME. Keys are written over on a
+    /// rerun and never deleted. Refuses (exit 2) a Redis that is not 127.0.0.1, ::1, localhost
+    /// or a unix socket.
+    Seed {
+        /// Conversations, one key each.
+        #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+        conversations: u64,
+        /// Members per key.
+        #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        members: u32,
+        /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
+        #[arg(long, value_name = "F", default_value_t = 0.1, value_parser = fraction)]
+        stale_fraction: f64,
+        /// The sweep whose `match` and `score_unit` shape the keys.
+        #[arg(long, value_name = "NAME", default_value = "online")]
+        sweep: String,
+        /// Also seed the `typing` sweep's keys for the same conversations (3 members each,
+        /// the same stale share).
+        #[arg(long)]
+        typing: bool,
+        /// Also write N unrelated keys (`cache:{n}` strings, `session:{n}` hashes), as a shared
+        /// Redis has.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        noise: u64,
+    },
+}
+
+/// A number from 0 to 1.
+fn fraction(text: &str) -> Result<f64, String> {
+    let x: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number"))?;
+    if (0.0..=1.0).contains(&x) {
+        Ok(x)
+    } else {
+        Err(format!("{x} is not between 0 and 1"))
+    }
 }
 
 impl Cli {

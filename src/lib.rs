@@ -12,6 +12,8 @@
 //! - [`events`]: the JSON event payload.
 //! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule, reloads,
 //!   drain; [`oneshot`]: the `sweep` command.
+//! - Tools: [`seed`] (+ `seed.lua`): a synthetic keyspace, fast; [`loopback`]: keeps the
+//!   writing tools on this machine's Redis.
 //! - [`metrics`]: the Prometheus registry; [`health`]: liveness and readiness; [`http`]: the
 //!   server for both; [`notify`]: systemd readiness and watchdog.
 //! - [`cli`]: command-line definitions; [`logging`], [`signals`]: process plumbing;
@@ -27,11 +29,13 @@ pub mod evict;
 pub mod health;
 pub mod http;
 pub mod logging;
+pub mod loopback;
 pub mod metrics;
 pub mod notify;
 pub mod oneshot;
 pub mod pattern;
 pub mod schedule;
+pub mod seed;
 pub mod signals;
 pub mod store;
 pub mod sweeper;

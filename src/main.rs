@@ -9,8 +9,9 @@ use presence_sweeper::cli::{Cli, Command};
 use presence_sweeper::config::Config;
 use presence_sweeper::daemon::Daemon;
 use presence_sweeper::notify::Notifier;
+use presence_sweeper::seed::SeedOptions;
 use presence_sweeper::sweeper::PassOptions;
-use presence_sweeper::{http, logging, oneshot, signals};
+use presence_sweeper::{http, logging, oneshot, seed, signals};
 use tokio_util::sync::CancellationToken;
 
 const EXIT_FAILURE: u8 = 1;
@@ -105,6 +106,37 @@ async fn execute(command: Command, config: Config, cli: Cli) -> anyhow::Result<E
                 Ok(ExitCode::from(EXIT_FAILURE))
             }
         },
+        Command::Seed {
+            conversations,
+            members,
+            stale_fraction,
+            sweep,
+            typing,
+            noise,
+        } => {
+            let opts = SeedOptions {
+                conversations,
+                members,
+                stale_fraction,
+                sweep,
+                typing,
+                noise,
+            };
+            let plan = match seed::plan(&config, &opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("presence-sweeper: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let cancel = CancellationToken::new();
+            signals::install(cancel.clone())?;
+            let report = seed::run(&plan, &config.redis, &cancel)
+                .await
+                .map_err(|e| anyhow::anyhow!("seed failed: {e}"))?;
+            println!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
     }
 }
