@@ -95,6 +95,22 @@ pub enum Command {
         #[arg(long, value_name = "N", default_value_t = 0)]
         noise: u64,
     },
+    /// Report the presence keyspace of every enabled sweep (or the named ones), read-only: keys,
+    /// members, stale members, members per key, oldest heartbeat, largest conversations.
+    ///
+    /// Streams the keys with SCAN and sends only SCAN, ZCARD, ZCOUNT, ZRANGE and TIME; memory
+    /// stays flat however large the keyspace. Works on any Redis.
+    Stats {
+        /// A sweep to report on, enabled or not; repeat for several. Default: every enabled sweep.
+        #[arg(long = "sweep", value_name = "NAME")]
+        sweeps: Vec<String>,
+        /// How many of the largest conversations to list.
+        #[arg(long, value_name = "K", default_value_t = 10)]
+        top: usize,
+        /// Print one JSON document instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A number from 0 to 1.

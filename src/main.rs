@@ -11,7 +11,7 @@ use presence_sweeper::daemon::Daemon;
 use presence_sweeper::notify::Notifier;
 use presence_sweeper::seed::SeedOptions;
 use presence_sweeper::sweeper::PassOptions;
-use presence_sweeper::{http, logging, oneshot, seed, signals};
+use presence_sweeper::{http, logging, oneshot, seed, signals, stats};
 use tokio_util::sync::CancellationToken;
 
 const EXIT_FAILURE: u8 = 1;
@@ -135,6 +135,24 @@ async fn execute(command: Command, config: Config, cli: Cli) -> anyhow::Result<E
                 .await
                 .map_err(|e| anyhow::anyhow!("seed failed: {e}"))?;
             println!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { sweeps, top, json } => {
+            let selected = match oneshot::select(&config, &sweeps) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("presence-sweeper: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let report = stats::run(&config, &selected, top)
+                .await
+                .map_err(|e| anyhow::anyhow!("stats failed: {e}"))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
