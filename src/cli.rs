@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -111,6 +112,51 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Simulate live users against a Redis on this machine and judge a sweeper running
+    /// separately: eviction lag, false evictions, duplicate events, missed zombies.
+    ///
+    /// Users heartbeat as the README tells apps to; some vanish without a leave. Every event on
+    /// the sweep's channel is checked. After `--duration` nobody vanishes and the run goes on for
+    /// `--grace`; then the keys it wrote are deleted. Exit 1 if there were false evictions,
+    /// duplicates, missed zombies or unexpected events; 2 if Redis is not on this machine.
+    Simulate {
+        /// Conversations.
+        #[arg(long, value_name = "C", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        conversations: u32,
+        /// Live users per conversation.
+        #[arg(long, value_name = "U", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        users: u32,
+        /// Heartbeat period of every live user.
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+        heartbeat: Duration,
+        /// Share of live users who vanish per minute without a leave (they stop heartbeating).
+        #[arg(long, value_name = "R", default_value_t = 0.05, value_parser = fraction)]
+        vanish_rate: f64,
+        /// Vanished users come back as new user ids, so the population stays steady (default).
+        #[arg(long, overrides_with = "no_rejoin")]
+        rejoin: bool,
+        /// Vanished users do not come back: the population shrinks.
+        #[arg(long, overrides_with = "rejoin")]
+        no_rejoin: bool,
+        /// Some users also type in bursts (a keystroke a second for a few seconds) on the
+        /// `typing` sweep's keys.
+        #[arg(long)]
+        typing: bool,
+        /// How long users vanish; the grace period follows.
+        #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = positive_duration)]
+        duration: Duration,
+        /// Time a zombie is given from its last heartbeat before it counts as missed; also how
+        /// long the run goes on after `--duration` (with `--typing`, at least the typing sweep's
+        /// ttl + 2 x schedule). Default: the sweep's ttl + 2 x schedule.
+        #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+        grace: Option<Duration>,
+        /// The sweep whose keys, ttl, score unit and channel are used.
+        #[arg(long, value_name = "NAME", default_value = "online")]
+        sweep: String,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A number from 0 to 1.
@@ -122,6 +168,15 @@ fn fraction(text: &str) -> Result<f64, String> {
         Ok(x)
     } else {
         Err(format!("{x} is not between 0 and 1"))
+    }
+}
+
+/// A duration such as `10s` or `250ms`, more than zero.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => Err("must be more than 0".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
     }
 }
 

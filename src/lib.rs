@@ -13,7 +13,8 @@
 //! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule, reloads,
 //!   drain; [`oneshot`]: the `sweep` command.
 //! - Tools: [`seed`] (+ `seed.lua`): a synthetic keyspace, fast; [`stats`]: a read-only report of
-//!   the keyspace; [`loopback`]: keeps the writing tools on this machine's Redis.
+//!   the keyspace; [`simulate`] (+ `heartbeat.lua`): live traffic that measures a running
+//!   sweeper; [`loopback`]: keeps the writing tools on this machine's Redis.
 //! - [`metrics`]: the Prometheus registry; [`health`]: liveness and readiness; [`http`]: the
 //!   server for both; [`notify`]: systemd readiness and watchdog.
 //! - [`cli`]: command-line definitions; [`logging`], [`signals`]: process plumbing;
@@ -37,6 +38,7 @@ pub mod pattern;
 pub mod schedule;
 pub mod seed;
 pub mod signals;
+pub mod simulate;
 pub mod stats;
 pub mod store;
 pub mod sweeper;
