@@ -13,8 +13,9 @@
 //! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule, reloads,
 //!   drain; [`oneshot`]: the `sweep` command.
 //! - Tools: [`seed`] (+ `seed.lua`): a synthetic keyspace, fast; [`stats`]: a read-only report of
-//!   the keyspace; [`simulate`] (+ `heartbeat.lua`): live traffic that measures a running
-//!   sweeper; [`loopback`]: keeps the writing tools on this machine's Redis.
+//!   the keyspace; [`simulate`] (+ `heartbeat.lua`; `worker`s write the traffic, a `tracker`
+//!   judges every event): live traffic that measures a running sweeper; [`loopback`]: keeps the
+//!   writing tools on this machine's Redis.
 //! - [`metrics`]: the Prometheus registry; [`health`]: liveness and readiness; [`http`]: the
 //!   server for both; [`notify`]: systemd readiness and watchdog.
 //! - [`cli`]: command-line definitions; [`logging`], [`signals`]: process plumbing;
