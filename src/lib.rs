@@ -12,6 +12,10 @@
 //! - [`events`]: the JSON event payload.
 //! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule, reloads,
 //!   drain; [`oneshot`]: the `sweep` command.
+//! - Tools: [`seed`] (+ `seed.lua`): a synthetic keyspace, fast; [`stats`]: a read-only report of
+//!   the keyspace; [`simulate`] (+ `heartbeat.lua`; `worker`s write the traffic, a `tracker`
+//!   judges every event): live traffic that measures a running sweeper; [`loopback`]: keeps the
+//!   writing tools on this machine's Redis.
 //! - [`metrics`]: the Prometheus registry; [`health`]: liveness and readiness; [`http`]: the
 //!   server for both; [`notify`]: systemd readiness and watchdog.
 //! - [`cli`]: command-line definitions; [`logging`], [`signals`]: process plumbing;
@@ -27,12 +31,16 @@ pub mod evict;
 pub mod health;
 pub mod http;
 pub mod logging;
+pub mod loopback;
 pub mod metrics;
 pub mod notify;
 pub mod oneshot;
 pub mod pattern;
 pub mod schedule;
+pub mod seed;
 pub mod signals;
+pub mod simulate;
+pub mod stats;
 pub mod store;
 pub mod sweeper;
 

@@ -9,8 +9,10 @@ use presence_sweeper::cli::{Cli, Command};
 use presence_sweeper::config::Config;
 use presence_sweeper::daemon::Daemon;
 use presence_sweeper::notify::Notifier;
+use presence_sweeper::seed::SeedOptions;
+use presence_sweeper::simulate::SimulateOptions;
 use presence_sweeper::sweeper::PassOptions;
-use presence_sweeper::{http, logging, oneshot, signals};
+use presence_sweeper::{http, logging, oneshot, seed, signals, simulate, stats};
 use tokio_util::sync::CancellationToken;
 
 // The sweeper allocates a buffer per RESP value it parses; mimalloc makes that markedly cheaper
@@ -115,6 +117,103 @@ async fn execute(command: Command, config: Config, cli: Cli) -> anyhow::Result<E
                 Ok(ExitCode::from(EXIT_FAILURE))
             }
         },
+        Command::Seed {
+            conversations,
+            members,
+            stale_fraction,
+            sweep,
+            typing,
+            noise,
+        } => {
+            let opts = SeedOptions {
+                conversations,
+                members,
+                stale_fraction,
+                sweep,
+                typing,
+                noise,
+            };
+            let plan = match seed::plan(&config, &opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("presence-sweeper: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let cancel = CancellationToken::new();
+            signals::install(cancel.clone())?;
+            let report = seed::run(&plan, &config.redis, &cancel)
+                .await
+                .map_err(|e| anyhow::anyhow!("seed failed: {e}"))?;
+            println!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats { sweeps, top, json } => {
+            let selected = match oneshot::select(&config, &sweeps) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("presence-sweeper: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let report = stats::run(&config, &selected, top)
+                .await
+                .map_err(|e| anyhow::anyhow!("stats failed: {e}"))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Simulate {
+            conversations,
+            users,
+            heartbeat,
+            vanish_rate,
+            rejoin: _,
+            no_rejoin,
+            typing,
+            duration,
+            grace,
+            sweep,
+            json,
+        } => {
+            let opts = SimulateOptions {
+                conversations,
+                users,
+                heartbeat,
+                vanish_rate,
+                rejoin: !no_rejoin,
+                typing,
+                duration,
+                grace,
+                sweep,
+            };
+            let plan = match simulate::plan(&config, &opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("presence-sweeper: {e}");
+                    return Ok(ExitCode::from(EXIT_CONFIG));
+                }
+            };
+            let cancel = CancellationToken::new();
+            signals::install(cancel.clone())?;
+            let report = simulate::run(&plan, &config.redis, &cancel)
+                .await
+                .map_err(|e| anyhow::anyhow!("simulate failed: {e}"))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{report}");
+            }
+            // A benchmark script asserts on the exit code.
+            Ok(if report.failed() {
+                ExitCode::from(EXIT_FAILURE)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         Command::CheckConfig => unreachable!("handled before the runtime starts"),
     }
 }

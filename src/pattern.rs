@@ -65,6 +65,16 @@ impl KeyPattern {
         }
         Some(&key[prefix.len()..key.len() - suffix.len()])
     }
+
+    /// The key of a conversation: the inverse of [`KeyPattern::conversation_id`].
+    pub fn key(&self, conversation_id: &[u8]) -> Vec<u8> {
+        let glob = self.glob.as_bytes();
+        let mut key = Vec::with_capacity(glob.len() - 1 + conversation_id.len());
+        key.extend_from_slice(&glob[..self.prefix_len]);
+        key.extend_from_slice(conversation_id);
+        key.extend_from_slice(&glob[glob.len() - self.suffix_len..]);
+        key
+    }
 }
 
 impl fmt::Display for KeyPattern {
@@ -139,6 +149,17 @@ mod tests {
             p.conversation_id(b"presence:\xff\xfe:online"),
             Some(&b"\xff\xfe"[..])
         );
+    }
+
+    #[test]
+    fn key_is_the_inverse_of_conversation_id() {
+        for glob in ["presence:*:online", "*:online", "online:*", "*"] {
+            let p = KeyPattern::parse(glob).unwrap();
+            let key = p.key(b"c:42");
+            assert_eq!(p.conversation_id(&key), Some(&b"c:42"[..]), "{glob}");
+        }
+        let p = KeyPattern::parse("presence:*:typing").unwrap();
+        assert_eq!(p.key(b"c1"), b"presence:c1:typing");
     }
 
     #[test]

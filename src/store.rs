@@ -107,6 +107,24 @@ impl Store {
     }
 }
 
+/// A dedicated pub/sub connection (a subscribed connection cannot carry other commands), with
+/// the configured password, bounded by `redis.connect_timeout`.
+pub async fn subscriber(cfg: &RedisConfig) -> Result<redis::aio::PubSub, Error> {
+    let attempt = async { client(cfg)?.get_async_pubsub().await };
+    tokio::time::timeout(cfg.connect_timeout, attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "connect timed out",
+            )))
+        })
+        .map_err(|source| Error::Connect {
+            url: redact_url(&cfg.url),
+            source,
+        })
+}
+
 fn client(cfg: &RedisConfig) -> Result<Client, redis::RedisError> {
     let mut info = cfg.url.as_str().into_connection_info()?;
     let mut settings = info.redis_settings().clone();

@@ -1,0 +1,700 @@
+//! `presence-sweeper simulate`: live presence traffic against a Redis on this machine, to demo a
+//! sweeper running separately and to measure it: eviction lag, false evictions, duplicates and
+//! missed zombies.
+//!
+//! Users heartbeat the way the README tells apps to (`heartbeat.lua`: score from Redis `TIME`,
+//! `ZADD GT`, key TTL refreshed), one script call per conversation with all its users, spread
+//! evenly over the heartbeat period by a few worker tasks that each own a share of the
+//! conversations. Each tick, a worker first lets users vanish (they just stop heartbeating), then
+//! sends the heartbeats that are due in one pipeline and waits for it: a worker never has a call
+//! in flight for a conversation it is changing, so the last score of a vanished user is exact.
+//!
+//! Before the first heartbeat the simulator PSUBSCRIBEs to the sweep's channel and judges every
+//! event ([`Tracker`]). After `--duration` nobody vanishes any more (and typing bursts end), and
+//! the run goes on for the grace period, heartbeats continuing, so the last zombies can be
+//! evicted. A zombie is given `--grace` from its last heartbeat (ttl + 2 x schedule by default:
+//! its window plus two passes); one still there after that is missed.
+//!
+//! Conversation ids are `sim-<run>-<n>`, with a random run id, so that runs never share keys or
+//! events; at the end the simulator deletes exactly the keys it wrote, by name.
+
+mod tracker;
+mod worker;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+pub use tracker::{Lag, Tally, Tracker, Verdict};
+use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
+
+use crate::Error;
+use crate::config::{Config, RedisConfig, SweepConfig};
+use crate::loopback::{self, NotLoopback};
+use crate::oneshot::{self, UnknownSweep};
+use crate::pattern::CONVERSATION_ID;
+use crate::store::{self, Store};
+
+/// The sweep whose keys `--typing` writes.
+pub const TYPING_SWEEP: &str = "typing";
+/// Longest `--duration`: the run must end on its own.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// Worker tasks at most.
+const WORKERS: usize = 4;
+/// How long after the end the subscriber keeps listening for events already published.
+const DRAIN: Duration = Duration::from_millis(300);
+/// Keys deleted per DEL at the end.
+const DELETE_BATCH: usize = 500;
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct SimulateOptions {
+    /// Conversations.
+    pub conversations: u32,
+    /// Live users per conversation at start.
+    pub users: u32,
+    /// Heartbeat period of every live user.
+    pub heartbeat: Duration,
+    /// Share of live users who vanish per minute, 0 to 1.
+    pub vanish_rate: f64,
+    /// Vanished users are replaced by new ones.
+    pub rejoin: bool,
+    /// Some users type in bursts, on the `typing` sweep's keys.
+    pub typing: bool,
+    /// How long users vanish; the grace period follows.
+    pub duration: Duration,
+    /// Time a zombie is given from its last heartbeat; default ttl + 2 x schedule.
+    pub grace: Option<Duration>,
+    /// The sweep whose keys, ttl, score unit and channel are used.
+    pub sweep: String,
+}
+
+/// Why the simulation was refused before anything was written.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// `--sweep` names no configured sweep.
+    #[error(transparent)]
+    UnknownSweep(#[from] UnknownSweep),
+    /// `--typing` without a sweep called `typing`.
+    #[error(
+        "--typing writes the `typing` sweep's keys, but no sweep called `typing` is configured"
+    )]
+    NoTypingSweep,
+    /// An option out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// The Redis is not on this machine.
+    #[error(transparent)]
+    NotLoopback(#[from] NotLoopback),
+}
+
+/// A validated simulation.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    sweep: SweepConfig,
+    typing: Option<SweepConfig>,
+    conversations: u32,
+    users: u32,
+    heartbeat: Duration,
+    vanish_rate: f64,
+    rejoin: bool,
+    duration: Duration,
+    grace: Duration,
+    typing_grace: Duration,
+    run_id: String,
+}
+
+impl Plan {
+    /// How long the run goes on after `--duration`: enough for every zombie's verdict.
+    pub fn tail(&self) -> Duration {
+        match &self.typing {
+            Some(_) => self.grace.max(self.typing_grace),
+            None => self.grace,
+        }
+    }
+
+    /// The conversation id prefix of this run, `sim-<run>-`.
+    pub fn prefix(&self) -> String {
+        format!("sim-{}-", self.run_id)
+    }
+}
+
+/// Checks the options against the configuration; refuses a Redis that is not on this machine.
+pub fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateError> {
+    let invalid = |s: String| Err(SimulateError::Invalid(s));
+    if !(0.0..=1.0).contains(&opts.vanish_rate) {
+        return invalid(format!(
+            "--vanish-rate must be between 0 and 1 (got {})",
+            opts.vanish_rate
+        ));
+    }
+    if opts.duration.is_zero() || opts.duration > MAX_DURATION {
+        return invalid("--duration must be more than 0 and at most 24h".into());
+    }
+    if opts.heartbeat.is_zero() {
+        return invalid("--heartbeat must be more than 0".into());
+    }
+    let sweep = oneshot::select(config, std::slice::from_ref(&opts.sweep))?[0].clone();
+    let typing = match opts.typing {
+        true => Some(
+            config
+                .sweep(TYPING_SWEEP)
+                .ok_or(SimulateError::NoTypingSweep)?
+                .clone(),
+        ),
+        false => None,
+    };
+    let grace = match opts.grace {
+        Some(g) => g,
+        None => default_grace(&sweep).ok_or_else(|| {
+            SimulateError::Invalid(format!(
+                "sweep `{}` has a schedule that never runs again: give --grace",
+                sweep.name
+            ))
+        })?,
+    };
+    if grace <= sweep.ttl {
+        return invalid(format!(
+            "--grace ({}) must be longer than the sweep's ttl ({}): it counts from the last heartbeat",
+            humantime::format_duration(grace),
+            humantime::format_duration(sweep.ttl)
+        ));
+    }
+    let typing_grace = typing
+        .as_ref()
+        .map_or(Some(Duration::ZERO), default_grace)
+        .ok_or_else(|| {
+            SimulateError::Invalid("the `typing` sweep's schedule never runs again".into())
+        })?;
+    loopback::require(&config.redis)?;
+    Ok(Plan {
+        sweep,
+        typing,
+        conversations: opts.conversations,
+        users: opts.users,
+        heartbeat: opts.heartbeat,
+        vanish_rate: opts.vanish_rate,
+        rejoin: opts.rejoin,
+        duration: opts.duration,
+        grace,
+        typing_grace,
+        run_id: format!("{:06x}", random_u64() & 0xff_ffff),
+    })
+}
+
+/// ttl + 2 x schedule: the window, then a pass that may just have missed it, then the next.
+fn default_grace(sweep: &SweepConfig) -> Option<Duration> {
+    Some(sweep.ttl + 2 * sweep.schedule.interval()?)
+}
+
+/// The outcome of a simulation.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulateReport {
+    /// The sweep simulated.
+    pub sweep: String,
+    /// Its ttl, in seconds.
+    pub ttl_seconds: f64,
+    /// Conversations.
+    pub conversations: u32,
+    /// Live users per conversation at start.
+    pub users_per_conversation: u32,
+    /// Heartbeat period, in seconds.
+    pub heartbeat_seconds: f64,
+    /// How long users vanished, in seconds (less if interrupted).
+    pub duration_seconds: f64,
+    /// Time a zombie is given from its last heartbeat, in seconds.
+    pub grace_seconds: f64,
+    /// Ctrl-C stopped the run early.
+    pub interrupted: bool,
+    /// Member heartbeats written.
+    pub heartbeats: u64,
+    /// Script calls that wrote them.
+    pub heartbeat_calls: u64,
+    /// Users who vanished without a leave.
+    pub users_vanished: u64,
+    /// Events for vanished users.
+    pub evictions: u64,
+    /// Event timestamp minus (last heartbeat + ttl), on Redis's clock.
+    pub eviction_lag_seconds: Option<Lag>,
+    /// Events for users still heartbeating (they come back at their next heartbeat).
+    pub false_evictions: u64,
+    /// Events for users already announced.
+    pub duplicate_events: u64,
+    /// Vanished users not announced within the grace.
+    pub missed_zombies: u64,
+    /// Vanished users not announced yet but still within the grace (only after an interruption).
+    pub pending_zombies: u64,
+    /// Events in this run's conversations for members it never wrote, or unreadable.
+    pub unexpected_events: u64,
+    /// Typing bursts, with `--typing`.
+    pub typing: Option<TypingReport>,
+    /// No false evictions, duplicates, missed zombies or unexpected events.
+    pub ok: bool,
+}
+
+/// The typing bursts of a simulation.
+#[derive(Debug, Clone, Serialize)]
+pub struct TypingReport {
+    /// The typing sweep.
+    pub sweep: String,
+    /// Bursts that ended.
+    pub bursts: u64,
+    /// Keystrokes written.
+    pub keystrokes: u64,
+    /// Events for ended bursts.
+    pub stops: u64,
+    /// Event timestamp minus (last keystroke + ttl).
+    pub stop_lag_seconds: Option<Lag>,
+    /// Events for typists still typing.
+    pub false_stops: u64,
+    /// Events for bursts already announced.
+    pub duplicate_stops: u64,
+    /// Ended bursts not announced within the typing sweep's ttl + 2 x schedule.
+    pub missed_stops: u64,
+    /// Ended bursts still within it (only after an interruption).
+    pub pending_stops: u64,
+}
+
+impl SimulateReport {
+    /// Whether the sweeper misbehaved: the process then exits 1.
+    pub fn failed(&self) -> bool {
+        !self.ok
+    }
+}
+
+/// Runs the simulation: subscribe, heartbeat and vanish for the duration, go on for the grace,
+/// then delete the keys it wrote. Ctrl-C (`cancel`) ends it early, with the same clean-up and a
+/// report of what happened so far.
+pub async fn run(
+    plan: &Plan,
+    redis: &RedisConfig,
+    cancel: &CancellationToken,
+) -> Result<SimulateReport, Error> {
+    let store = Store::connect(redis).await?;
+    let script = redis::Script::new(include_str!("heartbeat.lua"));
+    script.load_async(&mut store.connection()).await?;
+
+    let mut pubsub = store::subscriber(redis).await?;
+    let prefix = plan.prefix();
+    let mut patterns = vec![channel_pattern(&plan.sweep.channel.to_string(), &prefix)];
+    if let Some(t) = &plan.typing {
+        patterns.push(channel_pattern(&t.channel.to_string(), &prefix));
+        patterns.dedup();
+    }
+    for p in &patterns {
+        pubsub.psubscribe(p).await?;
+    }
+
+    let shared = Arc::new(Shared::new(plan));
+    let stop = cancel.child_token();
+    let stop_listening = CancellationToken::new();
+    let listener = tokio::spawn(listen(
+        pubsub.into_on_message(),
+        shared.clone(),
+        stop_listening.clone(),
+        stop.clone(),
+    ));
+    tracing::info!(
+        sweep = %plan.sweep.name,
+        conversations = plan.conversations,
+        users = plan.users,
+        duration_s = plan.duration.as_secs_f64(),
+        grace_s = plan.tail().as_secs_f64(),
+        "simulation started"
+    );
+    if plan.heartbeat >= plan.sweep.ttl {
+        tracing::warn!(
+            "the heartbeat period is not shorter than the sweep's ttl: live users will be evicted"
+        );
+    }
+    if plan.typing.as_ref().is_some_and(|t| t.ttl <= KEYSTROKE) {
+        tracing::warn!("the typing sweep's ttl is not longer than the 1 s between keystrokes");
+    }
+
+    let start = Instant::now();
+    let clock = Clock {
+        start,
+        vanish_until: start + plan.duration,
+        end: start + plan.duration + plan.tail(),
+    };
+    let workers = WORKERS.min(plan.conversations as usize).max(1);
+    let mut tasks = Vec::with_capacity(workers);
+    for index in 0..workers {
+        let worker = Worker::new(plan, index, workers, &store, &script, shared.clone());
+        tasks.push(tokio::spawn(worker.run(clock, stop.clone())));
+    }
+    let mut counts = Counts::default();
+    let mut failure: Option<Error> = None;
+    for task in tasks {
+        match task.await {
+            Ok((c, error)) => {
+                counts.add(&c);
+                if let Some(e) = error {
+                    stop.cancel();
+                    failure.get_or_insert(e);
+                }
+            }
+            Err(e) => {
+                stop.cancel();
+                failure.get_or_insert(Error::Io {
+                    context: "a simulation worker stopped".into(),
+                    source: std::io::Error::other(e.to_string()),
+                });
+            }
+        }
+    }
+    let stopped = Instant::now();
+
+    // Events published before the end may still be on their way.
+    let end = redis_time(&store).await;
+    tokio::time::sleep(DRAIN).await;
+    stop_listening.cancel();
+    let listened = listener.await;
+    let cleaned = delete_keys(plan, &store).await;
+
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let end = end?;
+    match listened {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(e) => {
+            return Err(Error::Io {
+                context: "the event subscriber stopped".into(),
+                source: std::io::Error::other(e.to_string()),
+            });
+        }
+    }
+    cleaned?;
+
+    let vanished_for = stopped.min(clock.vanish_until).duration_since(start);
+    let report = judge(
+        plan,
+        &shared,
+        &counts,
+        end,
+        vanished_for,
+        cancel.is_cancelled(),
+    );
+    tracing::info!(
+        evictions = report.evictions,
+        false_evictions = report.false_evictions,
+        missed_zombies = report.missed_zombies,
+        "simulation finished"
+    );
+    Ok(report)
+}
+
+/// The verdicts at `end` (Redis's clock).
+fn judge(
+    plan: &Plan,
+    shared: &Shared,
+    counts: &Counts,
+    end: f64,
+    vanished_for: Duration,
+    interrupted: bool,
+) -> SimulateReport {
+    let online = lock(&shared.online).tally(end, plan.grace.as_secs_f64());
+    let typing = plan.typing.as_ref().map(|t| {
+        let tally = lock(&shared.typing).tally(end, plan.typing_grace.as_secs_f64());
+        TypingReport {
+            sweep: t.name.clone(),
+            bursts: tally.abandoned,
+            keystrokes: counts.keystrokes,
+            stops: tally.evictions,
+            stop_lag_seconds: tally.lag,
+            false_stops: tally.false_evictions,
+            duplicate_stops: tally.duplicates,
+            missed_stops: tally.missed,
+            pending_stops: tally.pending,
+        }
+    });
+    let unexpected_events = shared.unexpected.load(Ordering::Relaxed);
+    let ok = online.false_evictions + online.duplicates + online.missed + unexpected_events == 0
+        && typing
+            .as_ref()
+            .is_none_or(|t| t.false_stops + t.duplicate_stops + t.missed_stops == 0);
+    SimulateReport {
+        sweep: plan.sweep.name.clone(),
+        ttl_seconds: plan.sweep.ttl.as_secs_f64(),
+        conversations: plan.conversations,
+        users_per_conversation: plan.users,
+        heartbeat_seconds: plan.heartbeat.as_secs_f64(),
+        duration_seconds: vanished_for.as_secs_f64(),
+        grace_seconds: plan.grace.as_secs_f64(),
+        interrupted,
+        heartbeats: counts.heartbeats,
+        heartbeat_calls: counts.calls,
+        users_vanished: online.abandoned,
+        evictions: online.evictions,
+        eviction_lag_seconds: online.lag,
+        false_evictions: online.false_evictions,
+        duplicate_events: online.duplicates,
+        missed_zombies: online.missed,
+        pending_zombies: online.pending,
+        unexpected_events,
+        typing,
+        ok,
+    }
+}
+
+/// The PSUBSCRIBE pattern of a channel template for this run's conversations: the literal parts
+/// escaped, `{conversation_id}` replaced by `<prefix>*`.
+pub fn channel_pattern(template: &str, prefix: &str) -> String {
+    let escape = |s: &str| {
+        let mut out = String::with_capacity(s.len());
+        for c in s.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        out
+    };
+    template
+        .split(CONVERSATION_ID)
+        .map(escape)
+        .collect::<Vec<_>>()
+        .join(&format!("{}*", escape(prefix)))
+}
+
+async fn redis_time(store: &Store) -> Result<f64, Error> {
+    let mut con = store.connection();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await?;
+    Ok(secs as f64 + micros as f64 / 1e6)
+}
+
+/// Deletes the keys this run wrote, by name: never a pattern another user of the Redis may share.
+async fn delete_keys(plan: &Plan, store: &Store) -> Result<(), Error> {
+    let mut con = store.connection();
+    let prefix = plan.prefix();
+    let sweeps: Vec<&SweepConfig> = std::iter::once(&plan.sweep)
+        .chain(plan.typing.as_ref())
+        .collect();
+    let keys = (0..plan.conversations).flat_map(|n| {
+        let id = format!("{prefix}{n}");
+        sweeps
+            .iter()
+            .map(move |s| s.pattern.key(id.as_bytes()))
+            .collect::<Vec<_>>()
+    });
+    let mut batch = Vec::with_capacity(DELETE_BATCH);
+    for key in keys {
+        batch.push(key);
+        if batch.len() == DELETE_BATCH {
+            redis::cmd("DEL")
+                .arg(&batch)
+                .query_async::<()>(&mut con)
+                .await?;
+            batch.clear();
+        }
+    }
+    if !batch.is_empty() {
+        redis::cmd("DEL")
+            .arg(&batch)
+            .query_async::<()>(&mut con)
+            .await?;
+    }
+    Ok(())
+}
+
+/// What the workers and the subscriber share.
+struct Shared {
+    online: Mutex<Tracker>,
+    typing: Mutex<Tracker>,
+    unexpected: AtomicU64,
+    next_user: AtomicU64,
+    prefix: String,
+    online_count: String,
+    typing_count: Option<String>,
+}
+
+impl Shared {
+    fn new(plan: &Plan) -> Self {
+        Self {
+            online: Mutex::new(Tracker::new(plan.sweep.ttl.as_secs_f64())),
+            typing: Mutex::new(Tracker::new(
+                plan.typing.as_ref().map_or(0.0, |t| t.ttl.as_secs_f64()),
+            )),
+            unexpected: AtomicU64::new(0),
+            next_user: AtomicU64::new(1),
+            prefix: plan.prefix(),
+            online_count: format!("{}_count", plan.sweep.name),
+            typing_count: plan.typing.as_ref().map(|t| format!("{}_count", t.name)),
+        }
+    }
+
+    /// A new user number: ids are never reused, so a rejoining user is a new member.
+    fn new_user(&self) -> u64 {
+        self.next_user.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Judges one event payload.
+    fn event(&self, payload: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else {
+            self.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(conversation) = v["conversation_id"].as_str() else {
+            self.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if !conversation.starts_with(&self.prefix) {
+            // Another run's or the app's: not ours to judge.
+            return;
+        }
+        // The roster field is named after the sweep, which tells the two sweeps apart even when
+        // they publish on one channel with one event type.
+        let tracker = if v.get(&self.online_count).is_some() {
+            &self.online
+        } else if self
+            .typing_count
+            .as_ref()
+            .is_some_and(|c| v.get(c).is_some())
+        {
+            &self.typing
+        } else {
+            return;
+        };
+        let user = v["user_id"]
+            .as_str()
+            .and_then(|u| u.strip_prefix('u'))
+            .and_then(|n| n.parse::<u64>().ok());
+        let (Some(user), Some(timestamp)) = (user, v["timestamp"].as_f64()) else {
+            self.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if lock(tracker).observe(user, timestamp) == Verdict::Unknown {
+            self.unexpected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn lock(m: &Mutex<Tracker>) -> MutexGuard<'_, Tracker> {
+    // No tracker update can panic midway, so a lock poisoned by a panic elsewhere is still sound.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Receives events until `stop`. An end of the stream means the subscription was lost: the run
+/// cannot be judged any more, so `workers` are stopped too.
+async fn listen(
+    mut stream: redis::aio::PubSubStream,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    workers: CancellationToken,
+) -> Result<(), Error> {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            msg = stream.next() => match msg {
+                Some(msg) => shared.event(msg.get_payload_bytes()),
+                None => {
+                    workers.cancel();
+                    return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        "the event subscription was closed",
+                    ))));
+                }
+            },
+        }
+    }
+}
+
+impl fmt::Display for SimulateReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "simulate {} (ttl {}): {} conversations x {} users, heartbeat {}, {:.1} s + grace {}{}",
+            self.sweep,
+            secs(self.ttl_seconds),
+            self.conversations,
+            self.users_per_conversation,
+            secs(self.heartbeat_seconds),
+            self.duration_seconds,
+            secs(self.grace_seconds),
+            if self.interrupted {
+                " (interrupted)"
+            } else {
+                ""
+            }
+        )?;
+        writeln!(
+            f,
+            "  heartbeats sent      {:>10}  ({} script calls)",
+            self.heartbeats, self.heartbeat_calls
+        )?;
+        writeln!(f, "  users vanished       {:>10}", self.users_vanished)?;
+        writeln!(f, "  evictions observed   {:>10}", self.evictions)?;
+        writeln!(
+            f,
+            "  eviction lag         {}",
+            lag_text(self.eviction_lag_seconds)
+        )?;
+        writeln!(f, "  false evictions      {:>10}", self.false_evictions)?;
+        writeln!(f, "  duplicate events     {:>10}", self.duplicate_events)?;
+        writeln!(f, "  missed zombies       {:>10}", self.missed_zombies)?;
+        if self.pending_zombies > 0 {
+            writeln!(f, "  zombies not yet due  {:>10}", self.pending_zombies)?;
+        }
+        writeln!(f, "  unexpected events    {:>10}", self.unexpected_events)?;
+        if let Some(t) = &self.typing {
+            writeln!(
+                f,
+                "  typing ({}): bursts {}, keystrokes {}, stops {}, lag {}, false stops {}, duplicates {}, missed {}{}",
+                t.sweep,
+                t.bursts,
+                t.keystrokes,
+                t.stops,
+                lag_text(t.stop_lag_seconds),
+                t.false_stops,
+                t.duplicate_stops,
+                t.missed_stops,
+                if t.pending_stops > 0 {
+                    format!(", not yet due {}", t.pending_stops)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        writeln!(
+            f,
+            "  result               {}",
+            if self.ok { "ok" } else { "FAILED" }
+        )
+    }
+}
+
+fn secs(s: f64) -> String {
+    humantime::format_duration(Duration::from_secs_f64(s)).to_string()
+}
+
+fn lag_text(lag: Option<Lag>) -> String {
+    match lag {
+        Some(l) => format!("p50 {:.3} s  p99 {:.3} s  max {:.3} s", l.p50, l.p99, l.max),
+        None => "-".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_pattern_escapes_the_literal_parts() {
+        assert_eq!(
+            channel_pattern("presence:{conversation_id}:events", "sim-ab12cd-"),
+            "presence:sim-ab12cd-*:events"
+        );
+        assert_eq!(
+            channel_pattern("ev[{conversation_id}]*", "sim-1-"),
+            "ev\\[sim-1-*\\]\\*"
+        );
+        assert_eq!(channel_pattern("all-events", "sim-1-"), "all-events");
+    }
+}

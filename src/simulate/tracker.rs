@@ -1,0 +1,213 @@
+//! The simulator's bookkeeping for one sweep: which members it still writes, which it abandoned
+//! and when they were last written, and a verdict on every event the sweeper publishes.
+//!
+//! Pure bookkeeping, no I/O: every instant is a Unix time in seconds on Redis's clock (scores and
+//! event timestamps), so the verdicts never depend on the simulator's own clock.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+/// What the simulator knows about one member.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Token {
+    /// Still written: the sweeper must leave it alone.
+    Active,
+    /// No longer written; `last_seen` is its last score. The sweeper owes one event.
+    Abandoned { last_seen: f64 },
+    /// Its event arrived.
+    Evicted,
+}
+
+/// The verdict on one event.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// An abandoned member was announced, `lag` seconds after its window closed.
+    Evicted {
+        /// `timestamp - (last_seen + ttl)`.
+        lag: f64,
+    },
+    /// A member that is still written was announced.
+    False,
+    /// A member was announced again.
+    Duplicate,
+    /// A member the simulator never wrote.
+    Unknown,
+}
+
+/// The members of one sweep, by user number.
+#[derive(Debug)]
+pub struct Tracker {
+    ttl: f64,
+    tokens: HashMap<u64, Token>,
+    lags: Vec<f64>,
+    abandoned: u64,
+    false_evictions: u64,
+    duplicates: u64,
+}
+
+/// What became of the members of one sweep.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Tally {
+    /// Members abandoned (users vanished, typing bursts ended).
+    pub abandoned: u64,
+    /// Abandoned members announced.
+    pub evictions: u64,
+    /// Eviction lag (event timestamp minus last score plus ttl); `None` without evictions.
+    pub lag: Option<Lag>,
+    /// Events for members still written.
+    pub false_evictions: u64,
+    /// Events for members already announced.
+    pub duplicates: u64,
+    /// Abandoned members never announced although their last score is older than the grace.
+    pub missed: u64,
+    /// Abandoned members not announced yet and still within the grace: no verdict.
+    pub pending: u64,
+}
+
+/// Lag percentiles, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Lag {
+    /// Median.
+    pub p50: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Tracker {
+    /// A tracker for a sweep whose window is `ttl` seconds.
+    pub fn new(ttl: f64) -> Self {
+        Self {
+            ttl,
+            tokens: HashMap::new(),
+            lags: Vec::new(),
+            abandoned: 0,
+            false_evictions: 0,
+            duplicates: 0,
+        }
+    }
+
+    /// `user` is (again) being written.
+    pub fn activate(&mut self, user: u64) {
+        self.tokens.insert(user, Token::Active);
+    }
+
+    /// `user` is no longer written; `last_seen` is its last score, in seconds.
+    pub fn abandon(&mut self, user: u64, last_seen: f64) {
+        self.tokens.insert(user, Token::Abandoned { last_seen });
+        self.abandoned += 1;
+    }
+
+    /// Whether `user` may be written again without muddling verdicts: never written, or its
+    /// last abandonment was announced.
+    pub fn is_idle(&self, user: u64) -> bool {
+        matches!(self.tokens.get(&user), None | Some(Token::Evicted))
+    }
+
+    /// Judges an event announcing `user` at `timestamp`.
+    pub fn observe(&mut self, user: u64, timestamp: f64) -> Verdict {
+        let verdict = match self.tokens.get(&user) {
+            None => Verdict::Unknown,
+            Some(Token::Active) => Verdict::False,
+            Some(Token::Evicted) => Verdict::Duplicate,
+            Some(Token::Abandoned { last_seen }) => Verdict::Evicted {
+                lag: timestamp - (last_seen + self.ttl),
+            },
+        };
+        match verdict {
+            Verdict::Evicted { lag } => {
+                self.lags.push(lag);
+                self.tokens.insert(user, Token::Evicted);
+            }
+            Verdict::False => self.false_evictions += 1,
+            Verdict::Duplicate => self.duplicates += 1,
+            Verdict::Unknown => {}
+        }
+        verdict
+    }
+
+    /// The outcome at `end`: an abandoned member not announced is missed once its last score is
+    /// more than `grace` seconds before `end`, else pending.
+    pub fn tally(&self, end: f64, grace: f64) -> Tally {
+        let (mut missed, mut pending) = (0, 0);
+        for token in self.tokens.values() {
+            if let Token::Abandoned { last_seen } = token {
+                if last_seen + grace < end {
+                    missed += 1;
+                } else {
+                    pending += 1;
+                }
+            }
+        }
+        Tally {
+            abandoned: self.abandoned,
+            evictions: self.lags.len() as u64,
+            lag: lag(&self.lags),
+            false_evictions: self.false_evictions,
+            duplicates: self.duplicates,
+            missed,
+            pending,
+        }
+    }
+}
+
+/// Nearest-rank percentiles of `lags`.
+fn lag(lags: &[f64]) -> Option<Lag> {
+    if lags.is_empty() {
+        return None;
+    }
+    let mut sorted = lags.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank =
+        |p: f64| sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1];
+    Some(Lag {
+        p50: rank(0.50),
+        p99: rank(0.99),
+        max: sorted[sorted.len() - 1],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts() {
+        let mut t = Tracker::new(2.0);
+        t.activate(1);
+        t.activate(2);
+        t.abandon(2, 100.0);
+        assert_eq!(t.observe(1, 103.0), Verdict::False);
+        assert_eq!(t.observe(2, 102.5), Verdict::Evicted { lag: 0.5 });
+        assert_eq!(t.observe(2, 102.6), Verdict::Duplicate);
+        assert_eq!(t.observe(3, 102.6), Verdict::Unknown);
+        assert!(t.is_idle(2) && t.is_idle(3) && !t.is_idle(1));
+        let tally = t.tally(200.0, 3.0);
+        assert_eq!(tally.abandoned, 1);
+        assert_eq!(tally.evictions, 1);
+        assert_eq!(tally.false_evictions, 1);
+        assert_eq!(tally.duplicates, 1);
+        assert_eq!((tally.missed, tally.pending), (0, 0));
+    }
+
+    #[test]
+    fn missed_only_after_the_grace() {
+        let mut t = Tracker::new(2.0);
+        t.abandon(1, 100.0);
+        t.abandon(2, 104.0);
+        let tally = t.tally(105.0, 3.0);
+        assert_eq!((tally.missed, tally.pending), (1, 1));
+        assert_eq!(tally.lag, None);
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let lags: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        let l = lag(&lags).unwrap();
+        assert_eq!((l.p50, l.p99, l.max), (50.0, 99.0, 100.0));
+        let l = lag(&[0.25]).unwrap();
+        assert_eq!((l.p50, l.p99, l.max), (0.25, 0.25, 0.25));
+    }
+}

@@ -1,0 +1,441 @@
+//! `presence-sweeper stats`: a read-only report of the presence keyspace of each sweep.
+//!
+//! Keys are streamed with the sweeper's own SCAN ([`crate::discover::pages`]); per page one
+//! pipeline asks `ZCARD`, `ZCOUNT -inf (cutoff` and `ZRANGE 0 0 WITHSCORES` of every key. Nothing
+//! else is sent (plus one `TIME`), so the report never changes what it measures. Memory is
+//! bounded whatever the keyspace: the members-per-key distribution is a fixed histogram
+//! (buckets 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, +Inf: exact counts, chosen over
+//! percentiles because they need no sample), and the largest conversations are kept in a heap
+//! of `--top` entries.
+//!
+//! "Stale" is judged on Redis's clock: `TIME` is read once per sweep and advanced by our own
+//! monotonic clock as the scan goes, so a long scan does not judge late keys by an old instant.
+//! Counts are exact on a quiet keyspace; while keys come and go, SCAN may report a key twice
+//! (during a rehash) or miss one created meanwhile, as any SCAN-based tool does.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::pin::pin;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use crate::Error;
+use crate::config::{Config, SweepConfig};
+use crate::discover;
+use crate::store::Store;
+
+/// Upper bounds of the members-per-key buckets; a last bucket takes the rest.
+pub const BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+
+/// The report of every sweep asked for.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatsReport {
+    /// Redis's clock when the report started, Unix seconds.
+    pub redis_time: f64,
+    /// One entry per sweep, in the order asked.
+    pub sweeps: Vec<SweepStats>,
+}
+
+/// The keyspace of one sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepStats {
+    /// The sweep's name.
+    pub sweep: String,
+    /// Its `match` glob.
+    #[serde(rename = "match")]
+    pub glob: String,
+    /// Its `ttl`, in seconds.
+    pub ttl_seconds: f64,
+    /// Sorted sets matching the glob (that were not empty when read).
+    pub keys: u64,
+    /// Members in them.
+    pub members: u64,
+    /// Members whose score is older than `ttl` on Redis's clock: what a pass would evict now.
+    pub stale_members: u64,
+    /// Age of the oldest score of all, in seconds on Redis's clock; `null` without members.
+    pub oldest_heartbeat_age_seconds: Option<f64>,
+    /// How many members the keys hold.
+    pub members_per_key: Distribution,
+    /// The largest conversations, largest first (ties: by id).
+    pub largest: Vec<Conversation>,
+    /// Wall time of the scan.
+    pub seconds: f64,
+}
+
+/// Members per key.
+#[derive(Debug, Clone, Serialize)]
+pub struct Distribution {
+    /// Keys per bucket; bucket `le` counts keys with more members than the previous bound and
+    /// at most `le`.
+    pub buckets: Vec<Bucket>,
+    /// The most members of any key.
+    pub max: u64,
+    /// Members per key on average; 0 without keys.
+    pub mean: f64,
+}
+
+/// One bucket of the distribution.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bucket {
+    /// Upper bound (inclusive).
+    pub le: Bound,
+    /// Keys in the bucket.
+    pub keys: u64,
+}
+
+/// A bucket bound: a number, or `"+Inf"` for the last bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Bound {
+    /// At most this many members.
+    Members(u64),
+    /// Any number.
+    Inf(&'static str),
+}
+
+/// One conversation of the top list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conversation {
+    /// What the sweep's `*` matched (written lossily if it is not UTF-8).
+    pub conversation_id: String,
+    /// Members of its key.
+    pub members: u64,
+}
+
+/// Reads the keyspace of each sweep in `sweeps`, one after the other.
+pub async fn run(
+    config: &Config,
+    sweeps: &[&SweepConfig],
+    top: usize,
+) -> Result<StatsReport, Error> {
+    let store = Store::connect(&config.redis).await?;
+    let redis_time = redis_time(&store).await?;
+    let mut report = StatsReport {
+        redis_time,
+        sweeps: Vec::with_capacity(sweeps.len()),
+    };
+    for sweep in sweeps {
+        report
+            .sweeps
+            .push(sweep_stats(&store, sweep, config.scan.count, top).await?);
+    }
+    Ok(report)
+}
+
+async fn redis_time(store: &Store) -> Result<f64, Error> {
+    let mut con = store.connection();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await?;
+    Ok(secs as f64 + micros as f64 / 1e6)
+}
+
+async fn sweep_stats(
+    store: &Store,
+    sweep: &SweepConfig,
+    scan_count: u32,
+    top: usize,
+) -> Result<SweepStats, Error> {
+    let started = Instant::now();
+    let redis_start = redis_time(store).await?;
+    let now = || redis_start + started.elapsed().as_secs_f64();
+    let ttl = sweep.ttl.as_secs_f64();
+    let unit = sweep.score_unit;
+    let mut tally = Tally::new(top);
+    let mut con = store.connection();
+    let mut pages = pin!(discover::pages(
+        con.clone(),
+        sweep.pattern.glob().to_owned(),
+        scan_count
+    ));
+    while let Some(keys) = pages.next().await {
+        let keys = keys?;
+        if keys.is_empty() {
+            continue;
+        }
+        let cutoff = format!("({:?}", unit.from_seconds(now() - ttl));
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("ZCARD").arg(key);
+            pipe.cmd("ZCOUNT").arg(key).arg("-inf").arg(&cutoff);
+            pipe.cmd("ZRANGE").arg(key).arg(0).arg(0).arg("WITHSCORES");
+        }
+        // A key that changed type since SCAN saw it answers WRONGTYPE; skip it, not the page.
+        pipe.ignore_errors();
+        let replies: Vec<redis::Value> = pipe.query_async(&mut con).await?;
+        for (key, r) in keys.iter().zip(replies.chunks(3)) {
+            let [card, stale, first] = r else { continue };
+            let (Ok(card), Ok(stale), Ok(first)) = (
+                redis::from_redis_value_ref::<u64>(card),
+                redis::from_redis_value_ref::<u64>(stale),
+                redis::from_redis_value_ref::<Vec<(Vec<u8>, f64)>>(first),
+            ) else {
+                continue;
+            };
+            let oldest = first.first().map(|(_, score)| unit.to_seconds(*score));
+            let id = || {
+                let id = sweep.pattern.conversation_id(key).unwrap_or(key);
+                String::from_utf8_lossy(id).into_owned()
+            };
+            tally.key(card, stale, oldest, id);
+        }
+    }
+    Ok(tally.finish(sweep, now(), started.elapsed().as_secs_f64()))
+}
+
+/// Running totals of one sweep, bounded in size.
+#[derive(Debug)]
+struct Tally {
+    keys: u64,
+    members: u64,
+    stale: u64,
+    oldest: Option<f64>,
+    buckets: [u64; BUCKETS.len() + 1],
+    max: u64,
+    top: usize,
+    /// Min-heap of the `top` largest: (members, id reversed so that ties keep the smaller id).
+    largest: BinaryHeap<Reverse<(u64, Reverse<String>)>>,
+}
+
+impl Tally {
+    fn new(top: usize) -> Self {
+        Self {
+            keys: 0,
+            members: 0,
+            stale: 0,
+            oldest: None,
+            buckets: [0; BUCKETS.len() + 1],
+            max: 0,
+            top,
+            largest: BinaryHeap::with_capacity(top + 1),
+        }
+    }
+
+    /// Counts one key; `id` is only called for keys that enter the top list.
+    fn key(&mut self, card: u64, stale: u64, oldest: Option<f64>, id: impl FnOnce() -> String) {
+        if card == 0 {
+            // Deleted between SCAN and the pipeline: not a key any more.
+            return;
+        }
+        self.keys += 1;
+        self.members += card;
+        self.stale += stale;
+        self.max = self.max.max(card);
+        if let Some(o) = oldest {
+            self.oldest = Some(self.oldest.map_or(o, |cur| cur.min(o)));
+        }
+        let bucket = BUCKETS
+            .iter()
+            .position(|&le| card <= le)
+            .unwrap_or(BUCKETS.len());
+        self.buckets[bucket] += 1;
+        if self.top == 0 {
+            return;
+        }
+        let enters = self.largest.len() < self.top
+            || self
+                .largest
+                .peek()
+                .is_some_and(|Reverse((smallest, _))| card >= *smallest);
+        if enters {
+            self.largest.push(Reverse((card, Reverse(id()))));
+            if self.largest.len() > self.top {
+                self.largest.pop();
+            }
+        }
+    }
+
+    fn finish(self, sweep: &SweepConfig, now: f64, seconds: f64) -> SweepStats {
+        let mut buckets: Vec<Bucket> = BUCKETS
+            .iter()
+            .zip(self.buckets)
+            .map(|(&le, keys)| Bucket {
+                le: Bound::Members(le),
+                keys,
+            })
+            .collect();
+        buckets.push(Bucket {
+            le: Bound::Inf("+Inf"),
+            keys: self.buckets[BUCKETS.len()],
+        });
+        let mut largest: Vec<Conversation> = self
+            .largest
+            .into_iter()
+            .map(
+                |Reverse((members, Reverse(conversation_id)))| Conversation {
+                    conversation_id,
+                    members,
+                },
+            )
+            .collect();
+        largest.sort_by(|a, b| {
+            b.members
+                .cmp(&a.members)
+                .then_with(|| a.conversation_id.cmp(&b.conversation_id))
+        });
+        SweepStats {
+            sweep: sweep.name.clone(),
+            glob: sweep.pattern.glob().to_owned(),
+            ttl_seconds: sweep.ttl.as_secs_f64(),
+            keys: self.keys,
+            members: self.members,
+            stale_members: self.stale,
+            oldest_heartbeat_age_seconds: self.oldest.map(|o| now - o),
+            members_per_key: Distribution {
+                buckets,
+                max: self.max,
+                mean: if self.keys == 0 {
+                    0.0
+                } else {
+                    self.members as f64 / self.keys as f64
+                },
+            },
+            largest,
+            seconds,
+        }
+    }
+}
+
+impl fmt::Display for StatsReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, s) in self.sweeps.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for SweepStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ttl = humantime::format_duration(std::time::Duration::from_secs_f64(self.ttl_seconds));
+        writeln!(f, "{} ({}, ttl {ttl})", self.sweep, self.glob)?;
+        writeln!(f, "  keys               {:>12}", self.keys)?;
+        writeln!(f, "  members            {:>12}", self.members)?;
+        let share = if self.members == 0 {
+            0.0
+        } else {
+            100.0 * self.stale_members as f64 / self.members as f64
+        };
+        writeln!(
+            f,
+            "  stale members      {:>12}  ({share:.1}%, older than ttl on Redis's clock)",
+            self.stale_members
+        )?;
+        match self.oldest_heartbeat_age_seconds {
+            Some(age) => writeln!(f, "  oldest heartbeat   {age:>12.1}  seconds ago")?,
+            None => writeln!(f, "  oldest heartbeat   {:>12}", "-")?,
+        }
+        let d = &self.members_per_key;
+        writeln!(
+            f,
+            "  members per key    {:>12.1}  mean (max {})",
+            d.mean, d.max
+        )?;
+        let mut previous = 0;
+        for b in &d.buckets {
+            let range = match b.le {
+                Bound::Members(le) if le == previous + 1 => le.to_string(),
+                Bound::Members(le) => format!("{}-{le}", previous + 1),
+                Bound::Inf(_) => format!(">{previous}"),
+            };
+            if let Bound::Members(le) = b.le {
+                previous = le;
+            }
+            writeln!(f, "    {range:<16} {:>12}  keys", b.keys)?;
+        }
+        if !self.largest.is_empty() {
+            writeln!(f, "  largest conversations")?;
+            for c in &self.largest {
+                writeln!(
+                    f,
+                    "    {:<16} {:>12}  members",
+                    c.conversation_id, c.members
+                )?;
+            }
+        }
+        writeln!(f, "  scanned in {:.3} s", self.seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sweep() -> SweepConfig {
+        SweepConfig {
+            name: "online".into(),
+            pattern: crate::pattern::KeyPattern::parse("presence:*:online").unwrap(),
+            ttl: std::time::Duration::from_secs(45),
+            schedule: crate::schedule::Schedule::Every(std::time::Duration::from_secs(30)),
+            event: "presence.leave".into(),
+            channel: crate::pattern::ChannelTemplate::new("presence:{conversation_id}:events"),
+            score_unit: crate::config::ScoreUnit::Seconds,
+            enabled: true,
+        }
+    }
+
+    #[test]
+    fn buckets_top_and_oldest() {
+        let mut t = Tally::new(3);
+        for (id, card, oldest) in [
+            ("a", 1, 100.0),
+            ("b", 2, 90.0),
+            ("c", 5, 95.0),
+            ("d", 6, 99.0),
+            ("e", 20, 98.0),
+            ("f", 20, 97.0),
+            ("g", 5000, 96.0),
+            ("gone", 0, 1.0),
+        ] {
+            t.key(card, 1, Some(oldest), || id.to_owned());
+        }
+        let s = t.finish(&sweep(), 100.0, 0.5);
+        assert_eq!(s.keys, 7);
+        assert_eq!(s.members, 1 + 2 + 5 + 6 + 20 + 20 + 5000);
+        assert_eq!(s.stale_members, 7);
+        assert_eq!(s.oldest_heartbeat_age_seconds, Some(10.0));
+        let counts: Vec<u64> = s.members_per_key.buckets.iter().map(|b| b.keys).collect();
+        assert_eq!(counts, [1, 1, 1, 1, 2, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(s.members_per_key.max, 5000);
+        let top: Vec<(&str, u64)> = s
+            .largest
+            .iter()
+            .map(|c| (c.conversation_id.as_str(), c.members))
+            .collect();
+        assert_eq!(top, [("g", 5000), ("e", 20), ("f", 20)]);
+    }
+
+    #[test]
+    fn ties_keep_the_smaller_id_and_top_zero_keeps_none() {
+        let mut t = Tally::new(2);
+        for id in ["c3", "c1", "c2"] {
+            t.key(7, 0, None, || id.to_owned());
+        }
+        let s = t.finish(&sweep(), 0.0, 0.0);
+        let ids: Vec<&str> = s
+            .largest
+            .iter()
+            .map(|c| c.conversation_id.as_str())
+            .collect();
+        assert_eq!(ids, ["c1", "c2"]);
+        assert_eq!(s.oldest_heartbeat_age_seconds, None);
+
+        let mut t = Tally::new(0);
+        t.key(7, 0, None, || unreachable!("no top list, no ids"));
+        assert!(t.finish(&sweep(), 0.0, 0.0).largest.is_empty());
+    }
+
+    #[test]
+    fn json_shape() {
+        let s = Tally::new(1).finish(&sweep(), 0.0, 0.0);
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["match"], "presence:*:online");
+        assert_eq!(v["members_per_key"]["buckets"][0]["le"], 1);
+        assert_eq!(v["members_per_key"]["buckets"][10]["le"], "+Inf");
+        assert!(v["oldest_heartbeat_age_seconds"].is_null());
+    }
+}

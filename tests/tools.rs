@@ -1,0 +1,507 @@
+//! The operator and benchmark tools: `seed`, `stats` and `simulate`, run as the binary against
+//! real Redis servers (and, for `simulate`, a real daemon).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use support::{Binary, RedisServer, redis_now, run_binary, write_file};
+
+/// Parses `key=value` pairs of a summary line.
+fn fields(line: &str) -> std::collections::HashMap<String, String> {
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn seed(url: &str, config: Option<&str>, args: &[&str]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = vec!["--redis-url", url];
+    let file;
+    if let Some(toml) = config {
+        file = write_file(dir.path(), "c.toml", toml);
+        all.extend(["--config", file.to_str().unwrap()]);
+    }
+    all.push("seed");
+    all.extend(args);
+    run_binary(&all, &[])
+}
+
+fn stale_and_fresh(con: &mut redis::Connection, key: &str, cutoff: f64) -> (u64, u64) {
+    let stale: u64 = con.zcount(key, "-inf", format!("({cutoff}")).unwrap();
+    let fresh: u64 = con.zcount(key, cutoff, "+inf").unwrap();
+    (stale, fresh)
+}
+
+#[test]
+fn seed_writes_exactly_n_keys_with_the_exact_stale_count() {
+    let server = RedisServer::start();
+    let (code, stdout, stderr) = seed(
+        &server.url(),
+        None,
+        &[
+            "--conversations",
+            "300",
+            "--members",
+            "20",
+            "--stale-fraction",
+            "0.1",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    let line = stdout.trim();
+    assert!(line.starts_with("online: "), "{line}");
+    let f = fields(line);
+    assert_eq!(f["keys"], "300");
+    assert_eq!(f["members"], "6000");
+    assert_eq!(f["stale"], "600");
+    assert_eq!(f["typing_keys"], "0");
+    assert_eq!(f["noise_keys"], "0");
+    assert!(f["seconds"].parse::<f64>().is_ok(), "{line}");
+
+    let mut con = server.con();
+    let dbsize: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(dbsize, 300);
+    let keys: BTreeSet<String> = con.keys("*").unwrap();
+    let expected: BTreeSet<String> = (1..=300).map(|n| format!("presence:c{n}:online")).collect();
+    assert_eq!(keys, expected);
+    let cutoff = redis_now(&mut con) - 45.0;
+    let mut stale_members = BTreeSet::new();
+    for key in &keys {
+        let card: u64 = con.zcard(key).unwrap();
+        assert_eq!(card, 20, "{key}");
+        assert_eq!(stale_and_fresh(&mut con, key, cutoff), (2, 18), "{key}");
+        let stale: Vec<String> = con
+            .zrangebyscore(key, "-inf", format!("({cutoff}"))
+            .unwrap();
+        stale_members.extend(stale);
+    }
+    // Different keys lose different users.
+    assert_eq!(stale_members.len(), 20, "{stale_members:?}");
+
+    // Half rounds up, and milliseconds are honoured.
+    let config = r#"
+        [sweeps.cursor]
+        match = "cursor:*"
+        ttl = "60s"
+        schedule = "1s"
+        event = "cursor.gone"
+        score_unit = "milliseconds"
+    "#;
+    let (code, stdout, stderr) = seed(
+        &server.url(),
+        Some(config),
+        &[
+            "--sweep",
+            "cursor",
+            "--conversations",
+            "50",
+            "--members",
+            "5",
+            "--stale-fraction",
+            "0.5",
+        ],
+    );
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    let f = fields(&stdout);
+    assert_eq!((f["keys"].as_str(), f["stale"].as_str()), ("50", "150"));
+    let cutoff_ms = (redis_now(&mut con) - 60.0) * 1000.0;
+    for n in 1..=50 {
+        let key = format!("cursor:c{n}");
+        assert_eq!(stale_and_fresh(&mut con, &key, cutoff_ms), (3, 2), "{key}");
+    }
+    let newest: Vec<(String, f64)> = con.zrange_withscores("cursor:c1", -1, -1).unwrap();
+    assert!(newest[0].1 > 1e12, "milliseconds: {newest:?}");
+}
+
+#[test]
+fn seed_adds_typing_and_noise_keys_when_asked() {
+    let server = RedisServer::start();
+    let (code, stdout, stderr) = seed(
+        &server.url(),
+        None,
+        &["--conversations", "100", "--typing", "--noise", "51"],
+    );
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    let f = fields(&stdout);
+    assert_eq!(f["keys"], "100");
+    assert_eq!(f["typing_keys"], "100");
+    assert_eq!(f["typing_members"], "300");
+    assert_eq!(f["typing_stale"], "0");
+    assert_eq!(f["noise_keys"], "51");
+
+    let mut con = server.con();
+    let dbsize: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(dbsize, 251);
+    let typing: Vec<String> = con.keys("presence:*:typing").unwrap();
+    assert_eq!(typing.len(), 100);
+    for key in &typing {
+        let members: Vec<String> = con.zrange(key, 0, -1).unwrap();
+        let members: BTreeSet<String> = members.into_iter().collect();
+        assert_eq!(
+            members,
+            ["u1", "u2", "u3"].map(String::from).into(),
+            "{key}"
+        );
+    }
+    let cache: Vec<String> = con.keys("cache:*").unwrap();
+    let session: Vec<String> = con.keys("session:*").unwrap();
+    assert_eq!((cache.len(), session.len()), (26, 25));
+    let t: String = redis::cmd("TYPE").arg("cache:1").query(&mut con).unwrap();
+    assert_eq!(t, "string");
+    let t: String = redis::cmd("TYPE").arg("session:2").query(&mut con).unwrap();
+    assert_eq!(t, "hash");
+}
+
+#[test]
+fn writing_tools_refuse_a_redis_elsewhere() {
+    for (url, shown) in [
+        ("redis://10.255.255.1:6379/0", "redis://10.255.255.1:6379/0"),
+        (
+            "redis://u:hunter2@redis.example.com:6379/0",
+            "redis://u:***@redis.example.com:6379/0",
+        ),
+    ] {
+        for command in ["seed", "simulate"] {
+            let started = Instant::now();
+            let (code, stdout, stderr) = run_binary(&["--redis-url", url, command], &[]);
+            assert_eq!(code, 2, "{command} {url}: {stdout} {stderr}");
+            assert!(stdout.is_empty(), "{stdout}");
+            assert!(
+                stderr.contains(&format!("refusing to write synthetic data to {shown}")),
+                "{stderr}"
+            );
+            assert!(!stderr.contains("hunter2"));
+            // Refused before any connection attempt.
+            assert!(started.elapsed() < Duration::from_secs(2));
+        }
+    }
+    // `localhost` is this machine.
+    let server = RedisServer::start();
+    let url = format!("redis://localhost:{}/0", server.port);
+    let (code, stdout, stderr) = seed(&url, None, &["--conversations", "3"]);
+    assert_eq!(code, 0, "{stdout} {stderr}");
+}
+
+/// Everything in the database, to prove a command changed nothing.
+fn digest(con: &mut redis::Connection) -> (u64, String) {
+    let size: u64 = redis::cmd("DBSIZE").query(con).unwrap();
+    let digest: String = redis::cmd("DEBUG").arg("DIGEST").query(con).unwrap();
+    (size, digest)
+}
+
+#[test]
+fn stats_reports_exact_numbers_and_changes_nothing() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "yes"]);
+    // A long typing ttl keeps the seeded typists fresh however slowly the test runs.
+    let config = "[sweeps.typing]\nttl = \"60s\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "c.toml", config);
+    let file = file.to_str().unwrap();
+    let (code, stdout, stderr) = seed(
+        &server.url(),
+        Some(config),
+        &["--conversations", "200", "--typing", "--noise", "30"],
+    );
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let big: Vec<(f64, String)> = (0..60).map(|i| (now - 1.0, format!("b{i}"))).collect();
+    let _: () = con.zadd_multiple("presence:big:online", &big).unwrap();
+    let _: () = con
+        .zadd("presence:solo:online", "ghost", now - 1000.0)
+        .unwrap();
+
+    let before = digest(&mut con);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .unwrap();
+    let (code, stdout, stderr) = run_binary(
+        &[
+            "--redis-url",
+            &server.url(),
+            "--config",
+            file,
+            "stats",
+            "--json",
+            "--top",
+            "3",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout} {stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    let (text_code, text, text_err) = run_binary(
+        &[
+            "--redis-url",
+            &server.url(),
+            "--config",
+            file,
+            "stats",
+            "--sweep",
+            "online",
+        ],
+        &[],
+    );
+    let commands: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(digest(&mut con), before, "stats changed the data");
+
+    // Only reads reached Redis (CONFIG RESETSTAT and INFO are the test's own).
+    let allowed = [
+        "config|resetstat",
+        "scan",
+        "zcard",
+        "zcount",
+        "zrange",
+        "time",
+        "ping",
+        "client|setinfo",
+        "info",
+        "hello",
+    ];
+    for line in commands.lines().filter(|l| l.starts_with("cmdstat_")) {
+        let name = &line["cmdstat_".len()..line.find(':').unwrap()];
+        assert!(allowed.contains(&name), "stats sent {name}: {line}");
+    }
+
+    let sweeps = report["sweeps"].as_array().unwrap();
+    let names: Vec<&str> = sweeps
+        .iter()
+        .map(|s| s["sweep"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["online", "typing"]);
+    assert!(report["redis_time"].as_f64().unwrap() >= now);
+    let online = &sweeps[0];
+    assert_eq!(online["match"], "presence:*:online");
+    assert_eq!(online["ttl_seconds"], 45.0);
+    assert_eq!(online["keys"], 202);
+    assert_eq!(online["members"], 200 * 20 + 60 + 1);
+    assert_eq!(online["stale_members"], 200 * 2 + 1);
+    let age = online["oldest_heartbeat_age_seconds"].as_f64().unwrap();
+    assert!((1000.0..1030.0).contains(&age), "{age}");
+    let buckets: Vec<(serde_json::Value, u64)> = online["members_per_key"]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["le"].clone(), b["keys"].as_u64().unwrap()))
+        .collect();
+    let expected: Vec<(serde_json::Value, u64)> = [
+        (1.into(), 1),
+        (2.into(), 0),
+        (5.into(), 0),
+        (10.into(), 0),
+        (20.into(), 200),
+        (50.into(), 0),
+        (100.into(), 1),
+        (200.into(), 0),
+        (500.into(), 0),
+        (1000.into(), 0),
+        ("+Inf".into(), 0),
+    ]
+    .into();
+    assert_eq!(buckets, expected);
+    assert_eq!(online["members_per_key"]["max"], 60);
+    let top: Vec<(&str, u64)> = online["largest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["conversation_id"].as_str().unwrap(),
+                c["members"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(top, [("big", 60), ("c1", 20), ("c10", 20)]);
+
+    let typing = &sweeps[1];
+    assert_eq!(typing["keys"], 200);
+    assert_eq!(typing["members"], 600);
+    assert_eq!(typing["stale_members"], 0);
+
+    assert_eq!(text_code, 0, "{text} {text_err}");
+    assert!(
+        text.starts_with("online (presence:*:online, ttl 45s)\n"),
+        "{text}"
+    );
+    for expected in [
+        "  keys                        202\n",
+        "  members                    4061\n",
+        "  stale members               401  (",
+        "    11-20                     200  keys\n",
+        "    big                        60  members\n",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in\n{text}");
+    }
+    assert!(!text.contains("typing ("), "only the named sweep: {text}");
+}
+
+#[test]
+fn stats_of_an_unknown_sweep_exits_2() {
+    let (code, _, stderr) = run_binary(
+        &[
+            "--redis-url",
+            "redis://127.0.0.1:1/0",
+            "stats",
+            "--sweep",
+            "nope",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(stderr.contains("unknown sweep `nope`"), "{stderr}");
+}
+
+/// A quick sweep: 2 s window, a pass every 500 ms; the built-in sweeps are off except typing,
+/// quickened too.
+const SIM_TOML: &str = r#"
+[http]
+listen = "127.0.0.1:0"
+
+[sweeps.online]
+enabled = false
+
+[sweeps.typing]
+ttl = "3s"
+schedule = "500ms"
+
+[sweeps.sim]
+match = "simtest:*:online"
+ttl = "2s"
+schedule = "500ms"
+event = "presence.leave"
+"#;
+
+fn simulate(url: &str, args: &[&str]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "c.toml", SIM_TOML);
+    let mut all = vec![
+        "--redis-url",
+        url,
+        "--config",
+        file.to_str().unwrap(),
+        "simulate",
+        "--sweep",
+        "sim",
+        "--conversations",
+        "20",
+        "--users",
+        "5",
+        // Well inside the 2 s window, so a busy test machine cannot make live users look dead.
+        "--heartbeat",
+        "500ms",
+        "--vanish-rate",
+        "1",
+    ];
+    all.extend(args);
+    run_binary(&all, &[])
+}
+
+fn dbsize(con: &mut redis::Connection) -> u64 {
+    redis::cmd("DBSIZE").query(con).unwrap()
+}
+
+#[test]
+fn simulate_against_a_running_sweeper_is_clean() {
+    let server = RedisServer::start();
+    let daemon = Binary::spawn(
+        SIM_TOML,
+        &["run"],
+        &[("PRESENCE_SWEEPER__REDIS__URL", &server.url())],
+    );
+    daemon.wait_for_log("pass finished sweep=sim", 1, Duration::from_secs(10));
+
+    let (code, stdout, stderr) =
+        simulate(&server.url(), &["--duration", "8s", "--typing", "--json"]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}\n{}", daemon.log());
+    let r: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(r["ok"], true, "{r:#}");
+    assert_eq!(r["interrupted"], false);
+    assert_eq!(r["grace_seconds"], 3.0);
+    // 100 users, a share of 1 per minute, for 8 s: about 13 vanish.
+    let vanished = r["users_vanished"].as_u64().unwrap();
+    assert!((8..=16).contains(&vanished), "{r:#}");
+    assert_eq!(r["evictions"], vanished, "every zombie announced: {r:#}");
+    assert_eq!(r["false_evictions"], 0);
+    assert_eq!(r["duplicate_events"], 0);
+    assert_eq!(r["missed_zombies"], 0);
+    assert_eq!(r["pending_zombies"], 0);
+    assert_eq!(r["unexpected_events"], 0);
+    assert!(r["heartbeats"].as_u64().unwrap() > 1000, "{r:#}");
+    let lag = &r["eviction_lag_seconds"];
+    // Evicted by the first pass after the window closed: within a schedule, plus pass time.
+    assert!(lag["p50"].as_f64().unwrap() >= 0.0, "{r:#}");
+    assert!(lag["max"].as_f64().unwrap() < 1.5, "{r:#}");
+    let typing = &r["typing"];
+    assert_eq!(typing["false_stops"], 0, "{r:#}");
+    assert_eq!(typing["duplicate_stops"], 0);
+    assert_eq!(typing["missed_stops"], 0);
+    assert_eq!(typing["stops"], typing["bursts"]);
+
+    // It deleted what it wrote.
+    assert_eq!(dbsize(&mut server.con()), 0);
+}
+
+#[test]
+fn simulate_without_a_sweeper_reports_missed_zombies() {
+    let server = RedisServer::start();
+    let (code, stdout, stderr) = simulate(&server.url(), &["--duration", "3s"]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    let line = |name: &str| -> u64 {
+        let l = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name:?} in {stdout}"));
+        l.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let vanished = line("users vanished");
+    assert!(vanished >= 2, "{stdout}");
+    assert_eq!(line("missed zombies"), vanished, "{stdout}");
+    assert_eq!(line("evictions observed"), 0);
+    assert_eq!(line("false evictions"), 0);
+    assert!(stdout.contains("  result               FAILED"), "{stdout}");
+    assert_eq!(dbsize(&mut server.con()), 0);
+}
+
+#[test]
+fn simulate_stops_on_ctrl_c_and_cleans_up() {
+    let server = RedisServer::start();
+    let mut sim = Binary::spawn(
+        SIM_TOML,
+        &[
+            "simulate",
+            "--sweep",
+            "sim",
+            "--conversations",
+            "30",
+            "--users",
+            "4",
+            "--heartbeat",
+            "500ms",
+            "--duration",
+            "1m",
+        ],
+        &[("PRESENCE_SWEEPER__REDIS__URL", &server.url())],
+    );
+    sim.wait_for_log("simulation started", 1, Duration::from_secs(10));
+    let mut con = server.con();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dbsize(&mut con) < 30 {
+        assert!(Instant::now() < deadline, "no heartbeats: {}", sim.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sim.signal("INT");
+    let status = sim
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits after Ctrl-C");
+    assert!(matches!(status.code(), Some(0 | 1)), "{status:?}");
+    sim.wait_for_log("(interrupted)", 1, Duration::from_secs(5));
+    assert_eq!(dbsize(&mut con), 0, "keys left behind");
+}
