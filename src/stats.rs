@@ -149,12 +149,14 @@ async fn sweep_stats(
         sweep.pattern.glob().to_owned(),
         scan_count
     ));
-    while let Some(keys) = pages.next().await {
-        let keys = keys?;
+    while let Some(page) = pages.next().await {
+        let page = page?;
+        let keys = page.keys;
         if keys.is_empty() {
             continue;
         }
-        let cutoff = format!("({:?}", unit.from_seconds(now() - ttl));
+        // Staleness on Redis's clock as of this page (read with the SCAN).
+        let cutoff = format!("({:?}", unit.from_seconds(page.time - ttl));
         let mut pipe = redis::pipe();
         for key in &keys {
             pipe.cmd("ZCARD").arg(key);
