@@ -62,6 +62,9 @@ pub struct RedisConfig {
 pub struct ScanConfig {
     /// `scan.count`: the COUNT hint of each SCAN call.
     pub count: u32,
+    /// `scan.max_keys_per_second`: cap on the keys a pass discovers per second (0 = no cap),
+    /// to keep the sweeper gentle on a busy Redis.
+    pub max_keys_per_second: u32,
 }
 
 /// `[evict]`: bounds on the eviction script calls.
@@ -353,6 +356,7 @@ impl Config {
         let mut scan = root.table("scan")?;
         let scan_cfg = ScanConfig {
             count: scan.integer("count", 1, 1_000_000)? as u32,
+            max_keys_per_second: scan.integer("max_keys_per_second", 0, 100_000_000)? as u32,
         };
         scan.finish()?;
 
@@ -459,7 +463,11 @@ impl Config {
             d(r.connect_timeout),
             d(r.command_timeout)
         );
-        let _ = writeln!(out, "[scan]\ncount = {}\n", self.scan.count);
+        let _ = writeln!(
+            out,
+            "[scan]\ncount = {}\nmax_keys_per_second = {}\n",
+            self.scan.count, self.scan.max_keys_per_second
+        );
         let e = &self.evict;
         let _ = writeln!(
             out,

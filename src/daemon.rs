@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::config::{Config, ConfigError, EvictConfig, SweepConfig, redact_url};
+use crate::config::{Config, ConfigError, EvictConfig, ScanConfig, SweepConfig, redact_url};
 use crate::health::{Health, SweepHealth};
 use crate::http;
 use crate::metrics::{Metrics, SweepMetrics};
@@ -80,7 +80,7 @@ struct RunningSweep {
 #[derive(Clone, PartialEq)]
 struct Settings {
     sweep: SweepConfig,
-    scan_count: u32,
+    scan: ScanConfig,
     evict: EvictConfig,
 }
 
@@ -90,7 +90,7 @@ impl Settings {
             .enabled_sweeps()
             .map(|s| Self {
                 sweep: s.clone(),
-                scan_count: config.scan.count,
+                scan: config.scan.clone(),
                 evict: config.evict.clone(),
             })
             .collect()
@@ -304,7 +304,7 @@ impl Sweeps {
             metrics: shared.metrics.sweep(sweep),
             health: shared.health.sweep(&sweep.name),
         };
-        let sweeper = Sweeper::with_settings(sweep, settings.scan_count, &settings.evict);
+        let sweeper = Sweeper::with_settings(sweep, &settings.scan, &settings.evict);
         let loop_ = run_sweep(
             sweeper,
             shared.clone(),

@@ -21,7 +21,7 @@ use redis::aio::ConnectionLike;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::config::{Config, EvictConfig, SweepConfig};
+use crate::config::{Config, EvictConfig, ScanConfig, SweepConfig};
 use crate::discover;
 use crate::events::{Event, EventEncoder};
 use crate::evict::{self, Clock, Cutoff, EvictScript, KeyCheck, KeyReply, Params, Target};
@@ -119,23 +119,23 @@ pub struct Sweeper {
     sweep: SweepConfig,
     encoder: EventEncoder,
     script: EvictScript,
-    scan_count: u32,
+    scan: ScanConfig,
     evict: EvictConfig,
 }
 
 impl Sweeper {
     /// A sweeper for `sweep` with the scan and evict settings of `config`.
     pub fn new(sweep: &SweepConfig, config: &Config) -> Self {
-        Self::with_settings(sweep, config.scan.count, &config.evict)
+        Self::with_settings(sweep, &config.scan, &config.evict)
     }
 
     /// A sweeper for `sweep` with explicit scan and evict settings.
-    pub fn with_settings(sweep: &SweepConfig, scan_count: u32, evict: &EvictConfig) -> Self {
+    pub fn with_settings(sweep: &SweepConfig, scan: &ScanConfig, evict: &EvictConfig) -> Self {
         Self {
             encoder: EventEncoder::new(&sweep.event, &sweep.name),
             sweep: sweep.clone(),
             script: EvictScript::new(),
-            scan_count,
+            scan: scan.clone(),
             evict: evict.clone(),
         }
     }
@@ -161,7 +161,7 @@ impl Sweeper {
         let mut pages = pin!(discover::pages(
             con.clone(),
             self.sweep.pattern.glob().to_owned(),
-            self.scan_count
+            self.scan.count
         ));
         // Keys waiting for a batch, each with the Redis time of the page it came in.
         let mut queue: VecDeque<(Vec<u8>, f64)> = VecDeque::new();
@@ -170,6 +170,8 @@ impl Sweeper {
         let mut failure: Option<Error> = None;
         let mut scan_done = false;
         let mut stopping = false;
+        // With `scan.max_keys_per_second`, the next SCAN waits until the pass is back on pace.
+        let mut next_page_at: Option<tokio::time::Instant> = None;
 
         loop {
             while !stopping
@@ -194,7 +196,8 @@ impl Sweeper {
             }
             // Keep at most a few batches of keys waiting: memory stays flat however many
             // keys match.
-            let want_page = !stopping && !scan_done && queue.len() < batch_size * depth;
+            let paced = next_page_at.is_some_and(|t| t > tokio::time::Instant::now());
+            let want_page = !stopping && !scan_done && !paced && queue.len() < batch_size * depth;
             tokio::select! {
                 Some((counts, error)) = in_flight.next(), if !in_flight.is_empty() => {
                     report.add(&counts);
@@ -208,6 +211,14 @@ impl Sweeper {
                         observer.progress();
                         report.keys_scanned += page.keys.len() as u64;
                         queue.extend(page.keys.into_iter().map(|k| (k, page.time)));
+                        if self.scan.max_keys_per_second > 0 {
+                            let due = report.keys_scanned as f64
+                                / f64::from(self.scan.max_keys_per_second);
+                            next_page_at = Some(
+                                tokio::time::Instant::from_std(started)
+                                    + Duration::from_secs_f64(due),
+                            );
+                        }
                     }
                     Some(Err(e)) => {
                         stopping = true;
@@ -215,6 +226,8 @@ impl Sweeper {
                     }
                     None => scan_done = true,
                 },
+                () = tokio::time::sleep_until(next_page_at.unwrap_or_else(tokio::time::Instant::now)),
+                    if paced && !stopping && !scan_done => {}
                 () = cancel.cancelled(), if !stopping => stopping = true,
             }
         }

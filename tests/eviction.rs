@@ -569,3 +569,25 @@ async fn racing_heartbeats(evict: &str) {
         }
     }
 }
+
+#[tokio::test]
+async fn max_keys_per_second_paces_discovery() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let mut pipe = redis::pipe();
+    for c in 0..3000 {
+        pipe.zadd(format!("presence:c{c}:online"), "u", now)
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).unwrap();
+    let toml = format!("{ONLY_ONLINE}[scan]\ncount = 100\nmax_keys_per_second = 2000\n");
+    let report = pass(&server, &toml, "online", PassOptions::default()).await;
+    assert_eq!(report.keys, 3000);
+    // 3000 keys at 2000 a second: everything but the last page waits its turn.
+    assert!(
+        report.duration >= Duration::from_millis(1200),
+        "{:?}",
+        report.duration
+    );
+}
