@@ -78,8 +78,8 @@ pub enum Command {
         /// Conversations, one key each.
         #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
         conversations: u64,
-        /// Members per key.
-        #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        /// Members per key (a key of more than 20,000 members is written in one script call).
+        #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
         members: u32,
         /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
         #[arg(long, value_name = "F", default_value_t = 0.1, value_parser = fraction)]
@@ -91,7 +91,7 @@ pub enum Command {
         /// the same stale share).
         #[arg(long)]
         typing: bool,
-        /// Also write N unrelated keys (`cache:{n}` strings, `session:{n}` hashes), as a shared
+        /// Also write N unrelated keys (`cache:<n>` strings, `session:<n>` hashes), as a shared
         /// Redis has.
         #[arg(long, value_name = "N", default_value_t = 0)]
         noise: u64,

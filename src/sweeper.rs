@@ -24,7 +24,7 @@ use crate::Error;
 use crate::config::{Config, EvictConfig, ScanConfig, SweepConfig};
 use crate::discover;
 use crate::events::{Event, EventEncoder};
-use crate::evict::{self, Clock, Cutoff, EvictScript, KeyCheck, KeyReply, Params, Target};
+use crate::evict::{self, Clock, Cutoff, EvictScript, KeyReply, Params};
 use crate::store::Store;
 
 /// How a pass runs.
@@ -255,7 +255,7 @@ impl Sweeper {
         observer: &dyn PassObserver,
     ) -> (BatchCounts, Option<Error>)
     where
-        C: ConnectionLike + Send,
+        C: ConnectionLike + Clone + Send,
     {
         let mut counts = BatchCounts::default();
         let result = self
@@ -274,7 +274,7 @@ impl Sweeper {
         counts: &mut BatchCounts,
     ) -> Result<(), Error>
     where
-        C: ConnectionLike + Send,
+        C: ConnectionLike + Clone + Send,
     {
         let fixed_now = match opts.clock {
             Clock::Fixed(t) => Some(t),
@@ -285,86 +285,146 @@ impl Sweeper {
             self.sweep.ttl,
             self.sweep.score_unit,
         );
-        let checks = evict::precheck(con, &keys, &cutoff).await?;
+        let stale_counts = evict::count_stale(con, &keys, &cutoff).await?;
         observer.progress();
+        if opts.dry_run {
+            return self
+                .dry_run(con, &keys, stale_counts, observer, counts)
+                .await;
+        }
         let budget = self.evict.max_members_per_call as u64;
+        let mut clean: Vec<&[u8]> = Vec::new();
         // Transactions of at most `budget` zombies each; keys with more go to the script.
-        let mut transactions: Vec<Vec<Target<'_>>> = Vec::new();
+        let mut transactions: Vec<Vec<&[u8]>> = Vec::new();
         let mut in_last = 0;
         let mut big = Vec::new();
-        for (key, check) in keys.iter().zip(checks) {
-            let KeyCheck::Set { card, stale } = check else {
-                continue;
-            };
-            if stale == 0 || opts.dry_run {
-                counts.keys += 1;
-                counts.evicted += stale;
-                counts.members += card - stale.min(card);
-                observer.key_swept(card - stale.min(card));
-            } else if stale > budget {
-                big.push(key.clone());
-            } else {
-                if transactions.is_empty() || in_last + stale > budget {
-                    transactions.push(Vec::new());
-                    in_last = 0;
+        for (key, stale) in keys.iter().zip(stale_counts) {
+            match stale {
+                None => {}
+                Some(0) => clean.push(key),
+                Some(stale) if stale > budget => big.push(key.clone()),
+                Some(stale) => {
+                    if transactions.is_empty() || in_last + stale > budget {
+                        transactions.push(Vec::new());
+                        in_last = 0;
+                    }
+                    in_last += stale;
+                    transactions.last_mut().expect("pushed above").push(key);
                 }
-                in_last += stale;
-                transactions
-                    .last_mut()
-                    .expect("pushed above")
-                    .push(Target { key, card });
             }
         }
-        for targets in &transactions {
-            let (now, results) = evict::evict(con, targets, &cutoff, fixed_now).await?;
-            observer.progress();
-            let mut events = redis::pipe();
-            let mut uncounted = Vec::new();
-            for (target, evicted) in targets.iter().zip(results) {
-                let Some(evicted) = evicted else {
-                    continue;
-                };
-                match evicted.card {
-                    Some(card) => self.account(
-                        target.key,
-                        &evicted.removed,
-                        &evicted.roster,
-                        card,
-                        now,
-                        &mut events,
-                        counts,
-                        observer,
-                    ),
-                    None => uncounted.push((target.key, evicted)),
-                }
+        let mut transactions = transactions.into_iter();
+        // The clean keys' sizes and the first transaction go out together: one round trip.
+        let first = transactions.next();
+        let mut card_con = con.clone();
+        let (cards, evicted) = tokio::join!(evict::cardinalities(&mut card_con, &clean), async {
+            match &first {
+                Some(keys) => Some(evict::evict(con, keys, &cutoff, fixed_now).await),
+                None => None,
             }
-            if !uncounted.is_empty() {
-                // Members joined between the precheck and the transaction and filled the roster:
-                // count them now.
-                let mut pipe = redis::pipe();
-                for (key, _) in &uncounted {
-                    pipe.cmd("ZCARD").arg(*key);
-                }
-                let cards: Vec<u64> = pipe.query_async(con).await?;
-                for ((key, evicted), card) in uncounted.into_iter().zip(cards) {
-                    self.account(
-                        key,
-                        &evicted.removed,
-                        &evicted.roster,
-                        card,
-                        now,
-                        &mut events,
-                        counts,
-                        observer,
-                    );
-                }
-            }
-            self.publish(con, events, counts).await?;
+        });
+        for card in cards?.into_iter().flatten().filter(|&c| c > 0) {
+            counts.keys += 1;
+            counts.members += card;
+            observer.key_swept(card);
+        }
+        if let (Some(keys), Some(evicted)) = (first, evicted) {
+            self.finish_transaction(con, &keys, evicted?, observer, counts)
+                .await?;
+        }
+        for keys in transactions {
+            let evicted = evict::evict(con, &keys, &cutoff, fixed_now).await?;
+            self.finish_transaction(con, &keys, evicted, observer, counts)
+                .await?;
         }
         if !big.is_empty() {
             self.sweep_big(con, big, opts, observer, counts).await?;
         }
         Ok(())
+    }
+
+    /// Counts what a dry run would evict: the zombies per key and what would be left.
+    async fn dry_run<C>(
+        &self,
+        con: &mut C,
+        keys: &[Vec<u8>],
+        stale_counts: Vec<Option<u64>>,
+        observer: &dyn PassObserver,
+        counts: &mut BatchCounts,
+    ) -> Result<(), Error>
+    where
+        C: ConnectionLike + Send,
+    {
+        let (sets, stale): (Vec<&[u8]>, Vec<u64>) = keys
+            .iter()
+            .zip(stale_counts)
+            .filter_map(|(key, stale)| Some((key.as_slice(), stale?)))
+            .unzip();
+        let cards = evict::cardinalities(con, &sets).await?;
+        for (card, stale) in cards.into_iter().zip(stale) {
+            let Some(card) = card.filter(|&c| c > 0) else {
+                continue;
+            };
+            let left = card.saturating_sub(stale);
+            counts.keys += 1;
+            counts.evicted += stale;
+            counts.members += left;
+            observer.key_swept(left);
+        }
+        Ok(())
+    }
+
+    /// Counts and announces what one transaction removed.
+    async fn finish_transaction<C>(
+        &self,
+        con: &mut C,
+        keys: &[&[u8]],
+        (now, results): (f64, Vec<Option<evict::Evicted>>),
+        observer: &dyn PassObserver,
+        counts: &mut BatchCounts,
+    ) -> Result<(), Error>
+    where
+        C: ConnectionLike + Send,
+    {
+        observer.progress();
+        let mut events = redis::pipe();
+        let mut uncounted = Vec::new();
+        for (key, evicted) in keys.iter().zip(results) {
+            let Some(evicted) = evicted else {
+                continue;
+            };
+            match evicted.card {
+                Some(card) => self.account(
+                    key,
+                    &evicted.removed,
+                    &evicted.roster,
+                    card,
+                    now,
+                    &mut events,
+                    counts,
+                    observer,
+                ),
+                None => uncounted.push((*key, evicted)),
+            }
+        }
+        if !uncounted.is_empty() {
+            // Full rosters: the sets may be bigger, so count them (just after the eviction).
+            let keys: Vec<&[u8]> = uncounted.iter().map(|(k, _)| *k).collect();
+            let cards = evict::cardinalities(con, &keys).await?;
+            for ((key, evicted), card) in uncounted.into_iter().zip(cards) {
+                self.account(
+                    key,
+                    &evicted.removed,
+                    &evicted.roster,
+                    card.unwrap_or(evicted.roster.len() as u64),
+                    now,
+                    &mut events,
+                    counts,
+                    observer,
+                );
+            }
+        }
+        self.publish(con, events, counts).await
     }
 
     /// Keys holding more zombies than one call may remove: the bounded script, called again for

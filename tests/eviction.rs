@@ -591,3 +591,28 @@ async fn max_keys_per_second_paces_discovery() {
         report.duration
     );
 }
+
+#[tokio::test]
+async fn a_big_room_lists_100_members_and_counts_them_all() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let mut cmd = redis::cmd("ZADD");
+    cmd.arg("presence:big-room:online");
+    for u in 0..150 {
+        cmd.arg(now - u as f64 * 0.01).arg(format!("live{u:03}"));
+    }
+    cmd.arg(now - 100.0).arg("zombie");
+    let _: () = cmd.query(&mut con).unwrap();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    assert_eq!((report.evicted, report.members), (1, 150));
+    let got = sub.wait_for(1, Duration::from_secs(5)).await;
+    let ev = got[0].json();
+    assert_eq!(ev["online_count"], 150);
+    let roster = ev["online"].as_array().unwrap();
+    assert_eq!(roster.len(), 100);
+    // Most recently seen first.
+    assert_eq!(roster[0], "live000");
+    assert_eq!(roster[99], "live099");
+}

@@ -2,8 +2,8 @@
 //!
 //! A page of keys goes through three steps, cheapest first, because Redis's single thread is the
 //! limit of any sweep:
-//! - [`precheck`]: a pipeline of `ZCARD` and `ZCOUNT -inf (cutoff` per key. Most keys are clean;
-//!   for them this is all the work there is.
+//! - [`precheck`]: `ZCOUNT -inf (cutoff` for every key, then `ZCARD` for the clean ones. Most
+//!   keys are clean; for them this is all the work there is.
 //! - [`transaction`]: keys with a few zombies are evicted in one `MULTI`/`EXEC` per batch: read the
 //!   stale range with scores, remove that same range, read the roster. Nothing can interleave
 //!   inside the transaction, so what is read is exactly what is removed. Native commands cost
@@ -26,9 +26,9 @@ use redis::Value;
 
 use crate::config::ScoreUnit;
 
-pub use precheck::{KeyCheck, precheck};
+pub use precheck::{cardinalities, count_stale};
 pub use script::{EvictScript, KeyReply, Params, Reply, ReplyError, Swept};
-pub use transaction::{Evicted, Target, evict};
+pub use transaction::{Evicted, evict};
 
 /// Most remaining members an event lists; the full count goes beside it.
 pub const ROSTER_LIMIT: usize = 100;

@@ -1,64 +1,67 @@
-//! The precheck: how many members each key holds and how many of them are stale, in one
-//! pipeline of native commands. It changes nothing.
+//! The precheck: which keys hold zombies, and how big the clean ones are, with pipelines of
+//! native commands. It changes nothing.
+//!
+//! It runs in two steps so that each key costs Redis one cheap command besides its eviction:
+//! `ZCOUNT -inf (cutoff` for every key, then `ZCARD` only for the clean ones (the metrics need
+//! their size; a key with zombies learns its size from its eviction).
 
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Cutoff, int};
+use super::{Cutoff, ReplyError, int};
 use crate::Error;
 
-/// What the precheck found for one key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyCheck {
-    /// A sorted set with `card` members, `stale` of them below the cutoff.
-    Set {
-        /// Members.
-        card: u64,
-        /// Members below the cutoff.
-        stale: u64,
-    },
-    /// Gone since SCAN saw it (expired or deleted).
-    Gone,
-    /// No longer a sorted set; it is left alone.
-    WrongType,
-}
-
-/// Checks `keys` against `cutoff`: `ZCARD` and `ZCOUNT -inf (cutoff` per key, pipelined.
-pub async fn precheck<C>(
+/// Members below `cutoff` in each key: `Some(0)` for a clean (or vanished) key, `None` for a key
+/// that is no longer a sorted set.
+pub async fn count_stale<C>(
     con: &mut C,
     keys: &[Vec<u8>],
     cutoff: &Cutoff,
-) -> Result<Vec<KeyCheck>, Error>
+) -> Result<Vec<Option<u64>>, Error>
 where
     C: ConnectionLike + Send,
 {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for key in keys {
-        pipe.cmd("ZCARD").arg(key.as_slice());
         pipe.cmd("ZCOUNT")
             .arg(key.as_slice())
             .arg("-inf")
             .arg(cutoff.below.as_str());
     }
+    counts(con, pipe, keys.len()).await
+}
+
+/// Members in each key: `Some(0)` for a vanished key, `None` for one that is no longer a sorted
+/// set.
+pub async fn cardinalities<C>(con: &mut C, keys: &[&[u8]]) -> Result<Vec<Option<u64>>, Error>
+where
+    C: ConnectionLike + Send,
+{
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for key in keys {
+        pipe.cmd("ZCARD").arg(*key);
+    }
+    counts(con, pipe, keys.len()).await
+}
+
+async fn counts<C>(con: &mut C, pipe: redis::Pipeline, n: usize) -> Result<Vec<Option<u64>>, Error>
+where
+    C: ConnectionLike + Send,
+{
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     let replies: Vec<Value> = pipe.query_async(con).await?;
-    if replies.len() != keys.len() * 2 {
-        return Err(super::ReplyError::new(format!(
-            "{} precheck replies for {} keys",
-            replies.len(),
-            keys.len()
-        ))
-        .into());
+    if replies.len() != n {
+        return Err(ReplyError::new(format!("{} replies for {n} keys", replies.len())).into());
     }
     Ok(replies
-        .chunks_exact(2)
-        .map(|pair| match (&pair[0], &pair[1]) {
-            (Value::ServerError(_), _) | (_, Value::ServerError(_)) => KeyCheck::WrongType,
-            (card, stale) => match (int(card), int(stale)) {
-                (Some(0), _) => KeyCheck::Gone,
-                (Some(card), Some(stale)) => KeyCheck::Set { card, stale },
-                _ => KeyCheck::WrongType,
-            },
+        .iter()
+        .map(|v| match v {
+            Value::ServerError(_) => None,
+            v => int(v),
         })
         .collect())
 }

@@ -2,7 +2,8 @@
 //!
 //! Per key, inside the transaction: `ZRANGE key -inf (cutoff BYSCORE WITHSCORES` (the zombies and
 //! their last heartbeats), `ZREMRANGEBYSCORE key -inf (cutoff` (exactly those, since nothing runs
-//! in between), and `ZRANGE key 0 99 REV` (the roster). `TIME` first gives the eviction instant.
+//! in between), and `ZRANGE key 0 99 REV` (the roster, which also gives the count when it holds
+//! fewer than 100). `TIME` first gives the eviction instant.
 //! The range is not LIMITed: only keys whose precheck counted at most `evict.max_members_per_call`
 //! zombies come here; bigger ones go to the bounded script.
 
@@ -20,26 +21,17 @@ pub struct Evicted {
     pub removed: Vec<(Vec<u8>, f64)>,
     /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first.
     pub roster: Vec<Vec<u8>>,
-    /// Members left in the set; `None` only if the roster filled up although the precheck saw
-    /// a small set (members joined in between), so the caller must count them with `ZCARD`.
+    /// Members left in the set; `None` if the roster is full, so it may not be the whole set and
+    /// the caller must count the members with `ZCARD`.
     pub card: Option<u64>,
 }
 
-/// A key to evict, with the cardinality the precheck saw (to know whether the roster can be
-/// truncated, which then needs a `ZCARD`).
-pub struct Target<'k> {
-    /// The key.
-    pub key: &'k [u8],
-    /// Members the precheck counted.
-    pub card: u64,
-}
-
-/// Evicts the zombies of `targets` in one transaction. Returns the eviction instant (Unix
-/// seconds, from `TIME` inside the transaction unless `fixed_now` is given) and, per target,
-/// what was removed, or `None` if the key changed type meanwhile.
+/// Evicts the zombies of `keys` in one transaction. Returns the eviction instant (Unix seconds,
+/// from `TIME` inside the transaction unless `fixed_now` is given) and, per key, what was
+/// removed, or `None` if the key changed type meanwhile.
 pub async fn evict<C>(
     con: &mut C,
-    targets: &[Target<'_>],
+    keys: &[&[u8]],
     cutoff: &Cutoff,
     fixed_now: Option<f64>,
 ) -> Result<(f64, Vec<Option<Evicted>>), Error>
@@ -49,29 +41,22 @@ where
     let mut pipe = redis::pipe();
     pipe.atomic().ignore_errors();
     pipe.cmd("TIME");
-    let mut with_card = Vec::with_capacity(targets.len());
-    for t in targets {
+    for key in keys {
         pipe.cmd("ZRANGE")
-            .arg(t.key)
+            .arg(*key)
             .arg("-inf")
             .arg(cutoff.below.as_str())
             .arg("BYSCORE")
             .arg("WITHSCORES");
         pipe.cmd("ZREMRANGEBYSCORE")
-            .arg(t.key)
+            .arg(*key)
             .arg("-inf")
             .arg(cutoff.below.as_str());
         pipe.cmd("ZRANGE")
-            .arg(t.key)
+            .arg(*key)
             .arg(0)
             .arg(ROSTER_LIMIT - 1)
             .arg("REV");
-        // A roster of fewer than ROSTER_LIMIT members is the whole set: its length is the count.
-        let card = t.card as usize >= ROSTER_LIMIT;
-        if card {
-            pipe.cmd("ZCARD").arg(t.key);
-        }
-        with_card.push(card);
     }
     let replies: Vec<Value> = pipe.query_async(con).await?;
     let mut replies = replies.into_iter();
@@ -82,25 +67,19 @@ where
         Some(now) => now,
         None => parse_time(&time).ok_or_else(|| ReplyError::new("TIME is not a time"))?,
     };
-    let mut out = Vec::with_capacity(targets.len());
-    for card_asked in with_card {
+    let mut out = Vec::with_capacity(keys.len());
+    for _ in keys {
         let (Some(range), Some(removed), Some(roster)) =
             (replies.next(), replies.next(), replies.next())
         else {
             return Err(ReplyError::new("short transaction reply").into());
         };
-        let card_reply = if card_asked { replies.next() } else { None };
-        out.push(parse_key(range, removed, roster, card_reply)?);
+        out.push(parse_key(range, removed, roster)?);
     }
     Ok((now, out))
 }
 
-fn parse_key(
-    range: Value,
-    removed_count: Value,
-    roster: Value,
-    card: Option<Value>,
-) -> Result<Option<Evicted>, Error> {
+fn parse_key(range: Value, removed_count: Value, roster: Value) -> Result<Option<Evicted>, Error> {
     if [&range, &removed_count, &roster]
         .iter()
         .any(|v| matches!(v, Value::ServerError(_)))
@@ -132,11 +111,8 @@ fn parse_key(
         .into_iter()
         .map(|m| bytes(m).ok_or_else(|| err("roster member is not a string")))
         .collect::<Result<Vec<_>, _>>()?;
-    let card = match card {
-        Some(v) => Some(int(&v).ok_or_else(|| err("ZCARD is not an integer"))?),
-        None if roster.len() < ROSTER_LIMIT => Some(roster.len() as u64),
-        None => None,
-    };
+    // A roster shorter than the limit is the whole set: its length is the count.
+    let card = (roster.len() < ROSTER_LIMIT).then_some(roster.len() as u64);
     Ok(Some(Evicted {
         removed,
         roster,

@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark of presence-sweeper against its own redis-server on 127.0.0.1.
+
+In one run, on this machine:
+  1. seeds KEYS conversations x MEMBERS members, STALE of them stale in every key, and runs one
+     full `sweep` (the evicting pass), then another over the same keys (the clean pass);
+  2. repeats the clean pass with `scan.max_keys_per_second` to show the gentleness control;
+  3. sweeps one key of BIG_KEY members (10% stale) and checks SLOWLOG for any command over 10 ms;
+  4. runs ../shared/bench/seed_sweeper.py (the baseline) and presence-sweeper on the same
+     BASELINE_KEYS-key keyspace, for the ratio;
+  5. with --simulate, runs `presence-sweeper run` (online ttl 45 s, schedule 5 s) under
+     `presence-sweeper simulate` with 10,000 conversations x 20 users, for eviction lag.
+
+For every pass it reports keys/s, members evicted/s, the sweeper's CPU seconds and peak RSS
+(wait4 rusage of that process), Redis's CPU seconds for the pass (INFO cpu deltas of the main
+thread) and Redis CPU per key, and checks the targets of issue #6. Redis CPU is the physical
+limit of a sweep: Redis runs every command on one thread.
+
+usage: python3 benches/bench.py [--keys N] [--members M] [--stale F] [--big-key N]
+                                [--baseline-keys N] [--simulate] [--skip-build] [--json FILE]
+needs: redis-server on PATH; cargo; python3 with venv + pip for the baseline (redis-py is
+installed into a private virtualenv under ~/.cache on first use).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "presence-sweeper")
+BASELINE = os.path.join(os.path.dirname(ROOT), "shared", "bench", "seed_sweeper.py")
+
+# The bench sweep: ttl 1 h so that seeding a million keys (tens of seconds) does not age the
+# "fresh" members into zombies before the pass; what a pass costs does not depend on the ttl.
+BENCH_CONFIG = """
+[http]
+listen = "127.0.0.1:0"
+[log]
+level = "warn"
+[sweeps.typing]
+enabled = false
+[sweeps.online]
+ttl = "1h"
+"""
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Redis:
+    """A redis-server of our own, on a free port, killed at exit."""
+
+    def __init__(self, workdir):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", workdir, "--logfile", os.path.join(workdir, "redis.log"),
+             "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "4096"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            if self.cli("PING", check=False) == "PONG":
+                return
+            time.sleep(0.05)
+        raise SystemExit("redis-server did not start")
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def cli(self, *args, check=True):
+        p = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True)
+        if check and p.returncode != 0:
+            raise SystemExit(f"redis-cli {args}: {p.stderr}")
+        return p.stdout.strip()
+
+    def cpu(self):
+        info = dict(l.split(":", 1) for l in self.cli("INFO", "cpu").splitlines() if ":" in l)
+        return float(info["used_cpu_sys_main_thread"]) + float(info["used_cpu_user_main_thread"])
+
+    def slowlog(self):
+        """(count, max microseconds) of the SLOWLOG entries, then resets it."""
+        out = self.cli("SLOWLOG", "GET", "4096")
+        self.cli("SLOWLOG", "RESET")
+        # redis-cli prints each entry as: id, timestamp, duration (us), args...; take durations.
+        lines = out.splitlines()
+        durations = []
+        i = 0
+        while i + 2 < len(lines):
+            try:
+                int(lines[i]); int(lines[i + 1]); durations.append(int(lines[i + 2]))
+            except ValueError:
+                i += 1
+                continue
+            i += 3
+            while i < len(lines) and not lines[i].lstrip("-").isdigit():
+                i += 1
+        return len(durations), max(durations, default=0)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def run(redis, args, env=None):
+    """Runs a command and measures it: (stdout, wall, own CPU, peak RSS in MB, Redis CPU)."""
+    cpu0 = redis.cpu()
+    t0 = time.perf_counter()
+    out_file = tempfile.TemporaryFile()
+    err_file = tempfile.TemporaryFile()
+    proc = subprocess.Popen(args, stdout=out_file, stderr=err_file, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    redis_cpu = redis.cpu() - cpu0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out_file.seek(0)
+    err_file.seek(0)
+    out = out_file.read().decode()
+    err = err_file.read().decode()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} exited {proc.returncode}:\n{out}\n{err}")
+    return out, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, redis_cpu
+
+
+def sweeper(config, redis, *args):
+    return [BIN, "--config", config, "--redis-url", redis.url, *args]
+
+
+def parse_summary(line):
+    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    return {k: float(v) for k, v in fields.items()}
+
+
+def measure_pass(label, config, redis, keys_expected=None):
+    out, wall, own_cpu, rss, redis_cpu = run(redis, sweeper(config, redis, "sweep", "--sweep", "online"))
+    s = parse_summary(out.strip().splitlines()[-1])
+    keys = s["keys"]
+    if keys_expected is not None and int(keys) != keys_expected:
+        raise SystemExit(f"{label}: swept {keys} keys, expected {keys_expected}")
+    slow_count, slow_max = redis.slowlog()
+    row = {
+        "pass": label, "keys": int(keys), "evicted": int(s["evicted"]),
+        "events": int(s["events_published"]), "wall_s": wall,
+        "keys_per_s": keys / wall, "evicted_per_s": s["evicted"] / wall,
+        "sweeper_cpu_s": own_cpu, "sweeper_rss_mb": rss, "redis_cpu_s": redis_cpu,
+        "redis_us_per_key": redis_cpu / keys * 1e6 if keys else 0.0,
+        "wall_over_redis": wall / redis_cpu if redis_cpu else 0.0,
+        "sweeper_over_redis": own_cpu / redis_cpu if redis_cpu else 0.0,
+        "slowlog_over_10ms": slow_count, "slowlog_max_us": slow_max,
+    }
+    print(f"  {label}: {row['keys']} keys, {row['evicted']} evicted in {wall:.2f} s "
+          f"({row['keys_per_s']:,.0f} keys/s); Redis {redis_cpu:.2f} s CPU "
+          f"({row['redis_us_per_key']:.2f} us/key); sweeper {own_cpu:.2f} s CPU, {rss:.1f} MB; "
+          f"SLOWLOG >10ms: {slow_count}", flush=True)
+    return row
+
+
+def seed(config, redis, conversations, members, stale):
+    out, wall, *_ = run(redis, sweeper(config, redis, "seed", "--conversations", str(conversations),
+                                       "--members", str(members), "--stale-fraction", str(stale)))
+    print(f"  seeded: {out.strip()} ({wall:.1f} s)", flush=True)
+    redis.slowlog()  # seeding is not the sweeper's doing
+
+
+def baseline_python():
+    """A python with redis-py, in a private virtualenv (created on first use)."""
+    venv = os.path.join(os.path.expanduser("~"), ".cache", "presence-sweeper-bench", "venv")
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        subprocess.run([py, "-m", "pip", "install", "--quiet", "redis"], check=True)
+    return py
+
+
+def simulate(config_dir, redis):
+    """The daemon under simulated traffic: returns the simulate report (JSON)."""
+    cfg = os.path.join(config_dir, "simulate.toml")
+    with open(cfg, "w") as f:
+        f.write('[http]\nlisten = "127.0.0.1:0"\n[log]\nlevel = "warn"\n'
+                '[sweeps.typing]\nenabled = false\n[sweeps.online]\nttl = "45s"\nschedule = "5s"\n')
+    daemon = subprocess.Popen(sweeper(cfg, redis, "run"), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        p = subprocess.run(sweeper(cfg, redis, "simulate", "--conversations", "10000", "--users", "20",
+                                   "--duration", "2m", "--json"),
+                           capture_output=True, text=True)
+        if p.returncode not in (0, 1):
+            raise SystemExit(f"simulate exited {p.returncode}: {p.stderr}")
+        return json.loads(p.stdout), p.returncode
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(10)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--members", type=int, default=20)
+    ap.add_argument("--stale", type=float, default=0.1)
+    ap.add_argument("--big-key", type=int, default=1_000_000)
+    ap.add_argument("--baseline-keys", type=int, default=20_000)
+    ap.add_argument("--gentle", type=int, default=100_000, help="scan.max_keys_per_second of the gentle pass")
+    ap.add_argument("--simulate", action="store_true", help="also run the 10k x 20 simulate lag test (~4 min)")
+    ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args()
+
+    if not args.skip_build:
+        subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"], cwd=ROOT, check=True)
+    work = tempfile.mkdtemp(prefix="presence-sweeper-bench-")
+    redis = Redis(work)
+    results = {"machine": f"{os.cpu_count()} cores", "redis": redis.cli("INFO", "server").split("redis_version:")[1].split()[0]}
+    try:
+        config = os.path.join(work, "bench.toml")
+        with open(config, "w") as f:
+            f.write(BENCH_CONFIG)
+        gentle = os.path.join(work, "gentle.toml")
+        with open(gentle, "w") as f:
+            f.write(BENCH_CONFIG + f"[scan]\nmax_keys_per_second = {args.gentle}\n")
+
+        print(f"1. {args.keys:,} keys x {args.members} members, {args.stale:.0%} stale", flush=True)
+        seed(config, redis, args.keys, args.members, args.stale)
+        results["evicting"] = measure_pass("evicting pass", config, redis, args.keys)
+        results["clean"] = measure_pass("clean pass", config, redis, args.keys)
+        print(f"2. gentleness: scan.max_keys_per_second = {args.gentle:,}", flush=True)
+        results["gentle"] = measure_pass("gentle clean pass", gentle, redis, args.keys)
+
+        print(f"3. one key of {args.big_key:,} members, 10% stale", flush=True)
+        redis.cli("FLUSHALL")
+        seed(config, redis, 1, args.big_key, 0.1)
+        results["big_key"] = measure_pass("1M-member key", config, redis, 1)
+
+        print(f"4. baseline on {args.baseline_keys:,} keys", flush=True)
+        redis.cli("FLUSHALL")
+        seed(config, redis, args.baseline_keys, args.members, args.stale)
+        py = baseline_python()
+        out, wall, _, _, redis_cpu = run(redis, [py, BASELINE, str(redis.port), "presence:*:online", "3600"])
+        fields = parse_summary(out.strip())
+        results["baseline"] = {"keys": int(fields["keys"]), "evicted": int(fields["evicted"]),
+                               "keys_per_s": fields["keys_per_s"], "redis_cpu_s": redis_cpu,
+                               "redis_us_per_key": redis_cpu / fields["keys"] * 1e6}
+        print(f"  baseline: {out.strip()}; Redis {redis_cpu:.2f} s CPU", flush=True)
+        redis.cli("FLUSHALL")
+        seed(config, redis, args.baseline_keys, args.members, args.stale)
+        results["same_keys"] = measure_pass("presence-sweeper, same keyspace", config, redis, args.baseline_keys)
+
+        if args.simulate:
+            print("5. simulate: 10,000 conversations x 20 users, ttl 45 s, schedule 5 s", flush=True)
+            redis.cli("FLUSHALL")
+            report, code = simulate(work, redis)
+            results["simulate"] = {"report": report, "exit": code}
+            print(f"  simulate: {json.dumps(report)[:600]}", flush=True)
+    finally:
+        redis.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    report(results, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+def report(r, args):
+    e, c, g, b, base, same = (r["evicting"], r["clean"], r["gentle"], r["big_key"], r["baseline"], r["same_keys"])
+    ratio = e["keys_per_s"] / base["keys_per_s"]
+    same_ratio = same["keys_per_s"] / base["keys_per_s"]
+    ok = lambda cond: "yes" if cond else "NO"
+    print()
+    print(f"Results ({r['machine']}, Redis {r['redis']}, Redis and the sweeper sharing the cores)")
+    print()
+    print("| pass | keys | evicted | wall s | keys/s | evicted/s | Redis CPU s | Redis us/key | sweeper CPU s | sweeper/Redis CPU | wall/Redis CPU | peak RSS MB | SLOWLOG >10 ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in (e, c, g, b, same):
+        print(f"| {row['pass']} | {row['keys']:,} | {row['evicted']:,} | {row['wall_s']:.2f} | {row['keys_per_s']:,.0f} | "
+              f"{row['evicted_per_s']:,.0f} | {row['redis_cpu_s']:.2f} | {row['redis_us_per_key']:.2f} | "
+              f"{row['sweeper_cpu_s']:.2f} | {row['sweeper_over_redis']:.2f} | {row['wall_over_redis']:.2f} | "
+              f"{row['sweeper_rss_mb']:.1f} | {row['slowlog_over_10ms']} |")
+    print(f"| baseline seed_sweeper.py | {base['keys']:,} | {base['evicted']:,} | | {base['keys_per_s']:,.0f} | | "
+          f"{base['redis_cpu_s']:.2f} | {base['redis_us_per_key']:.2f} | | | | | |")
+    print()
+    print("| target | measured | met |")
+    print("|---|---|---|")
+    print(f"| Redis CPU per key, 2 of 20 stale: <= 10 us | {e['redis_us_per_key']:.2f} us | {ok(e['redis_us_per_key'] <= 10)} |")
+    print(f"| Redis CPU per key, nothing stale: <= 3.5 us | {c['redis_us_per_key']:.2f} us | {ok(c['redis_us_per_key'] <= 3.5)} |")
+    print(f"| wall <= 1.3 x Redis CPU (evicting / clean) | {e['wall_over_redis']:.2f} / {c['wall_over_redis']:.2f} | {ok(max(e['wall_over_redis'], c['wall_over_redis']) <= 1.3)} |")
+    print(f"| sweeper CPU < 1/3 of Redis's (evicting / clean) | {e['sweeper_over_redis']:.2f} / {c['sweeper_over_redis']:.2f} | {ok(max(e['sweeper_over_redis'], c['sweeper_over_redis']) < 1/3)} |")
+    print(f"| >= 100x the baseline's keys/s | {ratio:,.0f}x (same {args.baseline_keys:,}-key keyspace: {same_ratio:,.0f}x) | {ok(ratio >= 100)} |")
+    print(f"| sweeper peak RSS < 30 MB at 1M keys | {max(e['sweeper_rss_mb'], c['sweeper_rss_mb']):.1f} MB | {ok(max(e['sweeper_rss_mb'], c['sweeper_rss_mb']) < 30)} |")
+    slow = e["slowlog_over_10ms"] + c["slowlog_over_10ms"] + b["slowlog_over_10ms"]
+    print(f"| no command over 10 ms (SLOWLOG), incl. a 1M-member key | {slow} entries | {ok(slow == 0)} |")
+    print(f"| gentleness: {args.gentle:,} keys/s cap | {g['keys_per_s']:,.0f} keys/s, Redis busy {g['redis_cpu_s'] / g['wall_s']:.0%} of the pass (uncapped: {c['redis_cpu_s'] / c['wall_s']:.0%}) | {ok(g['keys_per_s'] <= args.gentle * 1.05)} |")
+    if "simulate" in r:
+        s = r["simulate"]["report"]
+        lag = s.get("eviction_lag_seconds") or {}
+        p99 = lag.get("p99", float("inf"))
+        met = r["simulate"]["exit"] == 0 and p99 < 6 and s["false_evictions"] == 0 and s["missed_zombies"] == 0
+        print(f"| simulate 10k x 20, ttl 45 s, schedule 5 s: p99 lag < 6 s, no false evictions, no missed zombies "
+              f"| {s['evictions']:,} evictions; lag p50 {lag.get('p50', 0):.2f} s, p99 {p99:.2f} s, max {lag.get('max', 0):.2f} s; "
+              f"false {s['false_evictions']}, duplicates {s['duplicate_events']}, missed {s['missed_zombies']} | {ok(met)} |")
+
+
+if __name__ == "__main__":
+    main()
