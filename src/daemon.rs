@@ -12,9 +12,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::config::{Config, ConfigError, EvictConfig, ScanConfig, SweepConfig, redact_url};
+use crate::config::{
+    Config, ConfigError, CoordinationConfig, EvictConfig, ScanConfig, SweepConfig, redact_url,
+};
 use crate::health::{Health, SweepHealth};
 use crate::http;
+use crate::lease::Lease;
 use crate::metrics::{Metrics, SweepMetrics};
 use crate::notify::Notifier;
 use crate::schedule::{CronClock, Ticker};
@@ -82,6 +85,8 @@ struct Settings {
     sweep: SweepConfig,
     scan: ScanConfig,
     evict: EvictConfig,
+    sharded_pubsub: bool,
+    coordination: CoordinationConfig,
 }
 
 impl Settings {
@@ -92,6 +97,8 @@ impl Settings {
                 sweep: s.clone(),
                 scan: config.scan.clone(),
                 evict: config.evict.clone(),
+                sharded_pubsub: config.redis.sharded_pubsub,
+                coordination: config.coordination.clone(),
             })
             .collect()
     }
@@ -174,9 +181,9 @@ impl Daemon {
                     match loader() {
                         Ok(new) => {
                             warn_restart_needed(&config, &new);
-                            sweeps.apply(Settings::of(&new), &shared, &cancel).await?;
                             // Connection, server and logging keep running as they started.
                             config = Config { redis: config.redis, http: config.http, log: config.log, ..new };
+                            sweeps.apply(Settings::of(&config), &shared, &cancel).await?;
                             shared.metrics.config_reload(true);
                             tracing::info!(sweeps = sweeps.running.len(), "configuration reloaded");
                         }
@@ -304,11 +311,27 @@ impl Sweeps {
             metrics: shared.metrics.sweep(sweep),
             health: shared.health.sweep(&sweep.name),
         };
-        let sweeper = Sweeper::with_settings(sweep, &settings.scan, &settings.evict);
+        let lease = settings.coordination.lease.then(|| {
+            (
+                Lease::new(
+                    &settings.coordination.key_prefix,
+                    &sweep.name,
+                    settings.coordination.lease_ttl,
+                ),
+                shared.metrics.lease_gauge(&sweep.name),
+            )
+        });
+        let sweeper = Sweeper::with_settings(
+            sweep,
+            &settings.scan,
+            &settings.evict,
+            settings.sharded_pubsub,
+        );
         let loop_ = run_sweep(
             sweeper,
             shared.clone(),
             ticker,
+            lease,
             observer,
             retire.clone(),
             cancel.clone(),
@@ -392,6 +415,7 @@ async fn run_sweep(
     sweeper: Sweeper,
     shared: Shared,
     mut ticker: Ticker,
+    lease: Option<(Lease, prometheus::IntGauge)>,
     observer: Observer,
     retire: CancellationToken,
     cancel: CancellationToken,
@@ -407,24 +431,58 @@ async fn run_sweep(
         .notifier
         .watchdog_period()
         .map(|p| tokio::time::interval(p / 4));
+    let try_lease = || async {
+        if let Some((lease, gauge)) = &lease {
+            if let Err(e) = lease.try_hold(&mut shared.store.connection()).await {
+                tracing::warn!(sweep = %name, error = %e, "could not take or renew the lease");
+            }
+            gauge.set(i64::from(lease.held()));
+        }
+    };
+    // Without a lease every replica sweeps; with one, only the holder does. A standby counts as
+    // having done its part for readiness: standing by is its job.
+    let may_sweep = || match &lease {
+        None => true,
+        Some((lease, _)) => {
+            if !lease.held() {
+                tracing::debug!(sweep = %name, "another replica holds the lease; standing by");
+                observer.health.pass_finished(true);
+            }
+            lease.held()
+        }
+    };
     let start_pass = || {
         observer.health.pass_started();
         sweeper.pass(&shared.store, PassOptions::default(), &observer, &cancel)
     };
-    let mut in_flight = Some(Box::pin(start_pass()));
+    try_lease().await;
+    let mut in_flight = may_sweep().then(|| Box::pin(start_pass()));
+    let mut next_lease_attempt = lease
+        .as_ref()
+        .map(|(l, _)| tokio::time::Instant::now() + l.attempt_every());
     loop {
         tokio::select! {
             result = async { in_flight.as_mut().expect("guarded").await }, if in_flight.is_some() => {
                 in_flight = None;
+                if let Err(e) = &result {
+                    shared.store.recover(&e.error).await;
+                }
                 finish_pass(&name, &shared, &observer, result);
             }
             () = ticker.tick() => {
                 if in_flight.is_some() {
                     observer.metrics.overrun();
                     tracing::warn!(sweep = %name, "previous pass still running; skipping this tick");
-                } else {
+                } else if may_sweep() {
                     in_flight = Some(Box::pin(start_pass()));
                 }
+            }
+            () = async { tokio::time::sleep_until(next_lease_attempt.expect("guarded")).await },
+                if next_lease_attempt.is_some() => {
+                try_lease().await;
+                next_lease_attempt = lease
+                    .as_ref()
+                    .map(|(l, _)| tokio::time::Instant::now() + l.attempt_every());
             }
             _ = async { heartbeat.as_mut().expect("guarded").tick().await }, if heartbeat.is_some() => {}
             () = retire.cancelled() => break,
@@ -435,6 +493,10 @@ async fn run_sweep(
     if let Some(pass) = in_flight {
         let result = pass.await;
         finish_pass(&name, &shared, &observer, result);
+    }
+    if let Some((lease, gauge)) = &lease {
+        lease.release(&mut shared.store.connection()).await;
+        gauge.set(0);
     }
 }
 

@@ -22,6 +22,18 @@ pub enum Error {
     /// A Redis command failed.
     #[error("Redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The Redis user may not run a command a pass needs (an ACL without it).
+    #[error(
+        "the Redis user may not run {command} on {target}: {detail} (the README lists the minimal ACL)"
+    )]
+    Permission {
+        /// The command refused.
+        command: String,
+        /// The key or channel it was refused on.
+        target: String,
+        /// Redis's reason.
+        detail: String,
+    },
     /// Redis answered something of an unexpected shape.
     #[error(transparent)]
     Reply(#[from] ReplyError),

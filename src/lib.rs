@@ -7,11 +7,14 @@
 //! Map of the crate:
 //! - [`config`]: layered configuration (defaults < file < environment < flags) and validation;
 //!   [`pattern`]: key globs and channel templates; [`schedule`]: when sweeps run.
-//! - [`store`]: the Redis connection; [`discover`]: SCAN, streamed page by page.
-//! - [`evict`] (+ `evict.lua`): the atomic, bounded eviction script and its reply.
+//! - [`store`]: the Redis connection (standalone, cluster or Sentinel); [`discover`]: SCAN,
+//!   streamed page by page.
+//! - [`evict`]: the precheck, the eviction transactions and the bounded script (`evict.lua`);
+//!   [`preflight`]: proving the Redis user may do all that, before anything is evicted.
 //! - [`events`]: the JSON event payload.
 //! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule, reloads,
-//!   drain; [`oneshot`]: the `sweep` command.
+//!   drain; [`lease`]: one replica at a time per sweep, optionally; [`oneshot`]: the `sweep`
+//!   command.
 //! - Tools: [`seed`] (+ `seed.lua`): a synthetic keyspace, fast; [`stats`]: a read-only report of
 //!   the keyspace; [`simulate`] (+ `heartbeat.lua`; `worker`s write the traffic, a `tracker`
 //!   judges every event): live traffic that measures a running sweeper; [`loopback`]: keeps the
@@ -30,12 +33,14 @@ pub mod events;
 pub mod evict;
 pub mod health;
 pub mod http;
+pub mod lease;
 pub mod logging;
 pub mod loopback;
 pub mod metrics;
 pub mod notify;
 pub mod oneshot;
 pub mod pattern;
+pub mod preflight;
 pub mod schedule;
 pub mod seed;
 pub mod signals;

@@ -5,25 +5,43 @@ use std::net::IpAddr;
 
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use crate::config::{RedisConfig, redact_url};
+use crate::config::{RedisConfig, RedisMode, redact_url};
 
-/// A tool that writes synthetic data was pointed at a Redis that is not on this machine.
+/// A tool that writes synthetic data was pointed somewhere it must not write.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "refusing to write synthetic data to {url}: only a Redis on this machine is allowed \
-     (127.0.0.1, ::1, localhost or a unix socket)"
-)]
-pub struct NotLoopback {
-    /// The URL, password redacted.
-    pub url: String,
+pub enum NotLoopback {
+    /// A Redis that is not on this machine.
+    #[error(
+        "refusing to write synthetic data to {url}: only a Redis on this machine is allowed \
+         (127.0.0.1, ::1, localhost or a unix socket)"
+    )]
+    Remote {
+        /// The URL, password redacted.
+        url: String,
+    },
+    /// A cluster or Sentinel topology; the tools write to one server.
+    #[error(
+        "refusing to write synthetic data in redis.mode = \"{mode}\": the tools write to one \
+         standalone Redis on this machine"
+    )]
+    NotStandalone {
+        /// The configured mode.
+        mode: &'static str,
+    },
 }
 
-/// Accepts `cfg` only if its URL names a loopback address, `localhost` or a unix socket.
+/// Accepts `cfg` only if it is one standalone server whose URL names a loopback address,
+/// `localhost` or a unix socket.
 pub fn require(cfg: &RedisConfig) -> Result<(), NotLoopback> {
+    match cfg.mode {
+        RedisMode::Standalone => {}
+        RedisMode::Cluster => return Err(NotLoopback::NotStandalone { mode: "cluster" }),
+        RedisMode::Sentinel => return Err(NotLoopback::NotStandalone { mode: "sentinel" }),
+    }
     if is_loopback(&cfg.url) {
         Ok(())
     } else {
-        Err(NotLoopback {
+        Err(NotLoopback::Remote {
             url: redact_url(&cfg.url),
         })
     }
@@ -83,13 +101,15 @@ mod tests {
 
     #[test]
     fn refusal_hides_the_password() {
-        let cfg = RedisConfig {
-            url: "redis://u:hunter2@10.1.2.3:6379/0".into(),
-            password_file: None,
-            password: None,
-            connect_timeout: std::time::Duration::from_secs(1),
-            command_timeout: std::time::Duration::from_secs(1),
+        let sources = crate::config::Sources {
+            env: [(
+                "PRESENCE_SWEEPER__REDIS__URL".to_string(),
+                "redis://u:hunter2@10.1.2.3:6379/0".to_string(),
+            )]
+            .into(),
+            ..Default::default()
         };
+        let cfg = crate::config::Config::load(&sources).unwrap().redis;
         let msg = require(&cfg).unwrap_err().to_string();
         assert!(msg.contains("redis://u:***@10.1.2.3:6379/0"), "{msg}");
         assert!(!msg.contains("hunter2"));

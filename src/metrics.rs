@@ -48,6 +48,7 @@ pub struct Metrics {
     lag: HistogramVec,
     redis_up: IntGauge,
     config_reloads: IntCounterVec,
+    lease_held: IntGaugeVec,
 }
 
 impl Metrics {
@@ -146,6 +147,14 @@ impl Metrics {
                 "1 if the last Redis round trip succeeded, else 0.",
             ))
             .expect("valid metric"),
+            lease_held: IntGaugeVec::new(
+                opts(
+                    "lease_held",
+                    "1 while this replica holds the sweep's lease and sweeps it (coordination.lease).",
+                ),
+                by_sweep,
+            )
+            .expect("valid metric"),
             config_reloads: IntCounterVec::new(
                 opts(
                     "config_reloads_total",
@@ -183,6 +192,7 @@ impl Metrics {
             Box::new(m.lag.clone()),
             Box::new(m.redis_up.clone()),
             Box::new(m.config_reloads.clone()),
+            Box::new(m.lease_held.clone()),
             Box::new(build_info),
             Box::new(prometheus::process_collector::ProcessCollector::for_self()),
         ];
@@ -221,8 +231,16 @@ impl Metrics {
         }
     }
 
+    /// The lease gauge of a sweep that uses a lease (created at 0).
+    pub fn lease_gauge(&self, sweep: &str) -> IntGauge {
+        let g = self.lease_held.with_label_values(&[sweep]);
+        g.set(0);
+        g
+    }
+
     /// Drops every series of a sweep that is no longer configured.
     pub fn forget_sweep(&self, name: &str) {
+        let _ = self.lease_held.remove_label_values(&[name]);
         for result in ["success", "error"] {
             let _ = self.sweeps.remove_label_values(&[name, result]);
         }

@@ -10,8 +10,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crate::store::Conn;
 use futures_util::{StreamExt, TryStreamExt};
-use redis::aio::ConnectionManager;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
@@ -219,7 +219,7 @@ pub async fn run(
 
 /// Fills one key per conversation for `set`; returns how many keys were written.
 async fn fill(
-    con: &ConnectionManager,
+    con: &Conn,
     script: &redis::Script,
     set: &KeySet,
     conversations: u64,
@@ -257,11 +257,7 @@ async fn fill(
 }
 
 /// Writes `count` unrelated keys: `cache:{n}` strings and `session:{n}` hashes, alternately.
-async fn noise(
-    con: &ConnectionManager,
-    count: u64,
-    cancel: &CancellationToken,
-) -> Result<u64, Error> {
+async fn noise(con: &Conn, count: u64, cancel: &CancellationToken) -> Result<u64, Error> {
     let starts = (0..count).step_by(NOISE_PER_PIPELINE as usize);
     futures_util::stream::iter(starts)
         .take_until(cancel.cancelled())

@@ -140,10 +140,22 @@ async fn sweep_stats(
     let started = Instant::now();
     let redis_start = redis_time(store).await?;
     let now = || redis_start + started.elapsed().as_secs_f64();
+    let mut tally = Tally::new(top);
+    // Every primary in turn (one in standalone and Sentinel mode), each with its own cursor.
+    for node in store.nodes().await? {
+        tally_node(&mut tally, node, sweep, scan_count).await?;
+    }
+    Ok(tally.finish(sweep, now(), started.elapsed().as_secs_f64()))
+}
+
+async fn tally_node(
+    tally: &mut Tally,
+    mut con: crate::store::Node,
+    sweep: &SweepConfig,
+    scan_count: u32,
+) -> Result<(), Error> {
     let ttl = sweep.ttl.as_secs_f64();
     let unit = sweep.score_unit;
-    let mut tally = Tally::new(top);
-    let mut con = store.connection();
     let mut pages = pin!(discover::pages(
         con.clone(),
         sweep.pattern.glob().to_owned(),
@@ -183,7 +195,7 @@ async fn sweep_stats(
             tally.key(card, stale, oldest, id);
         }
     }
-    Ok(tally.finish(sweep, now(), started.elapsed().as_secs_f64()))
+    Ok(())
 }
 
 /// Running totals of one sweep, bounded in size.

@@ -1,4 +1,5 @@
-//! The fast eviction path: one `MULTI`/`EXEC` for the keys of a batch that hold a few zombies.
+//! The fast eviction path: `MULTI`/`EXEC` transactions for the keys of a batch that hold a few
+//! zombies.
 //!
 //! Per key, inside the transaction: `ZRANGE key -inf (cutoff BYSCORE WITHSCORES` (the zombies and
 //! their last heartbeats), `ZREMRANGEBYSCORE key -inf (cutoff` (exactly those, since nothing runs
@@ -26,12 +27,15 @@ pub struct Evicted {
     pub card: Option<u64>,
 }
 
-/// Evicts the zombies of `keys` in one transaction. Returns the eviction instant (Unix seconds,
-/// from `TIME` inside the transaction unless `fixed_now` is given) and, per key, what was
-/// removed, or `None` if the key changed type meanwhile.
+/// Evicts the zombies of `groups` of keys, one `MULTI`/`EXEC` per group, all in one pipeline.
+/// A group is the whole batch on a single server; in a cluster it is the keys of one hash slot,
+/// since a transaction may not span slots. Returns the eviction instant (Unix seconds, from a
+/// `TIME` just before the transactions unless `fixed_now` is given) and, per key in group order,
+/// what was removed, or `None` if the key's group was refused (the key changed type, or in a
+/// cluster its slot moved: the next pass finds it on its new node).
 pub async fn evict<C>(
     con: &mut C,
-    keys: &[&[u8]],
+    groups: &[Vec<&[u8]>],
     cutoff: &Cutoff,
     fixed_now: Option<f64>,
 ) -> Result<(f64, Vec<Option<Evicted>>), Error>
@@ -39,42 +43,59 @@ where
     C: ConnectionLike + Send,
 {
     let mut pipe = redis::pipe();
-    pipe.atomic().ignore_errors();
+    pipe.ignore_errors();
     pipe.cmd("TIME");
-    for key in keys {
-        pipe.cmd("ZRANGE")
-            .arg(*key)
-            .arg("-inf")
-            .arg(cutoff.below.as_str())
-            .arg("BYSCORE")
-            .arg("WITHSCORES");
-        pipe.cmd("ZREMRANGEBYSCORE")
-            .arg(*key)
-            .arg("-inf")
-            .arg(cutoff.below.as_str());
-        pipe.cmd("ZRANGE")
-            .arg(*key)
-            .arg(0)
-            .arg(ROSTER_LIMIT - 1)
-            .arg("REV");
+    for keys in groups {
+        pipe.cmd("MULTI");
+        for key in keys {
+            pipe.cmd("ZRANGE")
+                .arg(*key)
+                .arg("-inf")
+                .arg(cutoff.below.as_str())
+                .arg("BYSCORE")
+                .arg("WITHSCORES");
+            pipe.cmd("ZREMRANGEBYSCORE")
+                .arg(*key)
+                .arg("-inf")
+                .arg(cutoff.below.as_str());
+            pipe.cmd("ZRANGE")
+                .arg(*key)
+                .arg(0)
+                .arg(ROSTER_LIMIT - 1)
+                .arg("REV");
+        }
+        pipe.cmd("EXEC");
     }
     let replies: Vec<Value> = pipe.query_async(con).await?;
     let mut replies = replies.into_iter();
-    let time = replies
-        .next()
-        .ok_or_else(|| ReplyError::new("empty transaction reply"))?;
+    let short = || -> Error { ReplyError::new("short transaction reply").into() };
+    let time = replies.next().ok_or_else(short)?;
     let now = match fixed_now {
         Some(now) => now,
         None => parse_time(&time).ok_or_else(|| ReplyError::new("TIME is not a time"))?,
     };
-    let mut out = Vec::with_capacity(keys.len());
-    for _ in keys {
-        let (Some(range), Some(removed), Some(roster)) =
-            (replies.next(), replies.next(), replies.next())
-        else {
-            return Err(ReplyError::new("short transaction reply").into());
-        };
-        out.push(parse_key(range, removed, roster)?);
+    let mut out = Vec::with_capacity(groups.iter().map(Vec::len).sum());
+    for keys in groups {
+        // MULTI, one QUEUED (or a refusal) per command, then EXEC's array (or EXECABORT).
+        let _multi = replies.next().ok_or_else(short)?;
+        for _ in 0..keys.len() * 3 {
+            replies.next().ok_or_else(short)?;
+        }
+        match replies.next().ok_or_else(short)? {
+            Value::Array(results) if results.len() == keys.len() * 3 => {
+                let mut results = results.into_iter();
+                while let (Some(range), Some(removed), Some(roster)) =
+                    (results.next(), results.next(), results.next())
+                {
+                    out.push(parse_key(range, removed, roster)?);
+                }
+            }
+            Value::ServerError(e) => {
+                tracing::debug!(error = %e.details().unwrap_or(e.code()), keys = keys.len(), "transaction refused; its keys wait for the next pass");
+                out.extend(keys.iter().map(|_| None));
+            }
+            _ => return Err(ReplyError::new("EXEC did not answer an array").into()),
+        }
     }
     Ok((now, out))
 }

@@ -8,7 +8,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
+use crate::store::Conn;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
@@ -110,7 +110,7 @@ pub(super) struct Worker {
     conversations: Vec<Conversation>,
     slots: u64,
     tick: Duration,
-    con: ConnectionManager,
+    con: Conn,
     script: redis::Script,
     shared: Arc<Shared>,
     rng: Rng,

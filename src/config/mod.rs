@@ -4,19 +4,24 @@
 //! than deserializing it, so that every rejection names the full key, the offending value and the
 //! layer it came from, and so that any key nobody reads is reported instead of ignored.
 
-use std::collections::{BTreeMap, HashMap};
+mod redis;
+mod sweep;
+mod tree;
+
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use config::{FileFormat, Map, Value, ValueKind};
+use config::{FileFormat, Map};
 
-use crate::pattern::{ChannelTemplate, KeyPattern};
-use crate::schedule::Schedule;
+pub use self::redis::{RedisConfig, RedisMode, Secret, TlsConfig, redact_url};
+pub use self::sweep::{ScoreUnit, SweepConfig};
+use self::tree::{Table, one_line, q};
 
 /// The built-in defaults, which are also the shipped, commented example file.
-pub const DEFAULTS_TOML: &str = include_str!("../config/presence-sweeper.toml");
+pub const DEFAULTS_TOML: &str = include_str!("../../config/presence-sweeper.toml");
 
 /// Environment variable prefix: `PRESENCE_SWEEPER__REDIS__URL` sets `redis.url`.
 pub const ENV_PREFIX: &str = "PRESENCE_SWEEPER";
@@ -32,6 +37,8 @@ pub struct Config {
     pub scan: ScanConfig,
     /// How eviction work is cut into bounded script calls.
     pub evict: EvictConfig,
+    /// How several replicas share the work.
+    pub coordination: CoordinationConfig,
     /// The metrics and health server.
     pub http: HttpConfig,
     /// Logging.
@@ -40,21 +47,6 @@ pub struct Config {
     pub sweeps: Vec<SweepConfig>,
     /// The configuration file that was read, if any.
     pub file: Option<PathBuf>,
-}
-
-/// `[redis]`: the connection.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RedisConfig {
-    /// `redis.url`: `redis://[user:password@]host:port/db`, `rediss://...` or `unix://path`.
-    pub url: String,
-    /// `redis.password_file`: where the password was read from.
-    pub password_file: Option<PathBuf>,
-    /// The password read from `password_file`; it overrides one in the URL.
-    pub password: Option<Secret>,
-    /// `redis.connect_timeout`: limit of one connection attempt.
-    pub connect_timeout: Duration,
-    /// `redis.command_timeout`: limit of the wait for one reply.
-    pub command_timeout: Duration,
 }
 
 /// `[scan]`: discovery.
@@ -76,6 +68,17 @@ pub struct EvictConfig {
     pub max_members_per_call: usize,
     /// `evict.pipeline_depth`: script calls in flight at once per sweep.
     pub pipeline_depth: usize,
+}
+
+/// `[coordination]`: several sweeper replicas on one Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinationConfig {
+    /// `coordination.lease`: only the replica holding a sweep's lease sweeps it.
+    pub lease: bool,
+    /// `coordination.lease_ttl`: how long a lease outlives its holder's last renewal.
+    pub lease_ttl: Duration,
+    /// `coordination.key_prefix`: lease keys are this prefix followed by the sweep name.
+    pub key_prefix: String,
 }
 
 /// `[http]`: the metrics and health server.
@@ -109,91 +112,6 @@ impl LogFormat {
             Self::Text => "text",
             Self::Json => "json",
         }
-    }
-}
-
-/// `sweeps.<name>.score_unit`: the unit of the scores the application writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScoreUnit {
-    /// Unix seconds, fractions allowed.
-    Seconds,
-    /// Unix milliseconds.
-    Milliseconds,
-}
-
-impl ScoreUnit {
-    /// Converts a score to seconds.
-    pub fn to_seconds(self, score: f64) -> f64 {
-        match self {
-            Self::Seconds => score,
-            Self::Milliseconds => score / 1000.0,
-        }
-    }
-
-    /// Converts Unix seconds to this unit.
-    pub fn from_seconds(self, secs: f64) -> f64 {
-        match self {
-            Self::Seconds => secs,
-            Self::Milliseconds => secs * 1000.0,
-        }
-    }
-
-    /// Expresses a duration in this unit.
-    pub fn from_duration(self, d: Duration) -> f64 {
-        match self {
-            Self::Seconds => d.as_secs_f64(),
-            Self::Milliseconds => d.as_secs_f64() * 1000.0,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Seconds => "seconds",
-            Self::Milliseconds => "milliseconds",
-        }
-    }
-}
-
-/// `[sweeps.<name>]`: one kind of presence set and what to do with its zombies.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SweepConfig {
-    /// The table name; also the metric label and the roster field of events.
-    pub name: String,
-    /// `match`: SCAN glob whose single `*` is the conversation id.
-    pub pattern: KeyPattern,
-    /// `ttl`: how old a score may get before its member is a zombie.
-    pub ttl: Duration,
-    /// `schedule`: when passes run.
-    pub schedule: Schedule,
-    /// `event`: the `type` of published events.
-    pub event: String,
-    /// `channel`: where events are published.
-    pub channel: ChannelTemplate,
-    /// `score_unit`: seconds or milliseconds.
-    pub score_unit: ScoreUnit,
-    /// `enabled`: false keeps the sweep configured but idle.
-    pub enabled: bool,
-}
-
-/// A secret that never prints itself.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: String) -> Self {
-        Self(value)
-    }
-
-    /// The secret itself, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
     }
 }
 
@@ -333,25 +251,9 @@ impl Config {
     }
 
     fn from_tree(mut root: Table) -> Result<Self, ConfigError> {
-        let mut redis = root.table("redis")?;
-        let url = redis.string("url")?;
-        validate_redis_url(&url)?;
-        let password_file = redis.optional_string("password_file")?;
-        let password = match &password_file {
-            Some(path) => Some(read_password(path)?),
-            None => None,
-        };
-        let redis = {
-            let cfg = RedisConfig {
-                url: url.value,
-                password_file: password_file.map(|p| PathBuf::from(p.value)),
-                password,
-                connect_timeout: redis.duration("connect_timeout")?,
-                command_timeout: redis.duration("command_timeout")?,
-            };
-            redis.finish()?;
-            cfg
-        };
+        let mut redis_table = root.table("redis")?;
+        let redis = RedisConfig::from_table(&mut redis_table)?;
+        redis_table.finish()?;
 
         let mut scan = root.table("scan")?;
         let scan_cfg = ScanConfig {
@@ -367,6 +269,14 @@ impl Config {
             pipeline_depth: evict.integer("pipeline_depth", 1, 256)? as usize,
         };
         evict.finish()?;
+
+        let mut coordination = root.table("coordination")?;
+        let coordination_cfg = CoordinationConfig {
+            lease: coordination.optional_bool("lease")?.unwrap_or(false),
+            lease_ttl: coordination.duration("lease_ttl")?,
+            key_prefix: coordination.string("key_prefix")?.value,
+        };
+        coordination.finish()?;
 
         let mut http = root.table("http")?;
         let listen = http.string("listen")?;
@@ -413,7 +323,7 @@ impl Config {
                     reason: "sweep names may only hold letters, digits, `_` and `-`".into(),
                 });
             }
-            sweeps.push(sweep_from_table(name, &mut t)?);
+            sweeps.push(SweepConfig::from_table(name, &mut t)?);
             t.finish()?;
         }
         sweeps_table.finish()?;
@@ -423,6 +333,7 @@ impl Config {
             redis,
             scan: scan_cfg,
             evict: evict_cfg,
+            coordination: coordination_cfg,
             http: http_cfg,
             log: log_cfg,
             sweeps,
@@ -443,26 +354,11 @@ impl Config {
     /// The effective configuration as TOML, with every secret redacted.
     pub fn to_toml(&self) -> String {
         let mut out = String::new();
-        let q = |s: &str| serde_json::to_string(s).expect("strings always serialize");
         let d = |d: Duration| q(&humantime::format_duration(d).to_string());
         if let Some(file) = &self.file {
             let _ = writeln!(out, "# file: {}", file.display());
         }
-        let r = &self.redis;
-        let _ = writeln!(out, "[redis]\nurl = {}", q(&redact_url(&r.url)));
-        if let Some(p) = &r.password_file {
-            let _ = writeln!(
-                out,
-                "password_file = {}  # password: <redacted>",
-                q(&p.to_string_lossy())
-            );
-        }
-        let _ = writeln!(
-            out,
-            "connect_timeout = {}\ncommand_timeout = {}\n",
-            d(r.connect_timeout),
-            d(r.command_timeout)
-        );
+        self.redis.write_toml(&mut out);
         let _ = writeln!(
             out,
             "[scan]\ncount = {}\nmax_keys_per_second = {}\n",
@@ -473,6 +369,14 @@ impl Config {
             out,
             "[evict]\nbatch_keys = {}\nmax_members_per_call = {}\npipeline_depth = {}\n",
             e.batch_keys, e.max_members_per_call, e.pipeline_depth
+        );
+        let c = &self.coordination;
+        let _ = writeln!(
+            out,
+            "[coordination]\nlease = {}\nlease_ttl = {}\nkey_prefix = {}\n",
+            c.lease,
+            d(c.lease_ttl),
+            q(&c.key_prefix)
         );
         let _ = writeln!(
             out,
@@ -503,316 +407,10 @@ impl Config {
     }
 }
 
-fn sweep_from_table(name: String, t: &mut Table) -> Result<SweepConfig, ConfigError> {
-    let pattern = {
-        let glob = t.string("match")?;
-        KeyPattern::parse(&glob.value).map_err(|e| glob.invalid(&e.to_string()))?
-    };
-    let ttl = t.duration("ttl")?;
-    let schedule = {
-        let text = t.string("schedule")?;
-        Schedule::parse(&text.value).map_err(|e| text.invalid(&e.to_string()))?
-    };
-    let event = t.string("event")?;
-    if event.value.is_empty() {
-        return Err(event.invalid("must not be empty"));
-    }
-    let channel = match t.optional_string("channel")? {
-        Some(c) if c.value.is_empty() => return Err(c.invalid("must not be empty")),
-        Some(c) => ChannelTemplate::new(&c.value),
-        None => ChannelTemplate::new("presence:{conversation_id}:events"),
-    };
-    let score_unit = match t.optional_string("score_unit")? {
-        None => ScoreUnit::Seconds,
-        Some(u) => match u.value.as_str() {
-            "seconds" | "s" => ScoreUnit::Seconds,
-            "milliseconds" | "ms" => ScoreUnit::Milliseconds,
-            _ => return Err(u.invalid("must be \"seconds\" or \"milliseconds\"")),
-        },
-    };
-    let enabled = t.optional_bool("enabled")?.unwrap_or(true);
-    Ok(SweepConfig {
-        name,
-        pattern,
-        ttl,
-        schedule,
-        event: event.value,
-        channel,
-        score_unit,
-        enabled,
-    })
-}
-
-fn validate_redis_url(url: &Field<String>) -> Result<(), ConfigError> {
-    redis::IntoConnectionInfo::into_connection_info(url.value.as_str())
-        .map(drop)
-        .map_err(|_| ConfigError::Invalid {
-            key: url.key.clone(),
-            value: q(&redact_url(&url.value)),
-            origin: url.origin.clone(),
-            reason: "not a Redis URL (redis://host:port/db, rediss://..., unix:///path)".into(),
-        })
-}
-
-fn read_password(path: &Field<String>) -> Result<Secret, ConfigError> {
-    let resolved = expand_credentials_dir(&path.value);
-    let text = std::fs::read_to_string(&resolved)
-        .map_err(|e| path.invalid(&format!("cannot read the password file: {e}")))?;
-    let password = text.strip_suffix('\n').unwrap_or(&text);
-    let password = password.strip_suffix('\r').unwrap_or(password);
-    if password.is_empty() {
-        return Err(path.invalid("the password file is empty"));
-    }
-    Ok(Secret::new(password.to_owned()))
-}
-
-/// Expands a leading `$CREDENTIALS_DIRECTORY` / `${CREDENTIALS_DIRECTORY}`, where systemd's
-/// `LoadCredential=` puts secrets; the directory is only known once the service starts.
-fn expand_credentials_dir(path: &str) -> PathBuf {
-    for var in ["${CREDENTIALS_DIRECTORY}", "$CREDENTIALS_DIRECTORY"] {
-        if let Some(rest) = path.strip_prefix(var)
-            && let Ok(dir) = std::env::var("CREDENTIALS_DIRECTORY")
-        {
-            return Path::new(&dir).join(rest.trim_start_matches('/'));
-        }
-    }
-    PathBuf::from(path)
-}
-
-/// Hides the password in a Redis URL: `redis://user:secret@host` becomes `redis://user:***@host`.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &rest[..at];
-    let user = userinfo.split(':').next().unwrap_or("");
-    let hidden = if userinfo.contains(':') {
-        format!("{user}:***")
-    } else {
-        // `redis://secret@host` puts the password in the user position.
-        "***".to_owned()
-    };
-    format!("{}{}{}", &url[..scheme_end + 3], hidden, &rest[at..])
-}
-
-/// Folds a multi-line parser message (with its source snippet) into one line.
-fn one_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| {
-            let snippet = l
-                .trim_start_matches(|c: char| c.is_ascii_digit())
-                .trim_start();
-            !l.is_empty() && !snippet.starts_with('|')
-        })
-        .collect::<Vec<_>>()
-        .join(": ")
-}
-
-fn q(s: &str) -> String {
-    serde_json::to_string(s).expect("strings always serialize")
-}
-
-/// A value read from the tree, with what is needed to complain about it.
-struct Field<T> {
-    key: String,
-    value: T,
-    shown: String,
-    origin: Origin,
-}
-
-impl<T> Field<T> {
-    fn invalid(&self, reason: &str) -> ConfigError {
-        ConfigError::Invalid {
-            key: self.key.clone(),
-            value: self.shown.clone(),
-            origin: self.origin.clone(),
-            reason: reason.to_owned(),
-        }
-    }
-}
-
-/// A table of the merged tree; keys are removed as they are read, so what is left is unknown.
-struct Table {
-    path: String,
-    map: Map<String, Value>,
-    origin: Origin,
-}
-
-impl Table {
-    fn new(path: String, map: Map<String, Value>) -> Self {
-        Self {
-            path,
-            map,
-            origin: Origin::default(),
-        }
-    }
-
-    fn key(&self, name: &str) -> String {
-        if self.path.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{}.{name}", self.path)
-        }
-    }
-
-    fn take(&mut self, name: &str) -> Option<(String, Value)> {
-        self.map.remove(name).map(|v| (self.key(name), v))
-    }
-
-    fn table(&mut self, name: &str) -> Result<Table, ConfigError> {
-        let Some((key, value)) = self.take(name) else {
-            return Ok(Table::new(self.key(name), Map::new()));
-        };
-        let origin = Origin(value.origin().map(str::to_owned));
-        match value.kind {
-            ValueKind::Table(map) => Ok(Table {
-                path: key,
-                map,
-                origin,
-            }),
-            other => Err(ConfigError::Invalid {
-                key,
-                value: show(&other),
-                origin,
-                reason: "must be a table".into(),
-            }),
-        }
-    }
-
-    fn optional_string(&mut self, name: &str) -> Result<Option<Field<String>>, ConfigError> {
-        let Some((key, value)) = self.take(name) else {
-            return Ok(None);
-        };
-        let origin = Origin(value.origin().map(str::to_owned));
-        let shown = show(&value.kind);
-        match value.kind {
-            ValueKind::String(s) => Ok(Some(Field {
-                key,
-                value: s,
-                shown,
-                origin,
-            })),
-            ValueKind::I64(_) | ValueKind::U64(_) | ValueKind::Float(_) | ValueKind::Boolean(_) => {
-                let s = shown.clone();
-                Ok(Some(Field {
-                    key,
-                    value: s,
-                    shown,
-                    origin,
-                }))
-            }
-            _ => Err(ConfigError::Invalid {
-                key,
-                value: shown,
-                origin,
-                reason: "must be a string".into(),
-            }),
-        }
-    }
-
-    fn string(&mut self, name: &str) -> Result<Field<String>, ConfigError> {
-        self.optional_string(name)?
-            .ok_or_else(|| ConfigError::Missing {
-                key: self.key(name),
-            })
-    }
-
-    fn duration(&mut self, name: &str) -> Result<Duration, ConfigError> {
-        let text = self.string(name)?;
-        let d = humantime::parse_duration(text.value.trim())
-            .map_err(|e| text.invalid(&format!("not a duration like \"45s\" or \"250ms\": {e}")))?;
-        if d.is_zero() {
-            return Err(text.invalid("must be greater than zero"));
-        }
-        Ok(d)
-    }
-
-    fn integer(&mut self, name: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
-        let Some((key, value)) = self.take(name) else {
-            return Err(ConfigError::Missing {
-                key: self.key(name),
-            });
-        };
-        let origin = Origin(value.origin().map(str::to_owned));
-        let shown = show(&value.kind);
-        let n = value.into_int().map_err(|_| ConfigError::Invalid {
-            key: key.clone(),
-            value: shown.clone(),
-            origin: origin.clone(),
-            reason: "must be a whole number".into(),
-        })?;
-        if n < min || n > max {
-            return Err(ConfigError::Invalid {
-                key,
-                value: shown,
-                origin,
-                reason: format!("must be between {min} and {max}"),
-            });
-        }
-        Ok(n)
-    }
-
-    fn optional_bool(&mut self, name: &str) -> Result<Option<bool>, ConfigError> {
-        let Some((key, value)) = self.take(name) else {
-            return Ok(None);
-        };
-        let origin = Origin(value.origin().map(str::to_owned));
-        let shown = show(&value.kind);
-        match value.kind {
-            ValueKind::Boolean(b) => Ok(Some(b)),
-            _ => Err(ConfigError::Invalid {
-                key,
-                value: shown,
-                origin,
-                reason: "must be true or false".into(),
-            }),
-        }
-    }
-
-    /// Fails on the first (alphabetically) key that nothing read.
-    fn finish(self) -> Result<(), ConfigError> {
-        let unknown: BTreeMap<String, Value> = self.map.into_iter().collect();
-        match unknown.into_iter().next() {
-            None => Ok(()),
-            Some((name, value)) => Err(ConfigError::UnknownKey {
-                key: if self.path.is_empty() {
-                    name
-                } else {
-                    format!("{}.{name}", self.path)
-                },
-                origin: match value.origin() {
-                    Some(o) => Origin(Some(o.to_owned())),
-                    None => self.origin,
-                },
-            }),
-        }
-    }
-}
-
-fn show(kind: &ValueKind) -> String {
-    match kind {
-        ValueKind::String(s) => q(s),
-        ValueKind::Nil => "nothing".into(),
-        ValueKind::Boolean(b) => b.to_string(),
-        ValueKind::I64(n) => n.to_string(),
-        ValueKind::I128(n) => n.to_string(),
-        ValueKind::U64(n) => n.to_string(),
-        ValueKind::U128(n) => n.to_string(),
-        ValueKind::Float(n) => n.to_string(),
-        ValueKind::Table(_) => "a table".into(),
-        ValueKind::Array(_) => "a list".into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::Schedule;
 
     fn load_with(file_text: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let dir = std::env::temp_dir().join(format!(

@@ -1,0 +1,272 @@
+//! Walking the merged configuration tree: typed reads that remember each value's key and layer,
+//! and that leave behind, for the unknown-key check, whatever nobody read.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use config::{Map, Value, ValueKind};
+
+use super::{ConfigError, Origin};
+
+/// Folds a multi-line parser message (with its source snippet) into one line.
+pub(super) fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| {
+            let snippet = l
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start();
+            !l.is_empty() && !snippet.starts_with('|')
+        })
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// A string as a quoted, escaped TOML (and JSON) string.
+pub(super) fn q(s: &str) -> String {
+    serde_json::to_string(s).expect("strings always serialize")
+}
+
+/// A value read from the tree, with what is needed to complain about it.
+pub(super) struct Field<T> {
+    pub(super) key: String,
+    pub(super) value: T,
+    pub(super) shown: String,
+    pub(super) origin: Origin,
+}
+
+impl<T> Field<T> {
+    pub(super) fn invalid(&self, reason: &str) -> ConfigError {
+        ConfigError::Invalid {
+            key: self.key.clone(),
+            value: self.shown.clone(),
+            origin: self.origin.clone(),
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+/// A table of the merged tree; keys are removed as they are read, so what is left is unknown.
+pub(super) struct Table {
+    pub(super) path: String,
+    pub(super) map: Map<String, Value>,
+    origin: Origin,
+}
+
+impl Table {
+    pub(super) fn new(path: String, map: Map<String, Value>) -> Self {
+        Self {
+            path,
+            map,
+            origin: Origin::default(),
+        }
+    }
+
+    pub(super) fn key(&self, name: &str) -> String {
+        if self.path.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{}.{name}", self.path)
+        }
+    }
+
+    pub(super) fn take(&mut self, name: &str) -> Option<(String, Value)> {
+        self.map.remove(name).map(|v| (self.key(name), v))
+    }
+
+    pub(super) fn table(&mut self, name: &str) -> Result<Table, ConfigError> {
+        let Some((key, value)) = self.take(name) else {
+            return Ok(Table::new(self.key(name), Map::new()));
+        };
+        let origin = Origin(value.origin().map(str::to_owned));
+        match value.kind {
+            ValueKind::Table(map) => Ok(Table {
+                path: key,
+                map,
+                origin,
+            }),
+            other => Err(ConfigError::Invalid {
+                key,
+                value: show(&other),
+                origin,
+                reason: "must be a table".into(),
+            }),
+        }
+    }
+
+    pub(super) fn optional_string(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<Field<String>>, ConfigError> {
+        let Some((key, value)) = self.take(name) else {
+            return Ok(None);
+        };
+        let origin = Origin(value.origin().map(str::to_owned));
+        let shown = show(&value.kind);
+        match value.kind {
+            ValueKind::String(s) => Ok(Some(Field {
+                key,
+                value: s,
+                shown,
+                origin,
+            })),
+            ValueKind::I64(_) | ValueKind::U64(_) | ValueKind::Float(_) | ValueKind::Boolean(_) => {
+                let s = shown.clone();
+                Ok(Some(Field {
+                    key,
+                    value: s,
+                    shown,
+                    origin,
+                }))
+            }
+            _ => Err(ConfigError::Invalid {
+                key,
+                value: shown,
+                origin,
+                reason: "must be a string".into(),
+            }),
+        }
+    }
+
+    pub(super) fn string(&mut self, name: &str) -> Result<Field<String>, ConfigError> {
+        self.optional_string(name)?
+            .ok_or_else(|| ConfigError::Missing {
+                key: self.key(name),
+            })
+    }
+
+    /// A list of strings: a TOML array, or (from the environment) one comma-separated string.
+    pub(super) fn list(&mut self, name: &str) -> Result<Vec<Field<String>>, ConfigError> {
+        let Some((key, value)) = self.take(name) else {
+            return Ok(Vec::new());
+        };
+        let origin = Origin(value.origin().map(str::to_owned));
+        let items: Vec<(String, Origin)> = match value.kind {
+            ValueKind::Array(items) => items
+                .into_iter()
+                .map(|v| {
+                    let o = Origin(v.origin().map(str::to_owned));
+                    match v.kind {
+                        ValueKind::String(s) => Ok((s, o)),
+                        other => Err(ConfigError::Invalid {
+                            key: key.clone(),
+                            value: show(&other),
+                            origin: o,
+                            reason: "list items must be strings".into(),
+                        }),
+                    }
+                })
+                .collect::<Result<_, _>>()?,
+            ValueKind::String(s) => s
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| (s.to_owned(), origin.clone()))
+                .collect(),
+            other => {
+                return Err(ConfigError::Invalid {
+                    key,
+                    value: show(&other),
+                    origin,
+                    reason: "must be a list of strings".into(),
+                });
+            }
+        };
+        Ok(items
+            .into_iter()
+            .enumerate()
+            .map(|(i, (value, origin))| Field {
+                key: format!("{key}[{i}]"),
+                shown: q(&value),
+                value,
+                origin,
+            })
+            .collect())
+    }
+
+    pub(super) fn duration(&mut self, name: &str) -> Result<Duration, ConfigError> {
+        let text = self.string(name)?;
+        let d = humantime::parse_duration(text.value.trim())
+            .map_err(|e| text.invalid(&format!("not a duration like \"45s\" or \"250ms\": {e}")))?;
+        if d.is_zero() {
+            return Err(text.invalid("must be greater than zero"));
+        }
+        Ok(d)
+    }
+
+    pub(super) fn integer(&mut self, name: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
+        let Some((key, value)) = self.take(name) else {
+            return Err(ConfigError::Missing {
+                key: self.key(name),
+            });
+        };
+        let origin = Origin(value.origin().map(str::to_owned));
+        let shown = show(&value.kind);
+        let n = value.into_int().map_err(|_| ConfigError::Invalid {
+            key: key.clone(),
+            value: shown.clone(),
+            origin: origin.clone(),
+            reason: "must be a whole number".into(),
+        })?;
+        if n < min || n > max {
+            return Err(ConfigError::Invalid {
+                key,
+                value: shown,
+                origin,
+                reason: format!("must be between {min} and {max}"),
+            });
+        }
+        Ok(n)
+    }
+
+    pub(super) fn optional_bool(&mut self, name: &str) -> Result<Option<bool>, ConfigError> {
+        let Some((key, value)) = self.take(name) else {
+            return Ok(None);
+        };
+        let origin = Origin(value.origin().map(str::to_owned));
+        let shown = show(&value.kind);
+        match value.kind {
+            ValueKind::Boolean(b) => Ok(Some(b)),
+            _ => Err(ConfigError::Invalid {
+                key,
+                value: shown,
+                origin,
+                reason: "must be true or false".into(),
+            }),
+        }
+    }
+
+    /// Fails on the first (alphabetically) key that nothing read.
+    pub(super) fn finish(self) -> Result<(), ConfigError> {
+        let unknown: BTreeMap<String, Value> = self.map.into_iter().collect();
+        match unknown.into_iter().next() {
+            None => Ok(()),
+            Some((name, value)) => Err(ConfigError::UnknownKey {
+                key: if self.path.is_empty() {
+                    name
+                } else {
+                    format!("{}.{name}", self.path)
+                },
+                origin: match value.origin() {
+                    Some(o) => Origin(Some(o.to_owned())),
+                    None => self.origin,
+                },
+            }),
+        }
+    }
+}
+
+fn show(kind: &ValueKind) -> String {
+    match kind {
+        ValueKind::String(s) => q(s),
+        ValueKind::Nil => "nothing".into(),
+        ValueKind::Boolean(b) => b.to_string(),
+        ValueKind::I64(n) => n.to_string(),
+        ValueKind::I128(n) => n.to_string(),
+        ValueKind::U64(n) => n.to_string(),
+        ValueKind::U128(n) => n.to_string(),
+        ValueKind::Float(n) => n.to_string(),
+        ValueKind::Table(_) => "a table".into(),
+        ValueKind::Array(_) => "a list".into(),
+    }
+}

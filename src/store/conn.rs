@@ -1,0 +1,123 @@
+//! Connections as the rest of the crate sees them: one type whatever the topology.
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+/// A handle on Redis: a self-reconnecting connection to one server, or a cluster connection that
+/// routes each command by its key's slot and follows MOVED/ASK redirections. Clones share the
+/// underlying connections.
+#[derive(Clone)]
+pub enum Conn {
+    /// One server (standalone, or the current Sentinel primary).
+    Direct(ConnectionManager),
+    /// A Redis Cluster.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Direct(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Direct(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Direct(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// One primary of the data path of a pass. Everything about the keys a node's SCAN returned goes
+/// to that same node: in a cluster that is where they live (a key that moved meanwhile answers
+/// MOVED and waits for the next pass), and one node may serve commands on many slots in one
+/// pipeline, which the cluster's own routing would refuse.
+#[derive(Clone)]
+pub struct Node {
+    con: Conn,
+    address: Option<(String, u16)>,
+}
+
+impl Node {
+    /// The only node of a standalone or Sentinel topology.
+    pub fn direct(con: ConnectionManager) -> Self {
+        Self {
+            con: Conn::Direct(con),
+            address: None,
+        }
+    }
+
+    /// A cluster primary, reached through the cluster connection.
+    pub fn cluster_primary(con: ClusterConnection, host: String, port: u16) -> Self {
+        Self {
+            con: Conn::Cluster(con),
+            address: Some((host, port)),
+        }
+    }
+
+    /// Whether keys must be grouped by hash slot for transactions and scripts.
+    pub fn needs_slot_groups(&self) -> bool {
+        self.address.is_some()
+    }
+
+    /// `host:port` of a cluster primary, for logs; `None` for a single server.
+    pub fn address(&self) -> Option<String> {
+        self.address.as_ref().map(|(h, p)| format!("{h}:{p}"))
+    }
+
+    fn route(&self) -> Option<SingleNodeRoutingInfo> {
+        self.address
+            .as_ref()
+            .map(|(host, port)| SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            })
+    }
+}
+
+impl ConnectionLike for Node {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match (self.route(), &mut self.con) {
+            (Some(route), Conn::Cluster(c)) => Box::pin(async move {
+                c.route_command(cmd.clone(), RoutingInfo::SingleNode(route))
+                    .await
+            }),
+            (_, con) => con.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match (self.route(), &mut self.con) {
+            (Some(route), Conn::Cluster(c)) => Box::pin(async move {
+                c.route_pipeline(pipeline.clone(), offset, count, route)
+                    .await
+            }),
+            (_, con) => con.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+}

@@ -1,0 +1,356 @@
+//! The connection to Redis, whatever its topology: one server, a Redis Cluster, or a primary
+//! behind Sentinel. Shared by every sweep; reconnects on its own after restarts and failovers.
+//!
+//! - [`conn`]: [`Conn`], the one connection type the rest of the crate uses, and [`Node`], a
+//!   primary of the data path of a pass.
+//! - `sentinel`: following the primary across failovers.
+
+mod conn;
+mod sentinel;
+
+use std::sync::Once;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Client, ConnectionAddr, IntoConnectionInfo, Value};
+use tokio_util::sync::CancellationToken;
+
+pub use self::conn::{Conn, Node};
+use self::sentinel::SentinelBackend;
+use crate::Error;
+use crate::config::{RedisConfig, RedisMode, redact_url};
+
+/// Cap of the wait between two connection attempts at start.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A connection to Redis. Clones share it, so concurrent commands from several sweeps are
+/// pipelined on the same sockets.
+#[derive(Clone)]
+pub struct Store {
+    backend: std::sync::Arc<Backend>,
+}
+
+enum Backend {
+    Standalone(ConnectionManager),
+    Sentinel(Box<SentinelBackend>),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Store {
+    /// Connects once: one attempt, bounded by `redis.connect_timeout`.
+    pub async fn connect(cfg: &RedisConfig) -> Result<Self, Error> {
+        let attempt = async {
+            let backend = match cfg.mode {
+                RedisMode::Standalone => {
+                    let con = manager(client(cfg, &cfg.url)?, cfg).await?;
+                    Backend::Standalone(con)
+                }
+                RedisMode::Sentinel => {
+                    Backend::Sentinel(Box::new(SentinelBackend::connect(cfg).await?))
+                }
+                RedisMode::Cluster => Backend::Cluster(cluster(cfg).await?),
+            };
+            let store = Self {
+                backend: std::sync::Arc::new(backend),
+            };
+            store.ping_once().await?;
+            Ok::<_, redis::RedisError>(store)
+        };
+        tokio::time::timeout(cfg.connect_timeout * 2 + Duration::from_secs(1), attempt)
+            .await
+            .unwrap_or_else(|_| Err(timed_out("connect timed out")))
+            .map_err(|source| Error::Connect {
+                url: describe(cfg),
+                source,
+            })
+    }
+
+    /// Connects, retrying with a capped exponential backoff until Redis answers or `cancel`
+    /// fires (then `None`). Every failed attempt is logged and reported to `on_failure` with the
+    /// wait before the next one.
+    pub async fn connect_with_retry(
+        cfg: &RedisConfig,
+        cancel: &CancellationToken,
+        on_failure: impl Fn(&Error, Duration),
+    ) -> Option<Self> {
+        let mut delay = Duration::from_millis(200);
+        let mut attempt = 1u32;
+        loop {
+            match Self::connect(cfg).await {
+                Ok(store) => {
+                    if attempt > 1 {
+                        tracing::info!(attempt, "connected to Redis");
+                    }
+                    return Some(store);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        error = %e,
+                        attempt,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "Redis is not reachable yet; retrying"
+                    );
+                    on_failure(&e, delay);
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return None,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(MAX_BACKOFF);
+            attempt += 1;
+        }
+    }
+
+    /// A handle for commands that are not tied to a pass's node (PING, leases, sharded
+    /// publishing): routed by key in a cluster, to the current primary behind Sentinel.
+    pub fn connection(&self) -> Conn {
+        match &*self.backend {
+            Backend::Standalone(c) => Conn::Direct(c.clone()),
+            Backend::Sentinel(s) => Conn::Direct(s.current()),
+            Backend::Cluster(c) => Conn::Cluster(c.clone()),
+        }
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(&*self.backend, Backend::Cluster(_))
+    }
+
+    /// The primaries a pass scans, each with its own SCAN cursor: the one server, or every
+    /// primary of the cluster as its own topology reports them now (so a pass after a failover
+    /// or a resharding scans the new layout).
+    pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
+        match &*self.backend {
+            Backend::Standalone(c) => Ok(vec![Node::direct(c.clone())]),
+            Backend::Sentinel(s) => Ok(vec![Node::direct(s.current())]),
+            Backend::Cluster(c) => {
+                let mut con = c.clone();
+                let slots = con
+                    .route_command(
+                        redis::cmd("CLUSTER").arg("SLOTS").to_owned(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                    )
+                    .await?;
+                Ok(primaries(&slots)
+                    .into_iter()
+                    .map(|(host, port)| Node::cluster_primary(c.clone(), host, port))
+                    .collect())
+            }
+        }
+    }
+
+    /// One round trip that proves Redis can take the sweeper's writes. Behind Sentinel it also
+    /// checks that the server is still the primary, and follows a failover when it is not.
+    pub async fn ping(&self) -> Result<(), Error> {
+        match &*self.backend {
+            Backend::Sentinel(s) => s.check().await,
+            _ => self.ping_once().await.map_err(Error::from),
+        }
+    }
+
+    async fn ping_once(&self) -> Result<(), redis::RedisError> {
+        let mut con = self.connection();
+        redis::cmd("PING").query_async::<()>(&mut con).await
+    }
+
+    /// Reacts to a failed pass: behind Sentinel, a READONLY reply or a lost connection means the
+    /// primary may have moved, so look it up again. Elsewhere the connections heal themselves.
+    pub async fn recover(&self, error: &Error) {
+        if let Backend::Sentinel(s) = &*self.backend {
+            s.recover(error).await;
+        }
+    }
+}
+
+/// A dedicated pub/sub connection (a subscribed connection cannot carry other commands), with
+/// the configured credentials, bounded by `redis.connect_timeout`. Standalone only.
+pub async fn subscriber(cfg: &RedisConfig) -> Result<redis::aio::PubSub, Error> {
+    let attempt = async { client(cfg, &cfg.url)?.get_async_pubsub().await };
+    tokio::time::timeout(cfg.connect_timeout, attempt)
+        .await
+        .unwrap_or_else(|_| Err(timed_out("connect timed out")))
+        .map_err(|source| Error::Connect {
+            url: redact_url(&cfg.url),
+            source,
+        })
+}
+
+/// What a connection error should name: the URL, the seeds or the sentinels.
+fn describe(cfg: &RedisConfig) -> String {
+    let join = |urls: &[String]| {
+        urls.iter()
+            .map(|u| redact_url(u))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match cfg.mode {
+        RedisMode::Standalone => redact_url(&cfg.url),
+        RedisMode::Cluster => format!("cluster {}", join(&cfg.nodes)),
+        RedisMode::Sentinel => format!(
+            "primary {:?} via sentinels {}",
+            cfg.master_name.as_deref().unwrap_or_default(),
+            join(&cfg.sentinels)
+        ),
+    }
+}
+
+fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+}
+
+/// rustls needs a process-wide crypto provider before the first TLS handshake.
+fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// A client for one server at `url`, with the configured credentials and certificates.
+fn client(cfg: &RedisConfig, url: &str) -> Result<Client, redis::RedisError> {
+    let info = url.into_connection_info()?;
+    let mut settings = info.redis_settings().clone();
+    if let Some(username) = &cfg.username {
+        settings = settings.set_username(username);
+    }
+    if let Some(password) = &cfg.password {
+        settings = settings.set_password(password.expose());
+    }
+    let info = info.set_redis_settings(settings);
+    if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+        install_crypto_provider();
+        if cfg.tls.is_custom() {
+            return Client::build_with_tls(info, cfg.tls.certificates());
+        }
+    }
+    Client::open(info)
+}
+
+fn manager_config(cfg: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(cfg.connect_timeout))
+        .set_response_timeout(Some(cfg.command_timeout))
+        // Retries here only apply to reconnecting an established manager; a failed command
+        // fails its pass, and the next pass tries again.
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(100))
+        .set_max_delay(Duration::from_secs(1))
+}
+
+async fn manager(
+    client: Client,
+    cfg: &RedisConfig,
+) -> Result<ConnectionManager, redis::RedisError> {
+    ConnectionManager::new_with_config(client, manager_config(cfg)).await
+}
+
+async fn cluster(
+    cfg: &RedisConfig,
+) -> Result<redis::cluster_async::ClusterConnection, redis::RedisError> {
+    let mut tls = false;
+    let mut seeds = Vec::with_capacity(cfg.nodes.len());
+    for url in &cfg.nodes {
+        let info = url.as_str().into_connection_info()?;
+        tls |= matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        seeds.push(info);
+    }
+    let mut builder = ClusterClientBuilder::new(seeds)
+        .connection_timeout(cfg.connect_timeout)
+        .response_timeout(cfg.command_timeout)
+        .retries(3);
+    if let Some(username) = &cfg.username {
+        builder = builder.username(username);
+    }
+    if let Some(password) = &cfg.password {
+        builder = builder.password(password.expose());
+    }
+    if tls {
+        install_crypto_provider();
+        builder = builder.tls(redis::TlsMode::Secure);
+        if cfg.tls.is_custom() {
+            builder = builder.certs(cfg.tls.certificates());
+        }
+    }
+    builder.build()?.get_async_connection().await
+}
+
+/// The distinct primaries of a `CLUSTER SLOTS` reply, as (host, port).
+fn primaries(slots: &Value) -> Vec<(String, u16)> {
+    let mut out: Vec<(String, u16)> = Vec::new();
+    let Value::Array(ranges) = slots else {
+        return out;
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        // [start, end, [host, port, id, ...], replicas...]
+        let Some(Value::Array(primary)) = fields.get(2) else {
+            continue;
+        };
+        let host = match primary.first() {
+            Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+            Some(Value::SimpleString(h)) => h.clone(),
+            _ => continue,
+        };
+        let port = match primary.get(1) {
+            Some(Value::Int(p)) => u16::try_from(*p).ok(),
+            _ => None,
+        };
+        if let Some(port) = port
+            && !out.iter().any(|(h, p)| *h == host && *p == port)
+        {
+            out.push((host, port));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn primaries_of_cluster_slots() {
+        let node =
+            |host: &str, port: i64| Value::Array(vec![bulk(host), Value::Int(port), bulk("id")]);
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("10.0.0.1", 7000),
+                node("10.0.0.4", 7003),
+            ]),
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(10922),
+                node("10.0.0.2", 7001),
+            ]),
+            Value::Array(vec![
+                Value::Int(10923),
+                Value::Int(12000),
+                node("10.0.0.3", 7002),
+            ]),
+            Value::Array(vec![
+                Value::Int(12001),
+                Value::Int(16383),
+                node("10.0.0.3", 7002),
+            ]),
+        ]);
+        assert_eq!(
+            primaries(&reply),
+            vec![
+                ("10.0.0.1".to_string(), 7000),
+                ("10.0.0.2".to_string(), 7001),
+                ("10.0.0.3".to_string(), 7002)
+            ]
+        );
+    }
+}

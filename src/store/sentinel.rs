@@ -1,0 +1,147 @@
+//! Sentinel: the sweeper talks to whichever server the sentinels name as the primary, and looks
+//! again when that server stops answering or turns out to be a replica (a READONLY reply, or a
+//! `ROLE` that is not `master`): writes never go to a replica.
+
+use std::sync::RwLock;
+
+use redis::aio::ConnectionManager;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{ConnectionAddr, IntoConnectionInfo, ServerErrorKind, Value};
+use tokio::sync::Mutex;
+
+use super::{install_crypto_provider, manager};
+use crate::Error;
+use crate::config::RedisConfig;
+
+pub(super) struct SentinelBackend {
+    sentinel: Mutex<SentinelClient>,
+    current: RwLock<ConnectionManager>,
+    cfg: RedisConfig,
+}
+
+impl SentinelBackend {
+    pub(super) async fn connect(cfg: &RedisConfig) -> Result<Self, redis::RedisError> {
+        let mut sentinel = sentinel_client(cfg)?;
+        let client = sentinel.async_get_client().await?;
+        tracing::info!(primary = %client.get_connection_info().addr(), "Sentinel named the primary");
+        let con = manager(client, cfg).await?;
+        Ok(Self {
+            sentinel: Mutex::new(sentinel),
+            current: RwLock::new(con),
+            cfg: cfg.clone(),
+        })
+    }
+
+    /// The connection to the primary as last resolved.
+    pub(super) fn current(&self) -> ConnectionManager {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Checks that the current server answers as the primary; looks the primary up again if not.
+    pub(super) async fn check(&self) -> Result<(), Error> {
+        match role(&mut self.current()).await {
+            Ok(role) if role == "master" => Ok(()),
+            outcome => {
+                match &outcome {
+                    Ok(role) => {
+                        tracing::warn!(role, "the server Sentinel named is no longer the primary")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "the primary does not answer"),
+                }
+                self.refresh().await?;
+                match role(&mut self.current()).await? {
+                    role if role == "master" => Ok(()),
+                    role => Err(Error::Redis(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "Sentinel named a server that is not a primary",
+                        role,
+                    )))),
+                }
+            }
+        }
+    }
+
+    /// After a failed pass: look the primary up again if the failure says it may have moved.
+    pub(super) async fn recover(&self, error: &Error) {
+        let moved = match error {
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+                    || e.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly)
+            }
+            _ => false,
+        };
+        if moved && let Err(e) = self.refresh().await {
+            tracing::warn!(error = %e, "could not look the primary up again; the next pass retries");
+        }
+    }
+
+    async fn refresh(&self) -> Result<(), Error> {
+        let client = {
+            let mut sentinel = self.sentinel.lock().await;
+            sentinel.async_get_client().await?
+        };
+        let address = client.get_connection_info().addr().to_string();
+        let con = manager(client, &self.cfg).await?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = con;
+        tracing::info!(primary = %address, "following the primary Sentinel names");
+        Ok(())
+    }
+}
+
+async fn role(con: &mut ConnectionManager) -> Result<String, redis::RedisError> {
+    let reply: Value = redis::cmd("ROLE").query_async(con).await?;
+    match reply {
+        Value::Array(fields) => match fields.first() {
+            Some(Value::BulkString(r)) => Ok(String::from_utf8_lossy(r).into_owned()),
+            Some(Value::SimpleString(r)) => Ok(r.clone()),
+            _ => Ok(String::new()),
+        },
+        _ => Ok(String::new()),
+    }
+}
+
+fn sentinel_client(cfg: &RedisConfig) -> Result<SentinelClient, redis::RedisError> {
+    let mut addrs = Vec::with_capacity(cfg.sentinels.len());
+    let mut tls = false;
+    for url in &cfg.sentinels {
+        let info = url.as_str().into_connection_info()?;
+        tls |= matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        addrs.push(info.addr().clone());
+    }
+    let master_name = cfg.master_name.as_deref().unwrap_or_default();
+    let mut builder = SentinelClientBuilder::new(addrs, master_name, SentinelServerType::Master)?;
+    let db = cfg
+        .url
+        .as_str()
+        .into_connection_info()
+        .map(|i| i.redis_settings().db())
+        .unwrap_or(0);
+    builder = builder.set_client_to_redis_db(db);
+    if let Some(username) = &cfg.username {
+        builder = builder.set_client_to_redis_username(username);
+    }
+    if let Some(password) = &cfg.password {
+        builder = builder.set_client_to_redis_password(password.expose());
+    }
+    if let Some(password) = &cfg.sentinel_password {
+        builder = builder.set_client_to_sentinel_password(password.expose());
+    }
+    if tls {
+        install_crypto_provider();
+        builder = builder
+            .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure)
+            .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        if cfg.tls.is_custom() {
+            builder = builder
+                .set_client_to_sentinel_certificates(cfg.tls.certificates())
+                .set_client_to_redis_certificates(cfg.tls.certificates());
+        }
+    }
+    builder.build()
+}

@@ -1,0 +1,121 @@
+//! The events of what a pass removed: one JSON message per removed member, published on the
+//! sweep's channel right after the eviction that removed it.
+
+use super::{BatchCounts, PassObserver, Sweeper};
+use crate::Error;
+use crate::events::{Event, EventEncoder};
+use crate::store::{Conn, Node};
+
+/// Events waiting to be published: (channel, payload).
+#[derive(Default)]
+pub(super) struct Events(Vec<(Vec<u8>, Vec<u8>)>);
+
+impl Sweeper {
+    /// PUBLISH, or SPUBLISH with `redis.sharded_pubsub`.
+    pub(super) fn publish_command(&self) -> &'static str {
+        if self.sharded_pubsub {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
+    /// Queues one event per removed member.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn announce(
+        &self,
+        key: &[u8],
+        removed: &[(Vec<u8>, f64)],
+        roster: &[Vec<u8>],
+        card: u64,
+        now: f64,
+        events: &mut Events,
+        observer: &dyn PassObserver,
+    ) {
+        if removed.is_empty() {
+            return;
+        }
+        let conversation_id = self.sweep.pattern.conversation_id(key).unwrap_or(key);
+        let channel = self.sweep.channel.render(conversation_id);
+        let roster_json = EventEncoder::roster_json(roster);
+        let ttl = self.sweep.ttl.as_secs_f64();
+        for (member, score) in removed {
+            let last_seen = self.sweep.score_unit.to_seconds(*score);
+            observer.member_evicted(now - (last_seen + ttl));
+            tracing::debug!(
+                sweep = %self.sweep.name,
+                conversation_id = %String::from_utf8_lossy(conversation_id),
+                user_id = %String::from_utf8_lossy(member),
+                last_seen,
+                "evicted"
+            );
+            let payload = self.encoder.encode(&Event {
+                conversation_id,
+                user_id: member,
+                last_seen,
+                timestamp: now,
+                roster_json: &roster_json,
+                roster_count: card,
+            });
+            events.0.push((channel.clone(), payload));
+        }
+    }
+
+    /// Publishes queued events; a failure is counted as events lost (the members are gone).
+    ///
+    /// PUBLISH goes to the node the keys came from: in a cluster every node forwards it to the
+    /// subscribers of every node. A sharded message must reach the owner of its channel's slot,
+    /// so in a cluster each SPUBLISH is routed on its own.
+    pub(super) async fn publish(
+        &self,
+        node: &mut Node,
+        routed: &Conn,
+        events: Events,
+        counts: &mut BatchCounts,
+    ) -> Result<(), Error> {
+        if events.0.is_empty() {
+            return Ok(());
+        }
+        let n = events.0.len() as u64;
+        let command = self.publish_command();
+        let result: Result<(), redis::RedisError> =
+            if self.sharded_pubsub && node.needs_slot_groups() {
+                let sends = events.0.into_iter().map(|(channel, payload)| {
+                    let mut con = routed.clone();
+                    async move {
+                        redis::cmd(command)
+                            .arg(channel)
+                            .arg(payload)
+                            .query_async::<()>(&mut con)
+                            .await
+                    }
+                });
+                futures_util::future::join_all(sends)
+                    .await
+                    .into_iter()
+                    .collect()
+            } else {
+                let mut pipe = redis::pipe();
+                for (channel, payload) in events.0 {
+                    pipe.cmd(command).arg(channel).arg(payload).ignore();
+                }
+                pipe.query_async::<()>(node).await
+            };
+        match result {
+            Ok(()) => {
+                counts.events_published += n;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(
+                    sweep = %self.sweep.name,
+                    events = n,
+                    error = %e,
+                    "members were evicted but their events could not be published"
+                );
+                counts.events_failed += n;
+                Err(e.into())
+            }
+        }
+    }
+}
