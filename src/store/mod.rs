@@ -257,9 +257,12 @@ async fn cluster(
         tls |= matches!(info.addr(), ConnectionAddr::TcpTls { .. });
         seeds.push(info);
     }
+    // The overall timeout bounds a request's retries too: a request to a primary that just died
+    // fails its pass instead of waiting for the failover.
     let mut builder = ClusterClientBuilder::new(seeds)
         .connection_timeout(cfg.connect_timeout)
         .response_timeout(cfg.command_timeout)
+        .overall_response_timeout(Some(cfg.command_timeout))
         .retries(3);
     if let Some(username) = &cfg.username {
         builder = builder.username(username);

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -123,6 +125,11 @@ impl RedisServer {
         self.client()
             .get_connection_with_timeout(Duration::from_secs(5))
             .expect("connect to test redis")
+    }
+
+    /// Whether the process is up (not stopped by the test).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Kills the server (SIGKILL: like a crash).

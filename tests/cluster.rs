@@ -1,0 +1,255 @@
+//! Redis Cluster: every primary scanned, every zombie announced once, through failovers and
+//! reshardings.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use support::cluster::RedisCluster;
+use support::{Binary, Received, Subscriber, run_binary, write_file};
+
+fn cluster_now(cluster: &RedisCluster) -> f64 {
+    let node = cluster.nodes.iter().find(|n| n.is_running()).unwrap();
+    support::redis_now(&mut node.con())
+}
+
+/// `conversations` keys spread over the slots, each with `zombies` stale and `live` fresh members.
+fn seed(cluster: &RedisCluster, prefix: &str, conversations: usize, zombies: usize, live: usize) {
+    let now = cluster_now(cluster);
+    let mut con = cluster.con();
+    for c in 0..conversations {
+        let key = format!("presence:{prefix}{c}:online");
+        let mut members: Vec<(f64, String)> = Vec::new();
+        for z in 0..zombies {
+            members.push((now - 100.0 - z as f64, format!("zombie{z}")));
+        }
+        for l in 0..live {
+            members.push((now + 60.0, format!("live{l}")));
+        }
+        let _: () = con.zadd_multiple(&key, &members).unwrap();
+    }
+}
+
+/// Each (conversation, user) of the events, with how often it was announced.
+fn tally(events: &[Received]) -> HashMap<(String, String), usize> {
+    let mut seen = HashMap::new();
+    for e in events {
+        let ev = e.json();
+        *seen
+            .entry((
+                ev["conversation_id"].as_str().unwrap().to_owned(),
+                ev["user_id"].as_str().unwrap().to_owned(),
+            ))
+            .or_insert(0) += 1;
+    }
+    seen
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn remaining(cluster: &RedisCluster, prefix: &str, conversations: usize) -> (usize, usize) {
+    let mut con = cluster.con();
+    let (mut zombies, mut live) = (0, 0);
+    for c in 0..conversations {
+        let members: Vec<String> = con
+            .zrange(format!("presence:{prefix}{c}:online"), 0, -1)
+            .unwrap();
+        zombies += members.iter().filter(|m| m.starts_with("zombie")).count();
+        live += members.iter().filter(|m| m.starts_with("live")).count();
+    }
+    (zombies, live)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_primary_is_swept_and_each_zombie_announced_once() {
+    let cluster = RedisCluster::start(3, 0);
+    seed(&cluster, "c", 300, 2, 3);
+    // Hash-tagged keys: one conversation's online and typing sets share a slot.
+    let now = cluster_now(&cluster);
+    let mut con = cluster.con();
+    let _: () = con
+        .zadd_multiple(
+            "presence:{c42}:online",
+            &[(now - 100.0, "zombie"), (now, "live")],
+        )
+        .unwrap();
+    let _: () = con
+        .zadd_multiple(
+            "presence:{c42}:typing",
+            &[(now - 100.0, "zombie"), (now, "live")],
+        )
+        .unwrap();
+    let sub = Subscriber::start(
+        &format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port),
+        "*",
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    // `presence:{*}:typing` keeps the braces out of the conversation id; plain `*` keeps them in.
+    let toml = format!(
+        "{}[sweeps.typing]\nmatch = \"presence:{{*}}:typing\"\n",
+        cluster.redis_toml()
+    );
+    let file = write_file(dir.path(), "c.toml", &toml);
+    let (code, stdout, stderr) = run_binary(&["--config", file.to_str().unwrap(), "sweep"], &[]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    // Each key counted once, though three primaries were scanned.
+    assert!(
+        stdout.contains(
+            "online: keys_scanned=301 keys=301 members=901 evicted=601 events_published=601"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("typing: keys_scanned=1 keys=1 members=1 evicted=1 events_published=1"),
+        "{stdout}"
+    );
+    assert_eq!(remaining(&cluster, "c", 300), (0, 900));
+
+    let events = sub.wait_for(602, Duration::from_secs(10)).await;
+    let seen = tally(&events);
+    assert_eq!(events.len(), 602);
+    assert!(seen.values().all(|&n| n == 1));
+    assert_eq!(
+        seen.get(&("{c42}".into(), "zombie".into())),
+        Some(&1),
+        "online: braces kept"
+    );
+    let typing: Vec<_> = events
+        .iter()
+        .map(|e| e.json())
+        .filter(|e| e["type"] == "typing.stop")
+        .collect();
+    assert_eq!(typing.len(), 1);
+    assert_eq!(
+        typing[0]["conversation_id"], "c42",
+        "typing: braces in the pattern"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_dies_its_replica_takes_over_and_nothing_is_announced_twice() {
+    let mut cluster = RedisCluster::start(3, 1);
+    seed(&cluster, "a", 200, 2, 2);
+    let sub = Subscriber::start(
+        &format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port),
+        "presence:*",
+    )
+    .await;
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n[sweeps.online]\nschedule = \"200ms\"\n",
+        cluster.redis_toml()
+    );
+    let d = Binary::spawn(&toml, &[], &[]);
+    wait_until("first zombies swept", Duration::from_secs(20), || {
+        remaining(&cluster, "a", 200).0 == 0
+    });
+
+    // Kill a primary mid-run; its replica is promoted after the node timeout.
+    // Not the node the subscriber listens on.
+    let listener = cluster.nodes[0].port;
+    let victim = cluster
+        .primaries()
+        .into_iter()
+        .map(|(_, port)| port)
+        .find(|&port| port != listener)
+        .unwrap();
+    cluster.node(victim).stop();
+    d.wait_for_log("pass failed", 1, Duration::from_secs(20));
+    wait_until("the replica promoted", Duration::from_secs(30), || {
+        let primaries = cluster.primaries();
+        primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
+    });
+    cluster.wait_ok(Duration::from_secs(30));
+    seed(&cluster, "b", 200, 2, 2);
+    wait_until(
+        "zombies swept after the failover",
+        Duration::from_secs(30),
+        || remaining(&cluster, "b", 200).0 == 0,
+    );
+    assert_eq!(remaining(&cluster, "a", 200), (0, 400));
+    assert_eq!(remaining(&cluster, "b", 200), (0, 400));
+
+    let events = sub.wait_for(800, Duration::from_secs(10)).await;
+    let seen = tally(&events);
+    assert_eq!(seen.len(), 800, "every zombie announced");
+    assert!(seen.values().all(|&n| n == 1), "nothing announced twice");
+    assert!(seen.keys().all(|(_, u)| u.starts_with("zombie")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resharding_during_passes_misses_nothing_and_duplicates_nothing() {
+    let cluster = RedisCluster::start(3, 0);
+    let conversations = 3000;
+    seed(&cluster, "r", conversations, 1, 1);
+    let sub = Subscriber::start(
+        &format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port),
+        "presence:*",
+    )
+    .await;
+    // Slow passes (one key per call, one call at a time) so that slots move while they run.
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+         [sweeps.online]\nschedule = \"100ms\"\n[evict]\nbatch_keys = 1\npipeline_depth = 1\n",
+        cluster.redis_toml()
+    );
+    let d = Binary::spawn(&toml, &[], &[]);
+    // Start moving slots once the first pass is under way.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sub.received().len() < 100 {
+        assert!(Instant::now() < deadline, "{}", d.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        d.count("pass finished"),
+        0,
+        "the first pass is still running"
+    );
+    let primaries = cluster.primaries();
+    let (from, _) = &primaries[0];
+    let (to, to_port) = &primaries[1];
+    let reshard = std::process::Command::new("redis-cli")
+        .args(["--cluster", "reshard", &format!("127.0.0.1:{to_port}")])
+        .args(["--cluster-from", from, "--cluster-to", to])
+        .args([
+            "--cluster-slots",
+            "3000",
+            "--cluster-yes",
+            "--cluster-pipeline",
+            "10",
+        ])
+        .output()
+        .expect("run redis-cli --cluster reshard");
+    assert!(
+        reshard.status.success(),
+        "reshard failed: {}",
+        String::from_utf8_lossy(&reshard.stderr)
+    );
+    cluster.wait_ok(Duration::from_secs(30));
+    // Keys that moved while a pass ran are swept by the next one: the one in flight when the
+    // move ended, plus one more at most.
+    let done = d.count("pass finished");
+    wait_until("every zombie swept", Duration::from_secs(60), || {
+        remaining(&cluster, "r", conversations).0 == 0
+    });
+    let passes = d.count("pass finished") - done;
+    assert!(
+        passes <= 2,
+        "{passes} passes after the resharding before the last zombie went"
+    );
+    assert_eq!(remaining(&cluster, "r", conversations), (0, conversations));
+
+    let events = sub.wait_for(conversations, Duration::from_secs(10)).await;
+    let seen = tally(&events);
+    assert_eq!(seen.len(), conversations);
+    assert!(seen.values().all(|&n| n == 1), "nothing announced twice");
+}
