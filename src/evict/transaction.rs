@@ -77,9 +77,18 @@ where
     let mut out = Vec::with_capacity(groups.iter().map(Vec::len).sum());
     for keys in groups {
         // MULTI, one QUEUED (or a refusal) per command, then EXEC's array (or EXECABORT).
-        let _multi = replies.next().ok_or_else(short)?;
-        for _ in 0..keys.len() * 3 {
-            replies.next().ok_or_else(short)?;
+        let mut refusal = None;
+        for _ in 0..1 + keys.len() * 3 {
+            if let Value::ServerError(e) = replies.next().ok_or_else(short)? {
+                refusal.get_or_insert(e);
+            }
+        }
+        if let Some(e) = refusal
+            && !matches!(e.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+        {
+            // READONLY (a replica), NOPERM, OOM...: nothing was removed, and the pass must say
+            // why rather than skip the keys.
+            return Err(redis::RedisError::from(e).into());
         }
         match replies.next().ok_or_else(short)? {
             Value::Array(results) if results.len() == keys.len() * 3 => {

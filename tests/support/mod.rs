@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod sentinel;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
