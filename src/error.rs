@@ -49,3 +49,15 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+impl Error {
+    /// Whether Redis answered with a cluster redirection (the key's slot moved or is moving).
+    pub fn is_redirect(&self) -> bool {
+        match self {
+            Self::Redis(e) => {
+                matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
+            }
+            _ => false,
+        }
+    }
+}

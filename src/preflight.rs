@@ -9,20 +9,21 @@ use redis::aio::ConnectionLike;
 
 use crate::Error;
 use crate::evict::{EvictScript, ReplyError};
+use crate::store::Conn;
 
-/// Queues what a pass does with `key` and `channel` (publishing with `publish`), discards it, and
+/// Queues what a pass does with `key` and (when `publish` is given) `channel`, discards it, and
 /// fails with [`Error::Permission`] on the first command the ACL refuses.
 pub async fn check<C>(
     con: &mut C,
     key: &[u8],
     channel: &[u8],
-    publish: &str,
+    publish: Option<&str>,
     script: &EvictScript,
 ) -> Result<(), Error>
 where
     C: ConnectionLike + Send,
 {
-    let probes: Vec<(&str, redis::Cmd, &[u8])> = vec![
+    let mut probes: Vec<(&str, redis::Cmd, &[u8])> = vec![
         (
             "SCAN",
             redis::cmd("SCAN").arg(0).arg("COUNT").arg(1).to_owned(),
@@ -80,20 +81,44 @@ where
                 .to_owned(),
             b"",
         ),
-        (
+    ];
+    if let Some(publish) = publish {
+        probes.push((
             publish,
             redis::cmd(publish).arg(channel).arg("").to_owned(),
             channel,
-        ),
-    ];
+        ));
+    }
+    let replies: Vec<Value> = discarded(&probes).query_async(con).await?;
+    judge(&probes, &replies)
+}
+
+/// Like [`check`] for a sharded publish in a cluster, which must be probed on the primary owning
+/// the channel's slot rather than on the node of the keys.
+pub async fn check_sharded_publish(con: &mut Conn, channel: &[u8]) -> Result<(), Error> {
+    let probes: Vec<(&str, redis::Cmd, &[u8])> = vec![(
+        "SPUBLISH",
+        redis::cmd("SPUBLISH").arg(channel).arg("").to_owned(),
+        channel,
+    )];
+    let replies = con.pipeline_for_key(&discarded(&probes), channel).await?;
+    judge(&probes, &replies)
+}
+
+/// `MULTI`, the probes, `DISCARD`: nothing runs.
+fn discarded(probes: &[(&str, redis::Cmd, &[u8])]) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     pipe.cmd("MULTI");
-    for (_, cmd, _) in &probes {
+    for (_, cmd, _) in probes {
         pipe.add_command(cmd.clone());
     }
     pipe.cmd("DISCARD");
-    let replies: Vec<Value> = pipe.query_async(con).await?;
+    pipe
+}
+
+/// The first ACL refusal among the replies to [`discarded`], as an error.
+fn judge(probes: &[(&str, redis::Cmd, &[u8])], replies: &[Value]) -> Result<(), Error> {
     if replies.len() != probes.len() + 2 {
         return Err(ReplyError::new("preflight: unexpected number of replies").into());
     }

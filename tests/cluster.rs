@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use support::cluster::RedisCluster;
-use support::{Binary, Received, Subscriber, run_binary, write_file};
+use support::{Binary, Received, ShardedSubscriber, Subscriber, run_binary, write_file};
 
 fn cluster_now(cluster: &RedisCluster) -> f64 {
     let node = cluster.nodes.iter().find(|n| n.is_running()).unwrap();
@@ -252,4 +252,93 @@ async fn a_resharding_during_passes_misses_nothing_and_duplicates_nothing() {
     let seen = tally(&events);
     assert_eq!(seen.len(), conversations);
     assert!(seen.values().all(|&n| n == 1), "nothing announced twice");
+}
+
+/// The port of the primary serving `slot`, from `CLUSTER SLOTS`.
+fn owner(cluster: &RedisCluster, key: &str) -> u16 {
+    let node = cluster.nodes.iter().find(|n| n.is_running()).unwrap();
+    let mut con = node.con();
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut con)
+        .unwrap();
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con).unwrap();
+    for r in ranges {
+        let redis::Value::Array(f) = r else { continue };
+        let (redis::Value::Int(lo), redis::Value::Int(hi)) = (&f[0], &f[1]) else {
+            continue;
+        };
+        if (*lo..=*hi).contains(&slot) {
+            let redis::Value::Array(primary) = &f[2] else {
+                continue;
+            };
+            if let redis::Value::Int(port) = primary[1] {
+                return port as u16;
+            }
+        }
+    }
+    panic!("no owner for slot {slot}");
+}
+
+#[test]
+fn sharded_pubsub_reaches_the_shard_of_each_channel() {
+    let cluster = RedisCluster::start(3, 0);
+    let conversations = 12;
+    seed(&cluster, "s", conversations, 1, 1);
+    // One SSUBSCRIBE per channel (one command may not span slots), on the shard owning it.
+    let channels: Vec<(u16, String)> = (0..conversations)
+        .map(|c| {
+            let channel = format!("presence:s{c}:events");
+            (owner(&cluster, &channel), channel)
+        })
+        .collect();
+    let shards: std::collections::HashSet<u16> = channels.iter().map(|(p, _)| *p).collect();
+    assert!(shards.len() > 1, "the channels span several shards");
+    let subs: Vec<ShardedSubscriber> = channels
+        .iter()
+        .map(|(port, channel)| ShardedSubscriber::start(*port, std::slice::from_ref(channel)))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let toml = cluster.redis_toml().replace(
+        "mode = \"cluster\"",
+        "mode = \"cluster\"\nsharded_pubsub = true",
+    );
+    let file = write_file(dir.path(), "c.toml", &toml);
+    let (code, stdout, stderr) = run_binary(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--log-level",
+            "debug,redis=warn",
+            "sweep",
+            "--sweep",
+            "online",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("evicted=12 events_published=12"),
+        "{stdout}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let total = || subs.iter().map(|s| s.received().len()).sum::<usize>();
+    while total() < conversations && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(total(), conversations);
+    for sub in &subs {
+        for (channel, payload) in sub.received() {
+            let ev: serde_json::Value = serde_json::from_str(&payload).unwrap();
+            assert_eq!(
+                channel,
+                format!(
+                    "presence:{}:events",
+                    ev["conversation_id"].as_str().unwrap()
+                )
+            );
+        }
+    }
 }

@@ -2,7 +2,7 @@
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// A handle on Redis: a self-reconnecting connection to one server, or a cluster connection that
@@ -14,6 +14,47 @@ pub enum Conn {
     Direct(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Sends `cmd` to the primary owning `key`'s slot, for commands whose routing the cluster
+    /// client does not know (`SPUBLISH` routes by its channel).
+    pub async fn query_for_key(&mut self, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
+        match self {
+            Self::Direct(c) => c.req_packed_command(&cmd).await,
+            Self::Cluster(c) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                c.route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// Sends `pipe` (not a transaction) to the primary owning `key`'s slot.
+    pub async fn pipeline_for_key(
+        &mut self,
+        pipe: &Pipeline,
+        key: &[u8],
+    ) -> redis::RedisResult<Vec<Value>> {
+        match self {
+            Self::Direct(c) => c.req_packed_commands(pipe, 0, pipe.len()).await,
+            Self::Cluster(c) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                c.route_pipeline(
+                    pipe.clone(),
+                    0,
+                    pipe.len(),
+                    SingleNodeRoutingInfo::SpecificNode(route),
+                )
+                .await
+            }
+        }
+    }
 }
 
 impl ConnectionLike for Conn {

@@ -83,11 +83,9 @@ impl Sweeper {
                 let sends = events.0.into_iter().map(|(channel, payload)| {
                     let mut con = routed.clone();
                     async move {
-                        redis::cmd(command)
-                            .arg(channel)
-                            .arg(payload)
-                            .query_async::<()>(&mut con)
-                            .await
+                        let mut cmd = redis::cmd(command);
+                        cmd.arg(&channel).arg(payload);
+                        con.query_for_key(cmd, &channel).await.map(drop)
                     }
                 });
                 futures_util::future::join_all(sends)

@@ -6,6 +6,10 @@ use std::collections::HashMap;
 use redis::cluster_routing::Slot;
 
 use super::announce::Events;
+
+/// The keys of one transaction and what it did: the eviction instant and, per key, what was
+/// removed.
+type Outcome<'k> = (Vec<&'k [u8]>, Result<(f64, Vec<Option<Evicted>>), Error>);
 use super::{BatchCounts, PassObserver, PassOptions, Sweeper};
 use crate::Error;
 use crate::evict::{self, Clock, Cutoff, Evicted, KeyReply, Params};
@@ -58,11 +62,12 @@ impl Sweeper {
             self.sweep.ttl,
             self.sweep.score_unit,
         );
-        let stale_counts = evict::count_stale(node, &keys, &cutoff).await?;
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let stale_counts = stale_counts(node, routed, &refs, &cutoff).await?;
         observer.progress();
         if opts.dry_run {
             return self
-                .dry_run(node, &keys, stale_counts, observer, counts)
+                .dry_run(node, routed, &refs, stale_counts, observer, counts)
                 .await;
         }
         let budget = self.evict.max_members_per_call as u64;
@@ -71,11 +76,11 @@ impl Sweeper {
         let mut transactions: Vec<Vec<&[u8]>> = Vec::new();
         let mut in_last = 0;
         let mut big = Vec::new();
-        for (key, stale) in keys.iter().zip(stale_counts) {
+        for (key, stale) in refs.iter().zip(stale_counts) {
             match stale {
                 None => {}
                 Some(0) => clean.push(key),
-                Some(stale) if stale > budget => big.push(key.clone()),
+                Some(stale) if stale > budget => big.push(key.to_vec()),
                 Some(stale) => {
                     if transactions.is_empty() || in_last + stale > budget {
                         transactions.push(Vec::new());
@@ -86,39 +91,34 @@ impl Sweeper {
                 }
             }
         }
-        let grouped = node.needs_slot_groups();
         let mut transactions = transactions.into_iter();
-        // The clean keys' sizes and the first transaction go out together: one round trip.
-        let first = transactions.next();
+        // The clean keys' sizes and the first transactions go out together: one round trip.
+        let first = transactions.next().unwrap_or_default();
         let mut card_node = node.clone();
-        let (cards, evicted) = tokio::join!(evict::cardinalities(&mut card_node, &clean), async {
-            match &first {
-                Some(keys) => {
-                    let groups = slot_groups(keys, grouped);
-                    Some(
-                        evict::evict(node, &groups, &cutoff, fixed_now)
-                            .await
-                            .map(|r| (groups, r)),
-                    )
-                }
-                None => None,
-            }
-        });
+        let (cards, outcomes) = tokio::join!(
+            cardinalities(&mut card_node, routed, &clean),
+            evict_keys(node, &first, &cutoff, fixed_now)
+        );
         for card in cards?.into_iter().flatten().filter(|&c| c > 0) {
             counts.keys += 1;
             counts.members += card;
             observer.key_swept(card);
         }
-        if let Some(evicted) = evicted {
-            let (groups, evicted) = evicted?;
-            self.finish_transactions(node, routed, &groups, evicted, observer, counts)
-                .await?;
-        }
+        // Whatever a transaction removed is announced, even if another one failed.
+        let mut failure = self
+            .finish_outcomes(node, routed, outcomes, observer, counts)
+            .await;
         for keys in transactions {
-            let groups = slot_groups(&keys, grouped);
-            let evicted = evict::evict(node, &groups, &cutoff, fixed_now).await?;
-            self.finish_transactions(node, routed, &groups, evicted, observer, counts)
-                .await?;
+            if failure.is_some() {
+                break;
+            }
+            let outcomes = evict_keys(node, &keys, &cutoff, fixed_now).await;
+            failure = self
+                .finish_outcomes(node, routed, outcomes, observer, counts)
+                .await;
+        }
+        if let Some(e) = failure {
+            return Err(e);
         }
         if !big.is_empty() {
             self.sweep_big(node, routed, big, opts, observer, counts)
@@ -127,11 +127,37 @@ impl Sweeper {
         Ok(())
     }
 
+    /// Counts and announces the transactions that went through; returns the first failure.
+    async fn finish_outcomes(
+        &self,
+        node: &mut Node,
+        routed: &Conn,
+        outcomes: Vec<Outcome<'_>>,
+        observer: &dyn PassObserver,
+        counts: &mut BatchCounts,
+    ) -> Option<Error> {
+        let mut failure = None;
+        for (group, outcome) in outcomes {
+            let result = match outcome {
+                Ok(evicted) => {
+                    self.finish_transactions(node, routed, &group, evicted, observer, counts)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                failure.get_or_insert(e);
+            }
+        }
+        failure
+    }
+
     /// Counts what a dry run would evict: the zombies per key and what would be left.
     async fn dry_run(
         &self,
         node: &mut Node,
-        keys: &[Vec<u8>],
+        routed: &Conn,
+        keys: &[&[u8]],
         stale_counts: Vec<Option<u64>>,
         observer: &dyn PassObserver,
         counts: &mut BatchCounts,
@@ -139,9 +165,9 @@ impl Sweeper {
         let (sets, stale): (Vec<&[u8]>, Vec<u64>) = keys
             .iter()
             .zip(stale_counts)
-            .filter_map(|(key, stale)| Some((key.as_slice(), stale?)))
+            .filter_map(|(key, stale)| Some((*key, stale?)))
             .unzip();
-        let cards = evict::cardinalities(node, &sets).await?;
+        let cards = cardinalities(node, routed, &sets).await?;
         for (card, stale) in cards.into_iter().zip(stale) {
             let Some(card) = card.filter(|&c| c > 0) else {
                 continue;
@@ -155,12 +181,12 @@ impl Sweeper {
         Ok(())
     }
 
-    /// Counts and announces what the transactions of `groups` removed.
+    /// Counts and announces what the transaction of `keys` removed.
     async fn finish_transactions(
         &self,
         node: &mut Node,
         routed: &Conn,
-        groups: &[Vec<&[u8]>],
+        keys: &[&[u8]],
         (now, results): (f64, Vec<Option<Evicted>>),
         observer: &dyn PassObserver,
         counts: &mut BatchCounts,
@@ -168,7 +194,7 @@ impl Sweeper {
         observer.progress();
         let mut events = Events::default();
         let mut uncounted = Vec::new();
-        for (key, evicted) in groups.iter().flatten().zip(results) {
+        for (key, evicted) in keys.iter().zip(results) {
             let Some(evicted) = evicted else {
                 continue;
             };
@@ -189,7 +215,7 @@ impl Sweeper {
         if !uncounted.is_empty() {
             // Full rosters: the sets may be bigger, so count them (just after the eviction).
             let keys: Vec<&[u8]> = uncounted.iter().map(|(k, _)| *k).collect();
-            let cards = evict::cardinalities(node, &keys).await?;
+            let cards = cardinalities(node, routed, &keys).await?;
             for ((key, evicted), card) in uncounted.into_iter().zip(cards) {
                 self.account(
                     key,
@@ -291,6 +317,84 @@ impl Sweeper {
         counts.evicted += removed.len() as u64;
         observer.key_swept(card);
         self.announce(key, removed, roster, card, now, events, observer);
+    }
+}
+
+/// Evicts `keys` in transactions: one for all of them on a single server; in a cluster one per
+/// hash slot, each in its own pipeline, so that a slot that moved redirects only its own
+/// transaction (the cluster client resends a whole pipeline to where a MOVED points, which is
+/// safe for a transaction refused at queue time, and only for that).
+async fn evict_keys<'k>(
+    node: &Node,
+    keys: &[&'k [u8]],
+    cutoff: &Cutoff,
+    fixed_now: Option<f64>,
+) -> Vec<Outcome<'k>> {
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let groups = slot_groups(keys, node.needs_slot_groups());
+    let runs = groups.into_iter().map(|group| {
+        let mut node = node.clone();
+        async move {
+            let outcome =
+                evict::evict(&mut node, std::slice::from_ref(&group), cutoff, fixed_now).await;
+            (group, outcome)
+        }
+    });
+    futures_util::future::join_all(runs).await
+}
+
+/// Zombies per key, read from the node. In a cluster, if a slot moved since SCAN (the whole
+/// pipeline then fails on the redirect), each key is asked where it lives now instead.
+async fn stale_counts(
+    node: &mut Node,
+    routed: &Conn,
+    keys: &[&[u8]],
+    cutoff: &Cutoff,
+) -> Result<Vec<Option<u64>>, Error> {
+    let owned: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
+    match evict::count_stale(node, &owned, cutoff).await {
+        Err(e) if node.needs_slot_groups() && e.is_redirect() => {
+            let reads = owned.iter().map(|key| {
+                let mut con = routed.clone();
+                async move {
+                    evict::count_stale(&mut con, std::slice::from_ref(key), cutoff)
+                        .await
+                        .map(|v| v.first().copied().flatten())
+                }
+            });
+            futures_util::future::join_all(reads)
+                .await
+                .into_iter()
+                .collect()
+        }
+        other => other,
+    }
+}
+
+/// Members per key, read like [`stale_counts`].
+async fn cardinalities(
+    node: &mut Node,
+    routed: &Conn,
+    keys: &[&[u8]],
+) -> Result<Vec<Option<u64>>, Error> {
+    match evict::cardinalities(node, keys).await {
+        Err(e) if node.needs_slot_groups() && e.is_redirect() => {
+            let reads = keys.iter().map(|key| {
+                let mut con = routed.clone();
+                async move {
+                    evict::cardinalities(&mut con, &[key])
+                        .await
+                        .map(|v| v.first().copied().flatten())
+                }
+            });
+            futures_util::future::join_all(reads)
+                .await
+                .into_iter()
+                .collect()
+        }
+        other => other,
     }
 }
 

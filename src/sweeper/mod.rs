@@ -263,10 +263,15 @@ impl Sweeper {
                     .sweep
                     .channel
                     .render(self.sweep.pattern.conversation_id(key).unwrap_or(key));
-                let publish = self.publish_command();
-                if let Err(e) =
-                    preflight::check(&mut node.clone(), key, &channel, publish, &self.script).await
-                {
+                // A sharded publish in a cluster goes to the channel's own shard: probe it there.
+                let routed_publish = self.sharded_pubsub && node.needs_slot_groups();
+                let publish = (!routed_publish).then(|| self.publish_command());
+                let mut verdict =
+                    preflight::check(&mut node.clone(), key, &channel, publish, &self.script).await;
+                if verdict.is_ok() && routed_publish {
+                    verdict = preflight::check_sharded_publish(&mut routed.clone(), &channel).await;
+                }
+                if let Err(e) = verdict {
                     stopping = true;
                     failure.get_or_insert(e);
                 }

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod sentinel;
+pub mod tls;
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -612,5 +613,64 @@ impl Binary {
             .unwrap()
             .parse()
             .expect("socket address")
+    }
+}
+
+/// A `redis-cli SSUBSCRIBE` (sharded pub/sub) on one server, collecting `(channel, payload)`.
+pub struct ShardedSubscriber {
+    child: Child,
+    messages: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl ShardedSubscriber {
+    /// Subscribes to `channels` on the server at `port` (the owner of their slots, in a
+    /// cluster) and returns once redis-cli confirmed every subscription.
+    pub fn start(port: u16, channels: &[String]) -> Self {
+        let mut child = Command::new("redis-cli")
+            .arg("-p")
+            .arg(port.to_string())
+            .arg("SSUBSCRIBE")
+            .args(channels)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-cli SSUBSCRIBE");
+        let messages = Arc::new(Mutex::new(Vec::new()));
+        let confirmed = Arc::new(Mutex::new(0usize));
+        let (sink, count) = (messages.clone(), confirmed.clone());
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+            while let Some(line) = lines.next() {
+                match line.as_str() {
+                    "ssubscribe" => *count.lock().unwrap() += 1,
+                    "smessage" => {
+                        if let (Some(channel), Some(payload)) = (lines.next(), lines.next()) {
+                            sink.lock().unwrap().push((channel, payload));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while *confirmed.lock().unwrap() < channels.len() {
+            assert!(Instant::now() < deadline, "SSUBSCRIBE was not confirmed");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Self { child, messages }
+    }
+
+    /// What arrived so far.
+    pub fn received(&self) -> Vec<(String, String)> {
+        self.messages.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ShardedSubscriber {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

@@ -1,0 +1,139 @@
+//! ACL users: the minimal permissions the README documents are enough, and a missing one is
+//! refused before anything is evicted.
+
+mod support;
+
+use std::time::Duration;
+
+use redis::Commands;
+use support::{RedisServer, Subscriber, redis_now, run_binary, write_file};
+
+/// The minimal ACL of the README, for a standalone sweeper without a lease.
+const MINIMAL: &str = "+ping +scan +time +zcount +zcard +zrange +zremrangebyscore \
+                       +zremrangebyrank +multi +exec +discard +publish +evalsha +eval \
+                       +script|load";
+
+fn create_user(server: &RedisServer, name: &str, commands: &str) {
+    let mut con = server.con();
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg(name)
+        .arg("reset")
+        .arg("on")
+        .arg(">user-secret")
+        .arg("~presence:*")
+        .arg("&presence:*");
+    for c in commands.split_whitespace() {
+        cmd.arg(c);
+    }
+    let _: () = cmd.query(&mut con).unwrap();
+}
+
+fn seed(server: &RedisServer) {
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    for c in 0..3 {
+        let _: () = con
+            .zadd_multiple(
+                format!("presence:c{c}:online"),
+                &[(now - 100.0, "zombie"), (now, "live")],
+            )
+            .unwrap();
+    }
+    // One key with more zombies than one call may remove: it goes through the script.
+    let mut cmd = redis::cmd("ZADD");
+    cmd.arg("presence:big:online");
+    for u in 0..50 {
+        cmd.arg(now - 100.0).arg(format!("zombie{u}"));
+    }
+    let _: () = cmd.query(&mut con).unwrap();
+}
+
+fn sweep_as(server: &RedisServer, user: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = write_file(dir.path(), "pw", "user-secret\n");
+    let toml = format!(
+        "[redis]\nusername = \"{user}\"\npassword_file = {:?}\n[evict]\nmax_members_per_call = 10\n",
+        pw.to_str().unwrap()
+    );
+    let file = write_file(dir.path(), "c.toml", &toml);
+    run_binary(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--redis-url",
+            &server.url(),
+            "sweep",
+            "--sweep",
+            "online",
+        ],
+        &[],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimal_acl_is_enough() {
+    let server = RedisServer::start();
+    create_user(&server, "sweeper", MINIMAL);
+    seed(&server);
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let (code, stdout, stderr) = sweep_as(&server, "sweeper");
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("keys=4 members=3 evicted=53 events_published=53"),
+        "{stdout}"
+    );
+    assert_eq!(sub.wait_for(53, Duration::from_secs(5)).await.len(), 53);
+    // Also as a URL with the user in it.
+    seed(&server);
+    let url = format!("redis://sweeper:user-secret@127.0.0.1:{}/0", server.port);
+    let (code, stdout, stderr) =
+        run_binary(&["--redis-url", &url, "sweep", "--sweep", "online"], &[]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("evicted=53"), "{stdout}");
+}
+
+#[test]
+fn without_publish_nothing_is_evicted_and_the_error_says_why() {
+    let server = RedisServer::start();
+    create_user(&server, "mute", &MINIMAL.replace("+publish", ""));
+    seed(&server);
+    let (code, stdout, stderr) = sweep_as(&server, "mute");
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the Redis user may not run PUBLISH on presence:")
+            && stderr.contains("NOPERM"),
+        "{stderr}"
+    );
+    let mut con = server.con();
+    for c in 0..3 {
+        let n: u64 = con.zcard(format!("presence:c{c}:online")).unwrap();
+        assert_eq!(n, 2, "no member was removed without its event");
+    }
+    let n: u64 = con.zcard("presence:big:online").unwrap();
+    assert_eq!(n, 50);
+}
+
+#[test]
+fn without_a_key_pattern_the_error_names_the_key() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("elsewhere")
+        .arg("reset")
+        .arg("on")
+        .arg(">user-secret")
+        .arg("~other:*")
+        .arg("&presence:*")
+        .arg("+@all")
+        .query(&mut con)
+        .unwrap();
+    seed(&server);
+    let (code, _, stderr) = sweep_as(&server, "elsewhere");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("may not run ZCOUNT on presence:"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,185 @@
+//! Several sweeper replicas on one Redis: without a lease they share the work, with one only the
+//! holder sweeps and a standby takes over when it dies. Either way each zombie is announced once.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use support::{Binary, RedisServer, Subscriber, metric, redis_now, scrape};
+
+fn seed_wave(server: &RedisServer, wave: usize, conversations: usize) {
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    for c in 0..conversations {
+        let _: () = con
+            .zadd_multiple(
+                format!("presence:w{wave}c{c}:typing"),
+                &[(now - 60.0, "zombie"), (now + 60.0, "live")],
+            )
+            .unwrap();
+    }
+}
+
+fn all_swept(server: &RedisServer, waves: usize, conversations: usize) -> bool {
+    let mut con = server.con();
+    (0..waves).all(|w| {
+        (0..conversations).all(|c| {
+            let n: u64 = con.zcard(format!("presence:w{w}c{c}:typing")).unwrap();
+            n == 1
+        })
+    })
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn replicas(server: &RedisServer, n: usize, extra: &str) -> Vec<Binary> {
+    let toml = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
+         [sweeps.typing]\nschedule = \"100ms\"\n{extra}"
+    );
+    (0..n)
+        .map(|_| Binary::spawn(&toml, &["--redis-url", &server.url()], &[]))
+        .collect()
+}
+
+fn assert_each_once(events: &[support::Received], expected: usize) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for e in events {
+        let ev = e.json();
+        assert_eq!(ev["user_id"], "zombie", "{ev}");
+        *seen
+            .entry(ev["conversation_id"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), expected, "every zombie announced");
+    assert!(seen.values().all(|&n| n == 1), "none announced twice");
+}
+
+async fn share_the_work(n: usize) {
+    let server = RedisServer::start();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let daemons = replicas(&server, n, "");
+    for d in &daemons {
+        d.wait_for_log("pass finished", 1, Duration::from_secs(10));
+    }
+    for wave in 0..3 {
+        seed_wave(&server, wave, 100);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !all_swept(&server, 3, 100) {
+        assert!(Instant::now() < deadline, "not all swept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = sub.wait_for(300, Duration::from_secs(5)).await;
+    assert_each_once(&events, 300);
+    for d in &daemons {
+        assert!(
+            d.count("pass finished") > 3,
+            "every replica sweeps without a lease"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_without_a_lease_share_the_work() {
+    share_the_work(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_without_a_lease_share_the_work() {
+    share_the_work(3).await;
+}
+
+fn holders(daemons: &[Option<Binary>]) -> Vec<usize> {
+    daemons
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| {
+            let d = d.as_ref()?;
+            let s = scrape(d.http_addr());
+            (metric(&s, "presence_sweeper_lease_held", &[("sweep", "typing")]) == Some(1.0))
+                .then_some(i)
+        })
+        .collect()
+}
+
+fn successes(d: &Binary) -> f64 {
+    let s = scrape(d.http_addr());
+    metric(
+        &s,
+        "presence_sweeper_sweeps_total",
+        &[("sweep", "typing"), ("result", "success")],
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_lease_one_replica_sweeps_and_a_standby_takes_over() {
+    let server = RedisServer::start();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let ttl = Duration::from_secs(2);
+    let mut daemons: Vec<Option<Binary>> = replicas(
+        &server,
+        3,
+        "[coordination]\nlease = true\nlease_ttl = \"2s\"\n",
+    )
+    .into_iter()
+    .map(Some)
+    .collect();
+    tokio::task::block_in_place(|| {
+        wait_until("one holder", Duration::from_secs(10), || {
+            holders(&daemons).len() == 1
+        })
+    });
+    let holder = holders(&daemons)[0];
+    // Only the holder sweeps.
+    let before: Vec<f64> = daemons
+        .iter()
+        .map(|d| successes(d.as_ref().unwrap()))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for (i, d) in daemons.iter().enumerate() {
+        let now = successes(d.as_ref().unwrap());
+        if i == holder {
+            assert!(now >= before[i] + 5.0, "the holder sweeps every 100 ms");
+        } else {
+            assert_eq!(now, 0.0, "replica {i} stands by");
+        }
+    }
+    seed_wave(&server, 0, 100);
+    tokio::task::block_in_place(|| {
+        wait_until("swept by the holder", Duration::from_secs(10), || {
+            all_swept(&server, 1, 100)
+        })
+    });
+
+    // The holder dies without releasing its lease: a standby takes over once it expires.
+    let killed = Instant::now();
+    daemons[holder].as_ref().unwrap().signal("KILL");
+    daemons[holder] = None;
+    tokio::task::block_in_place(|| {
+        wait_until("a new holder", ttl * 3, || holders(&daemons).len() == 1)
+    });
+    let took = killed.elapsed();
+    assert!(
+        took <= ttl + Duration::from_millis(800),
+        "took over after {took:?}"
+    );
+    seed_wave(&server, 1, 100);
+    tokio::task::block_in_place(|| {
+        wait_until("swept by the new holder", Duration::from_secs(10), || {
+            all_swept(&server, 2, 100)
+        })
+    });
+    let events = sub.wait_for(200, Duration::from_secs(5)).await;
+    assert_each_once(&events, 200);
+}

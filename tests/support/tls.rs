@@ -1,0 +1,168 @@
+//! Certificates made with openssl for one test: a CA, a server certificate for 127.0.0.1, a
+//! client certificate, and an unrelated CA that trusts neither.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::RedisServer;
+
+/// The files of one test's PKI.
+pub struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    /// Generates everything (EC P-256 keys, valid for a day).
+    pub fn generate() -> Self {
+        let certs = Self {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        certs.ca("ca");
+        certs.ca("other-ca");
+        certs.leaf(
+            "server",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        );
+        certs.leaf("client", "extendedKeyUsage=clientAuth\n");
+        certs
+    }
+
+    /// A file of this PKI: `ca.crt`, `server.key`, `client.crt`, `other-ca.crt`...
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .expect("openssl must be installed for the TLS tests");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn ca(&self, name: &str) {
+        self.openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "1",
+            "-subj",
+            &format!("/CN=presence-sweeper test {name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+    }
+
+    fn leaf(&self, name: &str, extensions: &str) {
+        let ext = self.path(&format!("{name}.ext"));
+        std::fs::write(
+            &ext,
+            format!("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n{extensions}"),
+        )
+        .unwrap();
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "1",
+            "-extfile",
+            &ext.to_string_lossy(),
+        ]);
+    }
+
+    /// A redis-server speaking only TLS on a free port; `verify_clients` requires a client
+    /// certificate signed by the CA.
+    pub fn server(&self, verify_clients: bool) -> RedisServer {
+        let port = super::free_port();
+        let p = |name: &str| self.path(name).to_string_lossy().into_owned();
+        let args = [
+            "--port".to_string(),
+            "0".into(),
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            p("server.crt"),
+            "--tls-key-file".into(),
+            p("server.key"),
+            "--tls-ca-cert-file".into(),
+            p("ca.crt"),
+            "--tls-auth-clients".into(),
+            if verify_clients { "yes" } else { "no" }.into(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut server = RedisServer::unstarted(port, &args);
+        server.restart();
+        server
+    }
+
+    /// A TLS connection to `server` for seeding and checking, with the client certificate.
+    pub fn con(&self, server: &RedisServer) -> redis::Connection {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let read = |name: &str| std::fs::read(self.path(name)).unwrap();
+        let client = redis::Client::build_with_tls(
+            format!("rediss://127.0.0.1:{}/0", server.port),
+            redis::TlsCertificates {
+                client_tls: Some(redis::ClientTlsConfig {
+                    client_cert: read("client.crt"),
+                    client_key: read("client.key"),
+                }),
+                root_cert: Some(read("ca.crt")),
+            },
+        )
+        .unwrap();
+        client.get_connection().expect("TLS connection")
+    }
+}
+
+/// `[redis.tls]` lines for files of `certs`.
+pub fn tls_toml(certs: &Certs, ca: &str, client: bool) -> String {
+    let q = |p: &Path| format!("{:?}", p.to_string_lossy());
+    let mut toml = format!("[redis.tls]\nca_file = {}\n", q(&certs.path(ca)));
+    if client {
+        toml += &format!(
+            "cert_file = {}\nkey_file = {}\n",
+            q(&certs.path("client.crt")),
+            q(&certs.path("client.key"))
+        );
+    }
+    toml
+}

@@ -1,0 +1,109 @@
+//! TLS: `rediss://` with a CA of our own, client certificates, and a wrong CA that fails clearly.
+
+mod support;
+
+use redis::Commands;
+use support::tls::{Certs, tls_toml};
+use support::{redis_now, run_binary, write_file};
+
+fn seed(con: &mut redis::Connection) {
+    let now = redis_now(con);
+    let _: () = con
+        .zadd_multiple(
+            "presence:c1:online",
+            &[(now - 100.0, "zombie"), (now, "live")],
+        )
+        .unwrap();
+}
+
+fn sweep(server_port: u16, toml: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "c.toml", toml);
+    run_binary(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--redis-url",
+            &format!("rediss://127.0.0.1:{server_port}/0"),
+            "sweep",
+            "--sweep",
+            "online",
+        ],
+        &[],
+    )
+}
+
+#[test]
+fn rediss_with_our_own_ca() {
+    let certs = Certs::generate();
+    let server = certs.server(false);
+    let mut con = certs.con(&server);
+    seed(&mut con);
+    let (code, stdout, stderr) = sweep(server.port, &tls_toml(&certs, "ca.crt", false));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("evicted=1 events_published=1"), "{stdout}");
+    let left: Vec<String> = con.zrange("presence:c1:online", 0, -1).unwrap();
+    assert_eq!(left, ["live"]);
+}
+
+#[test]
+fn client_certificates_for_servers_that_verify_clients() {
+    let certs = Certs::generate();
+    let server = certs.server(true);
+    let mut con = certs.con(&server);
+    seed(&mut con);
+    let (code, _, stderr) = sweep(server.port, &tls_toml(&certs, "ca.crt", false));
+    assert_eq!(code, 1, "refused without a client certificate: {stderr}");
+    assert!(
+        stderr.contains("cannot connect to Redis at rediss://127.0.0.1:"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = sweep(server.port, &tls_toml(&certs, "ca.crt", true));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("evicted=1"), "{stdout}");
+}
+
+#[test]
+fn a_wrong_ca_fails_clearly() {
+    let certs = Certs::generate();
+    let server = certs.server(false);
+    let mut con = certs.con(&server);
+    seed(&mut con);
+    let (code, _, stderr) = sweep(server.port, &tls_toml(&certs, "other-ca.crt", false));
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot connect to Redis at rediss://127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let left: Vec<String> = con.zrange("presence:c1:online", 0, -1).unwrap();
+    assert_eq!(left.len(), 2, "nothing was touched");
+}
+
+#[test]
+fn unreadable_or_unpaired_tls_files_are_configuration_errors() {
+    let certs = Certs::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[redis.tls]\nca_file = \"/nonexistent/ca.pem\"\n".to_string(),
+            "redis.tls.ca_file = \"/nonexistent/ca.pem\"",
+        ),
+        (
+            format!("[redis.tls]\ncert_file = {:?}\n", certs.path("client.crt")),
+            "redis.tls.cert_file",
+        ),
+        (
+            format!("[redis.tls]\nca_file = {:?}\n", certs.path("client.ext")),
+            "not a PEM file",
+        ),
+    ];
+    for (toml, expected) in cases {
+        let file = write_file(dir.path(), "c.toml", &toml);
+        let (code, _, stderr) =
+            run_binary(&["--config", file.to_str().unwrap(), "check-config"], &[]);
+        assert_eq!(code, 2, "{toml}: {stderr}");
+        assert!(stderr.contains(expected), "{toml}: {stderr}");
+    }
+}
