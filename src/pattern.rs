@@ -163,6 +163,20 @@ mod tests {
     }
 
     #[test]
+    fn braces_in_the_pattern_keep_hash_tags_out_of_the_id() {
+        let p = KeyPattern::parse("presence:{*}:online").unwrap();
+        assert_eq!(
+            p.conversation_id(b"presence:{c42}:online"),
+            Some(&b"c42"[..])
+        );
+        let p = KeyPattern::parse("presence:*:online").unwrap();
+        assert_eq!(
+            p.conversation_id(b"presence:{c42}:online"),
+            Some(&b"{c42}"[..])
+        );
+    }
+
+    #[test]
     fn star_at_either_end() {
         let p = KeyPattern::parse("*:online").unwrap();
         assert_eq!(p.conversation_id(b"c1:online"), Some(&b"c1"[..]));
@@ -198,5 +212,8 @@ mod tests {
         assert_eq!(t.render(b"x"), b"x/x");
         let t = ChannelTemplate::new("presence-events");
         assert_eq!(t.render(b"x"), b"presence-events");
+        // Braces around the placeholder survive: a hash tag for the channel's slot.
+        let t = ChannelTemplate::new("presence:{{conversation_id}}:events");
+        assert_eq!(t.render(b"c42"), b"presence:{c42}:events");
     }
 }

@@ -572,6 +572,67 @@ mod tests {
     }
 
     #[test]
+    fn scale_out_settings() {
+        let c = load_with(
+            Some(
+                "[redis]\nmode = \"cluster\"\nnodes = [\"redis://a:7000\", \"redis://b:7001\"]\n\
+                 [coordination]\nlease = true\nlease_ttl = \"3s\"\n",
+            ),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.redis.mode, RedisMode::Cluster);
+        assert_eq!(c.redis.nodes, ["redis://a:7000", "redis://b:7001"]);
+        assert!(c.coordination.lease);
+        assert_eq!(c.coordination.lease_ttl, Duration::from_secs(3));
+        // Lists from the environment are comma-separated.
+        let c = load_with(
+            None,
+            &[
+                ("PRESENCE_SWEEPER__REDIS__MODE", "sentinel"),
+                (
+                    "PRESENCE_SWEEPER__REDIS__SENTINELS",
+                    "redis://s1:26379, redis://s2:26379",
+                ),
+                ("PRESENCE_SWEEPER__REDIS__MASTER_NAME", "mymaster"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.redis.sentinels, ["redis://s1:26379", "redis://s2:26379"]);
+        assert_eq!(c.redis.master_name.as_deref(), Some("mymaster"));
+    }
+
+    #[test]
+    fn scale_out_mistakes_are_named() {
+        let cases = [
+            (
+                "[redis]\nmode = \"cluster\"\n",
+                "cluster mode needs `redis.nodes`",
+            ),
+            (
+                "[redis]\nmode = \"sentinel\"\nsentinels = [\"redis://s:26379\"]\n",
+                "needs `redis.master_name`",
+            ),
+            (
+                "[redis]\nmode = \"replicated\"\n",
+                "redis.mode = \"replicated\"",
+            ),
+            (
+                "[redis]\nnodes = [\"http://x\"]\n",
+                "redis.nodes[0] = \"http://x\"",
+            ),
+            (
+                "[coordination]\nlease_ttl = \"0s\"\n",
+                "coordination.lease_ttl = \"0s\"",
+            ),
+        ];
+        for (text, expected) in cases {
+            let msg = load_with(Some(text), &[]).unwrap_err().to_string();
+            assert!(msg.contains(expected), "{text:?} gave {msg:?}");
+        }
+    }
+
+    #[test]
     fn redacts_url_passwords() {
         assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
         assert_eq!(redact_url("redis://:pw@h:1/0"), "redis://:***@h:1/0");
