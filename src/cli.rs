@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::config::{Overrides, Sources};
+use crate::seed::SeedOptions;
+use crate::simulate::SimulateOptions;
 
 /// Evicts zombie members from Redis presence sorted sets and announces every eviction.
 ///
@@ -74,28 +76,7 @@ pub enum Command {
     /// every key, the others fresh, with scores from Redis TIME. Keys are written over on a
     /// rerun and never deleted. Refuses (exit 2) a Redis that is not 127.0.0.1, ::1, localhost
     /// or a unix socket.
-    Seed {
-        /// Conversations, one key each.
-        #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-        conversations: u64,
-        /// Members per key (a key of more than 20,000 members is written in one script call).
-        #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
-        members: u32,
-        /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
-        #[arg(long, value_name = "F", default_value_t = 0.1, value_parser = fraction)]
-        stale_fraction: f64,
-        /// The sweep whose `match` and `score_unit` shape the keys.
-        #[arg(long, value_name = "NAME", default_value = "online")]
-        sweep: String,
-        /// Also seed the `typing` sweep's keys for the same conversations (3 members each,
-        /// the same stale share).
-        #[arg(long)]
-        typing: bool,
-        /// Also write N unrelated keys (`cache:<n>` strings, `session:<n>` hashes), as a shared
-        /// Redis has.
-        #[arg(long, value_name = "N", default_value_t = 0)]
-        noise: u64,
-    },
+    Seed(SeedOptions),
     /// Report the presence keyspace of every enabled sweep (or the named ones), read-only: keys,
     /// members, stale members, members per key, oldest heartbeat, largest conversations.
     ///
@@ -120,39 +101,9 @@ pub enum Command {
     /// `--grace`; then the keys it wrote are deleted. Exit 1 if there were false evictions,
     /// duplicates, missed zombies or unexpected events; 2 if Redis is not on this machine.
     Simulate {
-        /// Conversations.
-        #[arg(long, value_name = "C", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-        conversations: u32,
-        /// Live users per conversation.
-        #[arg(long, value_name = "U", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-        users: u32,
-        /// Heartbeat period of every live user.
-        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
-        heartbeat: Duration,
-        /// Share of live users who vanish per minute without a leave (they stop heartbeating).
-        #[arg(long, value_name = "R", default_value_t = 0.05, value_parser = fraction)]
-        vanish_rate: f64,
-        /// Vanished users come back as new user ids, so the population stays steady (default).
-        #[arg(long, overrides_with = "no_rejoin")]
-        rejoin: bool,
-        /// Vanished users do not come back: the population shrinks.
-        #[arg(long, overrides_with = "rejoin")]
-        no_rejoin: bool,
-        /// Some users also type in bursts (a keystroke a second for a few seconds) on the
-        /// `typing` sweep's keys.
-        #[arg(long)]
-        typing: bool,
-        /// How long users vanish; the grace period follows.
-        #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = positive_duration)]
-        duration: Duration,
-        /// Time a zombie is given from its last heartbeat before it counts as missed; also how
-        /// long the run goes on after `--duration` (with `--typing`, at least the typing sweep's
-        /// ttl + 2 x schedule). Default: the sweep's ttl + 2 x schedule.
-        #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
-        grace: Option<Duration>,
-        /// The sweep whose keys, ttl, score unit and channel are used.
-        #[arg(long, value_name = "NAME", default_value = "online")]
-        sweep: String,
+        /// What to simulate.
+        #[command(flatten)]
+        options: SimulateOptions,
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
@@ -160,7 +111,7 @@ pub enum Command {
 }
 
 /// A number from 0 to 1.
-fn fraction(text: &str) -> Result<f64, String> {
+pub(crate) fn fraction(text: &str) -> Result<f64, String> {
     let x: f64 = text
         .parse()
         .map_err(|_| format!("`{text}` is not a number"))?;
@@ -172,7 +123,7 @@ fn fraction(text: &str) -> Result<f64, String> {
 }
 
 /// A duration such as `10s` or `250ms`, more than zero.
-fn positive_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
     match humantime::parse_duration(text) {
         Ok(d) if d.is_zero() => Err("must be more than 0".into()),
         Ok(d) => Ok(d),

@@ -60,3 +60,44 @@ pub async fn run(
     }
     Ok(reports)
 }
+
+/// The summary line `presence-sweeper sweep` prints for one sweep.
+pub struct Summary<'a> {
+    name: &'a str,
+    report: &'a PassReport,
+    dry_run: bool,
+}
+
+impl<'a> Summary<'a> {
+    /// The summary of `report`, the pass of sweep `name`.
+    pub fn new(name: &'a str, report: &'a PassReport, dry_run: bool) -> Self {
+        Self {
+            name,
+            report,
+            dry_run,
+        }
+    }
+}
+
+impl std::fmt::Display for Summary<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.report;
+        let verb = if self.dry_run {
+            "would_evict"
+        } else {
+            "evicted"
+        };
+        write!(
+            f,
+            "{}: keys_scanned={} keys={} members={} {verb}={} events_published={} seconds={:.3}{}",
+            self.name,
+            r.keys_scanned,
+            r.keys,
+            r.members,
+            r.evicted,
+            r.events_published,
+            r.duration.as_secs_f64(),
+            if r.complete { "" } else { " (interrupted)" }
+        )
+    }
+}

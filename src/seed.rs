@@ -35,20 +35,28 @@ pub const TYPING_MEMBERS: u32 = 3;
 /// The sweep whose keys `--typing` seeds.
 pub const TYPING_SWEEP: &str = "typing";
 
-/// What to seed.
-#[derive(Debug, Clone)]
+/// What to seed; also the `seed` command's arguments.
+#[derive(Debug, Clone, clap::Args)]
 pub struct SeedOptions {
-    /// Conversations, each one key per seeded sweep.
+    /// Conversations, one key each.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub conversations: u64,
-    /// Members of each key.
+    /// Members per key (a key of more than 20,000 members is written in one script call).
+    #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub members: u32,
-    /// Share of each key's members that are stale, 0 to 1.
+    /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
+    #[arg(long, value_name = "F", default_value_t = 0.1, value_parser = crate::cli::fraction)]
     pub stale_fraction: f64,
     /// The sweep whose `match` and `score_unit` shape the keys.
+    #[arg(long, value_name = "NAME", default_value = "online")]
     pub sweep: String,
-    /// Also seed the `typing` sweep's keys for the same conversations.
+    /// Also seed the `typing` sweep's keys for the same conversations (3 members each, the same
+    /// stale share).
+    #[arg(long)]
     pub typing: bool,
-    /// Unrelated string and hash keys to add, like a shared Redis has.
+    /// Also write N unrelated keys (`cache:<n>` strings, `session:<n>` hashes), as a shared
+    /// Redis has.
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub noise: u64,
 }
 

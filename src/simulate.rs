@@ -51,26 +51,39 @@ const DRAIN: Duration = Duration::from_millis(300);
 /// Keys deleted per DEL at the end.
 const DELETE_BATCH: usize = 500;
 
-/// What to simulate.
-#[derive(Debug, Clone)]
+/// What to simulate; also the `simulate` command's arguments.
+#[derive(Debug, Clone, clap::Args)]
 pub struct SimulateOptions {
     /// Conversations.
+    #[arg(long, value_name = "C", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub conversations: u32,
-    /// Live users per conversation at start.
+    /// Live users per conversation.
+    #[arg(long, value_name = "U", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub users: u32,
     /// Heartbeat period of every live user.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::cli::positive_duration)]
     pub heartbeat: Duration,
-    /// Share of live users who vanish per minute, 0 to 1.
+    /// Share of live users who vanish per minute without a leave (they stop heartbeating).
+    #[arg(long, value_name = "R", default_value_t = 0.05, value_parser = crate::cli::fraction)]
     pub vanish_rate: f64,
-    /// Vanished users are replaced by new ones.
+    /// Vanished users do not come back; by default they return as new user ids, so the
+    /// population stays steady.
+    #[arg(long = "no-rejoin", action = clap::ArgAction::SetFalse)]
     pub rejoin: bool,
-    /// Some users type in bursts, on the `typing` sweep's keys.
+    /// Some users also type in bursts (a keystroke a second for a few seconds) on the `typing`
+    /// sweep's keys.
+    #[arg(long)]
     pub typing: bool,
     /// How long users vanish; the grace period follows.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = crate::cli::positive_duration)]
     pub duration: Duration,
-    /// Time a zombie is given from its last heartbeat; default ttl + 2 x schedule.
+    /// Time a zombie is given from its last heartbeat before it counts as missed; also how long
+    /// the run goes on after `--duration` (with `--typing`, at least the typing sweep's ttl + 2 x
+    /// schedule). Default: the sweep's ttl + 2 x schedule.
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::positive_duration)]
     pub grace: Option<Duration>,
     /// The sweep whose keys, ttl, score unit and channel are used.
+    #[arg(long, value_name = "NAME", default_value = "online")]
     pub sweep: String,
 }
 
