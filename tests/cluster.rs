@@ -181,7 +181,7 @@ async fn a_primary_dies_its_replica_takes_over_and_nothing_is_announced_twice() 
 
     let events = sub.wait_for(800, Duration::from_secs(10)).await;
     let seen = tally(&events);
-    assert_eq!(seen.len(), 800, "every zombie announced");
+    assert_eq!(seen.len(), 800, "every zombie announced: {}", d.log());
     assert!(seen.values().all(|&n| n == 1), "nothing announced twice");
     assert!(seen.keys().all(|(_, u)| u.starts_with("zombie")));
 }

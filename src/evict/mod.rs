@@ -26,7 +26,7 @@ use redis::Value;
 
 use crate::config::ScoreUnit;
 
-pub use precheck::{cardinalities, count_stale};
+pub use precheck::Count;
 pub use script::{EvictScript, KeyReply, Params, Reply, ReplyError, Swept};
 pub use transaction::{Evicted, evict};
 
@@ -98,6 +98,35 @@ pub(crate) fn bytes(v: Value) -> Option<Vec<u8>> {
         Value::SimpleString(s) => Some(s.into_bytes()),
         _ => None,
     }
+}
+
+/// A flat `[member, score, ...]` reply (`WITHSCORES`) as (member, score) pairs.
+pub(crate) fn scored(v: Value) -> Result<Vec<(Vec<u8>, f64)>, ReplyError> {
+    let Value::Array(flat) = v else {
+        return Err(ReplyError::new("members with scores are not an array"));
+    };
+    if flat.len() % 2 != 0 {
+        return Err(ReplyError::new("members with scores have an odd length"));
+    }
+    let mut pairs = Vec::with_capacity(flat.len() / 2);
+    let mut it = flat.into_iter();
+    while let (Some(member), Some(score)) = (it.next(), it.next()) {
+        let score = float(&score).ok_or_else(|| ReplyError::new("a score is not a number"))?;
+        let member = bytes(member).ok_or_else(|| ReplyError::new("a member is not a string"))?;
+        pairs.push((member, score));
+    }
+    Ok(pairs)
+}
+
+/// An array reply of members.
+pub(crate) fn members(v: Value) -> Result<Vec<Vec<u8>>, ReplyError> {
+    let Value::Array(items) = v else {
+        return Err(ReplyError::new("members are not an array"));
+    };
+    items
+        .into_iter()
+        .map(|m| bytes(m).ok_or_else(|| ReplyError::new("a member is not a string")))
+        .collect()
 }
 
 #[cfg(test)]

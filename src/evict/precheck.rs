@@ -15,7 +15,7 @@ use crate::Error;
 /// that is no longer a sorted set.
 pub async fn count_stale<C>(
     con: &mut C,
-    keys: &[Vec<u8>],
+    keys: &[&[u8]],
     cutoff: &Cutoff,
 ) -> Result<Vec<Option<u64>>, Error>
 where
@@ -25,7 +25,7 @@ where
     pipe.ignore_errors();
     for key in keys {
         pipe.cmd("ZCOUNT")
-            .arg(key.as_slice())
+            .arg(*key)
             .arg("-inf")
             .arg(cutoff.below.as_str());
     }
@@ -64,4 +64,28 @@ where
             v => int(v),
         })
         .collect())
+}
+
+/// What [`read`] asks of each key.
+#[derive(Debug, Clone, Copy)]
+pub enum Count<'c> {
+    /// [`count_stale`] against this cutoff.
+    Stale(&'c Cutoff),
+    /// [`cardinalities`].
+    Members,
+}
+
+/// [`count_stale`] or [`cardinalities`], as `what` says.
+pub async fn read<C>(
+    con: &mut C,
+    keys: &[&[u8]],
+    what: Count<'_>,
+) -> Result<Vec<Option<u64>>, Error>
+where
+    C: ConnectionLike + Send,
+{
+    match what {
+        Count::Stale(cutoff) => count_stale(con, keys, cutoff).await,
+        Count::Members => cardinalities(con, keys).await,
+    }
 }

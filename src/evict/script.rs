@@ -7,7 +7,7 @@
 
 use redis::Value;
 
-use super::{Clock, ROSTER_LIMIT, bytes, float, int};
+use super::{Clock, ROSTER_LIMIT, float, int, members, scored};
 use crate::config::ScoreUnit;
 
 /// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.
@@ -205,28 +205,8 @@ fn parse_key(value: Value) -> Result<KeyReply, ReplyError> {
         Value::Nil => None,
         v => Some(float(&v).ok_or_else(|| err("oldest is not a number"))?),
     };
-    let Value::Array(flat) = removed else {
-        return Err(err("removed is not an array"));
-    };
-    if flat.len() % 2 != 0 {
-        return Err(err("removed has an odd length"));
-    }
-    let mut removed = Vec::with_capacity(flat.len() / 2);
-    let mut it = flat.into_iter();
-    while let (Some(member), Some(score)) = (it.next(), it.next()) {
-        let score = float(&score).ok_or_else(|| err("score is not a number"))?;
-        removed.push((
-            bytes(member).ok_or_else(|| err("member is not a string"))?,
-            score,
-        ));
-    }
-    let Value::Array(roster) = roster else {
-        return Err(err("roster is not an array"));
-    };
-    let roster = roster
-        .into_iter()
-        .map(|m| bytes(m).ok_or_else(|| err("roster member is not a string")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let removed = scored(removed)?;
+    let roster = members(roster)?;
     Ok(KeyReply::Swept(Swept {
         more: status == 1,
         card,

@@ -11,7 +11,7 @@
 use redis::Value;
 use redis::aio::ConnectionLike;
 
-use super::{Cutoff, ROSTER_LIMIT, bytes, float, int, parse_time};
+use super::{Cutoff, ROSTER_LIMIT, int, members, parse_time, scored};
 use crate::Error;
 use crate::evict::ReplyError;
 
@@ -116,31 +116,14 @@ fn parse_key(range: Value, removed_count: Value, roster: Value) -> Result<Option
     {
         return Ok(None);
     }
-    let err = |what: &str| -> Error { ReplyError::new(what).into() };
-    let Value::Array(flat) = range else {
-        return Err(err("stale range is not an array"));
-    };
-    let mut removed = Vec::with_capacity(flat.len() / 2);
-    let mut it = flat.into_iter();
-    while let (Some(member), Some(score)) = (it.next(), it.next()) {
-        let score = float(&score).ok_or_else(|| err("score is not a number"))?;
-        removed.push((
-            bytes(member).ok_or_else(|| err("member is not a string"))?,
-            score,
-        ));
-    }
+    let removed = scored(range)?;
     if int(&removed_count) != Some(removed.len() as u64) {
-        return Err(err(
+        return Err(ReplyError::new(
             "removed count differs from the range read in the same transaction",
-        ));
+        )
+        .into());
     }
-    let Value::Array(roster) = roster else {
-        return Err(err("roster is not an array"));
-    };
-    let roster = roster
-        .into_iter()
-        .map(|m| bytes(m).ok_or_else(|| err("roster member is not a string")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let roster = members(roster)?;
     // A roster shorter than the limit is the whole set: its length is the count.
     let card = (roster.len() < ROSTER_LIMIT).then_some(roster.len() as u64);
     Ok(Some(Evicted {

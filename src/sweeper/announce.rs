@@ -63,9 +63,9 @@ impl Sweeper {
 
     /// Publishes queued events; a failure is counted as events lost (the members are gone).
     ///
-    /// PUBLISH goes to the node the keys came from: in a cluster every node forwards it to the
-    /// subscribers of every node. A sharded message must reach the owner of its channel's slot,
-    /// so in a cluster each SPUBLISH is routed on its own.
+    /// In a cluster a PUBLISH reaches the subscribers of every node whichever node takes it, so
+    /// it goes to any live one; a sharded message must reach the owner of its channel's slot, so
+    /// each SPUBLISH is routed on its own.
     pub(super) async fn publish(
         &self,
         node: &mut Node,
@@ -97,7 +97,13 @@ impl Sweeper {
                 for (channel, payload) in events.0 {
                     pipe.cmd(command).arg(channel).arg(payload).ignore();
                 }
-                pipe.query_async::<()>(node).await
+                if node.needs_slot_groups() {
+                    // Any live node will do, and the one the keys came from may just have died
+                    // (its transaction was redirected to the promoted replica).
+                    pipe.query_async::<()>(&mut routed.clone()).await
+                } else {
+                    pipe.query_async::<()>(node).await
+                }
             };
         match result {
             Ok(()) => {

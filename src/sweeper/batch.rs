@@ -12,7 +12,7 @@ use super::announce::Events;
 type Outcome<'k> = (Vec<&'k [u8]>, Result<(f64, Vec<Option<Evicted>>), Error>);
 use super::{BatchCounts, PassObserver, PassOptions, Sweeper};
 use crate::Error;
-use crate::evict::{self, Clock, Cutoff, Evicted, KeyReply, Params};
+use crate::evict::{self, Clock, Count, Cutoff, Evicted, KeyReply, Params, precheck};
 use crate::store::{Conn, Node};
 
 impl Sweeper {
@@ -63,7 +63,7 @@ impl Sweeper {
             self.sweep.score_unit,
         );
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let stale_counts = stale_counts(node, routed, &refs, &cutoff).await?;
+        let stale_counts = read_counts(node, routed, &refs, Count::Stale(&cutoff)).await?;
         observer.progress();
         if opts.dry_run {
             return self
@@ -96,7 +96,7 @@ impl Sweeper {
         let first = transactions.next().unwrap_or_default();
         let mut card_node = node.clone();
         let (cards, outcomes) = tokio::join!(
-            cardinalities(&mut card_node, routed, &clean),
+            read_counts(&mut card_node, routed, &clean, Count::Members),
             evict_keys(node, &first, &cutoff, fixed_now)
         );
         for card in cards?.into_iter().flatten().filter(|&c| c > 0) {
@@ -167,7 +167,7 @@ impl Sweeper {
             .zip(stale_counts)
             .filter_map(|(key, stale)| Some((*key, stale?)))
             .unzip();
-        let cards = cardinalities(node, routed, &sets).await?;
+        let cards = read_counts(node, routed, &sets, Count::Members).await?;
         for (card, stale) in cards.into_iter().zip(stale) {
             let Some(card) = card.filter(|&c| c > 0) else {
                 continue;
@@ -215,7 +215,7 @@ impl Sweeper {
         if !uncounted.is_empty() {
             // Full rosters: the sets may be bigger, so count them (just after the eviction).
             let keys: Vec<&[u8]> = uncounted.iter().map(|(k, _)| *k).collect();
-            let cards = cardinalities(node, routed, &keys).await?;
+            let cards = read_counts(node, routed, &keys, Count::Members).await?;
             for ((key, evicted), card) in uncounted.into_iter().zip(cards) {
                 self.account(
                     key,
@@ -345,46 +345,21 @@ async fn evict_keys<'k>(
     futures_util::future::join_all(runs).await
 }
 
-/// Zombies per key, read from the node. In a cluster, if a slot moved since SCAN (the whole
-/// pipeline then fails on the redirect), each key is asked where it lives now instead.
-async fn stale_counts(
+/// Zombies (`Count::Stale`) or members (`Count::Members`) per key, read from the node in one
+/// pipeline. In a cluster, if a slot moved since SCAN (the cluster client then fails the whole
+/// pipeline on the redirect), each key is asked where it lives now instead.
+async fn read_counts(
     node: &mut Node,
     routed: &Conn,
     keys: &[&[u8]],
-    cutoff: &Cutoff,
+    what: Count<'_>,
 ) -> Result<Vec<Option<u64>>, Error> {
-    let owned: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
-    match evict::count_stale(node, &owned, cutoff).await {
-        Err(e) if node.needs_slot_groups() && e.is_redirect() => {
-            let reads = owned.iter().map(|key| {
-                let mut con = routed.clone();
-                async move {
-                    evict::count_stale(&mut con, std::slice::from_ref(key), cutoff)
-                        .await
-                        .map(|v| v.first().copied().flatten())
-                }
-            });
-            futures_util::future::join_all(reads)
-                .await
-                .into_iter()
-                .collect()
-        }
-        other => other,
-    }
-}
-
-/// Members per key, read like [`stale_counts`].
-async fn cardinalities(
-    node: &mut Node,
-    routed: &Conn,
-    keys: &[&[u8]],
-) -> Result<Vec<Option<u64>>, Error> {
-    match evict::cardinalities(node, keys).await {
+    match precheck::read(node, keys, what).await {
         Err(e) if node.needs_slot_groups() && e.is_redirect() => {
             let reads = keys.iter().map(|key| {
                 let mut con = routed.clone();
                 async move {
-                    evict::cardinalities(&mut con, &[key])
+                    precheck::read(&mut con, &[key], what)
                         .await
                         .map(|v| v.first().copied().flatten())
                 }
