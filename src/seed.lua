@@ -9,6 +9,9 @@
 -- ARGV[3]  ttl, in seconds
 -- ARGV[4]  's' or 'ms': the score unit
 -- ARGV[5]  index of KEYS[1] in the whole keyspace (from 0)
+-- ARGV[6]  first rank to write, ARGV[7] the rank after the last: a key bigger than one call
+--          should write is written over several calls, so that no call builds huge Lua tables
+--          (their garbage would then be collected during the sweeper's scripts, slowing them)
 --
 -- Member j of key k (both from 0) is stale when (j - k) mod M < S: the stale ones rotate over
 -- the members, so every key has exactly S while different keys lose different users. Ages are
@@ -35,6 +38,8 @@ if ARGV[4] == 'ms' then
   unit = 1000
 end
 local first = tonumber(ARGV[5])
+local r0 = tonumber(ARGV[6])
+local r1 = tonumber(ARGV[7])
 local whole = ttl * unit >= 4
 
 local t = redis.call('TIME')
@@ -43,7 +48,7 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local fresh = m - s
 local jitter = ((first * 7919 + 12345) % 65521) / 65521
 local scores = {}
-for r = 0, m - 1 do
+for r = r0, r1 - 1 do
   local age
   if r < fresh then
     age = (r + jitter) / fresh * ttl / 2
@@ -54,12 +59,15 @@ for r = 0, m - 1 do
   if whole then
     score = math.floor(score)
   end
-  scores[r + 1] = string.format('%.17g', score)
+  scores[r - r0 + 1] = string.format('%.17g', score)
 end
 
+-- Small keys share their member names: build them once per call.
 local names = {}
-for j = 1, m do
-  names[j] = 'u' .. j
+if m <= 10000 then
+  for j = 1, m do
+    names[j] = 'u' .. j
+  end
 end
 
 -- unpack() is limited by the Lua stack; keep each ZADD well below it.
@@ -69,15 +77,15 @@ for i, key in ipairs(KEYS) do
   local args = {}
   -- Rank r of the fresh members is member (k + s + r) mod m; of the stale ones, (k + r - fresh)
   -- mod m: together every member once.
-  for r = 0, m - 1 do
+  for r = r0, r1 - 1 do
     local j
     if r < fresh then
       j = (k + s + r) % m
     else
       j = (k + r - fresh) % m
     end
-    args[#args + 1] = scores[r + 1]
-    args[#args + 1] = names[j + 1]
+    args[#args + 1] = scores[r - r0 + 1]
+    args[#args + 1] = names[j + 1] or ('u' .. (j + 1))
     if #args >= 2 * per_zadd then
       redis.call('ZADD', key, unpack(args))
       args = {}
@@ -87,4 +95,4 @@ for i, key in ipairs(KEYS) do
     redis.call('ZADD', key, unpack(args))
   end
 end
-return #KEYS * m
+return #KEYS * (r1 - r0)

@@ -233,18 +233,28 @@ async fn fill(
     conversations: u64,
     cancel: &CancellationToken,
 ) -> Result<u64, Error> {
-    let per_call = (MEMBERS_PER_CALL / u64::from(set.members.max(1))).clamp(1, MAX_KEYS_PER_CALL);
+    let members = u64::from(set.members.max(1));
+    let per_call = (MEMBERS_PER_CALL / members).clamp(1, MAX_KEYS_PER_CALL);
+    // A key with more members than one call writes is written in rank ranges over several calls.
+    let ranks_per_call = members.min(MEMBERS_PER_CALL);
     let unit = match set.unit {
         ScoreUnit::Seconds => "s",
         ScoreUnit::Milliseconds => "ms",
     };
     let ttl = format!("{:?}", set.ttl.as_secs_f64());
-    let starts = (0..conversations).step_by(per_call as usize);
-    futures_util::stream::iter(starts)
+    let calls = (0..conversations)
+        .step_by(per_call as usize)
+        .flat_map(|first| {
+            (0..members)
+                .step_by(ranks_per_call as usize)
+                .map(move |r0| (first, r0))
+        });
+    futures_util::stream::iter(calls)
         .take_until(cancel.cancelled())
-        .map(|first| {
+        .map(|(first, r0)| {
             let mut con = con.clone();
             let n = per_call.min(conversations - first);
+            let r1 = (r0 + ranks_per_call).min(members);
             let mut call = script.prepare_invoke();
             for k in first..first + n {
                 call.key(set.pattern.key(format!("c{}", k + 1).as_bytes()));
@@ -253,10 +263,13 @@ async fn fill(
                 .arg(set.stale)
                 .arg(&ttl)
                 .arg(unit)
-                .arg(first);
+                .arg(first)
+                .arg(r0)
+                .arg(r1);
             async move {
                 let _: u64 = call.invoke_async(&mut con).await?;
-                Ok::<u64, Error>(n)
+                // Keys count once, with their last rank range.
+                Ok::<u64, Error>(if r1 == members { n } else { 0 })
             }
         })
         .buffer_unordered(IN_FLIGHT)
