@@ -23,6 +23,16 @@ use self::tree::{Table, one_line, q};
 /// The built-in defaults, which are also the shipped, commented example file.
 pub const DEFAULTS_TOML: &str = include_str!("../../config/presence-sweeper.toml");
 
+/// Fields of every event, which a sweep's name (its roster field) must not shadow.
+const RESERVED_NAMES: &[&str] = &[
+    "type",
+    "conversation_id",
+    "user_id",
+    "reason",
+    "last_seen",
+    "timestamp",
+];
+
 /// Environment variable prefix: `PRESENCE_SWEEPER__REDIS__URL` sets `redis.url`.
 pub const ENV_PREFIX: &str = "PRESENCE_SWEEPER";
 /// Separator between the prefix and each key segment in environment variable names.
@@ -271,9 +281,23 @@ impl Config {
         evict.finish()?;
 
         let mut coordination = root.table("coordination")?;
+        let lease = coordination.optional_bool("lease")?.unwrap_or(false);
+        let lease_ttl = {
+            let shown = coordination.peek_string("lease_ttl");
+            let ttl = coordination.duration("lease_ttl")?;
+            if ttl < Duration::from_secs(1) {
+                return Err(ConfigError::Invalid {
+                    key: "coordination.lease_ttl".into(),
+                    value: shown,
+                    origin: Origin::default(),
+                    reason: "must be at least 1s (it is renewed a third of the way through)".into(),
+                });
+            }
+            ttl
+        };
         let coordination_cfg = CoordinationConfig {
-            lease: coordination.optional_bool("lease")?.unwrap_or(false),
-            lease_ttl: coordination.duration("lease_ttl")?,
+            lease,
+            lease_ttl,
             key_prefix: coordination.string("key_prefix")?.value,
         };
         coordination.finish()?;
@@ -321,6 +345,14 @@ impl Config {
                     value: format!("{name:?}"),
                     origin: Origin::default(),
                     reason: "sweep names may only hold letters, digits, `_` and `-`".into(),
+                });
+            }
+            if RESERVED_NAMES.contains(&name.as_str()) || name.ends_with("_base64") {
+                return Err(ConfigError::Invalid {
+                    key: t.path.clone(),
+                    value: format!("{name:?}"),
+                    origin: Origin::default(),
+                    reason: "the sweep name is its events' roster field, and this one is already an event field".into(),
                 });
             }
             sweeps.push(SweepConfig::from_table(name, &mut t)?);
@@ -638,6 +670,11 @@ mod tests {
         assert_eq!(redact_url("redis://:pw@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(redact_url("redis://pw@h:1"), "redis://***@h:1");
         assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+        assert_eq!(redact_url("redis://u:p/a?s#s@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?db=1&pass=hunter2"),
+            "unix:///run/redis.sock?db=1&pass=***"
+        );
         let c = load_with(
             None,
             &[("PRESENCE_SWEEPER__REDIS__URL", "redis://u:hunter2@h:1/0")],

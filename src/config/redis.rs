@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::ConfigError;
 use super::tree::{Field, Table, q};
 
-/// `[redis]`: the connection.
-#[derive(Debug, Clone, PartialEq)]
+/// `[redis]`: the connection. Its `Debug` hides passwords, also inside URLs.
+#[derive(Clone, PartialEq)]
 pub struct RedisConfig {
     /// `redis.mode`.
     pub mode: RedisMode,
@@ -313,23 +313,60 @@ fn expand_credentials_dir(path: &str) -> PathBuf {
     PathBuf::from(path)
 }
 
-/// Hides the password in a Redis URL: `redis://user:secret@host` becomes `redis://user:***@host`.
+/// Hides the password in a Redis URL: `redis://user:secret@host` becomes `redis://user:***@host`,
+/// and a `pass`/`password` query parameter (`unix:///sock?pass=secret`) becomes `***`. The
+/// userinfo runs to the last `@`, so a password with an unescaped `/`, `?` or `#` is hidden too.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let Some(at) = rest[..authority_end].rfind('@') else {
-        return url.to_owned();
+    let (head, rest) = url.split_at(scheme_end + 3);
+    let rest = match rest.rfind('@') {
+        None => rest.to_owned(),
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let hidden = match userinfo.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                // `redis://secret@host` puts the password in the user position.
+                None => "***".to_owned(),
+            };
+            format!("{hidden}{}", &rest[at..])
+        }
     };
-    let userinfo = &rest[..at];
-    let user = userinfo.split(':').next().unwrap_or("");
-    let hidden = if userinfo.contains(':') {
-        format!("{user}:***")
-    } else {
-        // `redis://secret@host` puts the password in the user position.
-        "***".to_owned()
+    let Some((path, query)) = rest.split_once('?') else {
+        return format!("{head}{rest}");
     };
-    format!("{}{}{}", &url[..scheme_end + 3], hidden, &rest[at..])
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _))
+                if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+            {
+                format!("{k}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{head}{path}?{}", query.join("&"))
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redact = |urls: &[String]| urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>();
+        f.debug_struct("RedisConfig")
+            .field("mode", &self.mode)
+            .field("url", &redact_url(&self.url))
+            .field("nodes", &redact(&self.nodes))
+            .field("sentinels", &redact(&self.sentinels))
+            .field("master_name", &self.master_name)
+            .field("username", &self.username)
+            .field("password_file", &self.password_file)
+            .field("password", &self.password)
+            .field("sentinel_password", &self.sentinel_password)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("command_timeout", &self.command_timeout)
+            .field("sharded_pubsub", &self.sharded_pubsub)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
 }

@@ -94,6 +94,14 @@ impl Table {
         }
     }
 
+    /// How a key's value would be shown in an error, without taking it.
+    pub(super) fn peek_string(&self, name: &str) -> String {
+        self.map
+            .get(name)
+            .map(|v| show(&v.kind))
+            .unwrap_or_default()
+    }
+
     pub(super) fn optional_string(
         &mut self,
         name: &str,
