@@ -455,6 +455,10 @@ async fn run_sweep(
         observer.health.pass_started();
         sweeper.pass(&shared.store, PassOptions::default(), &observer, &cancel)
     };
+    // A replacement that waited for its predecessor may find itself retired already.
+    if retire.is_cancelled() {
+        return;
+    }
     try_lease().await;
     let mut in_flight = may_sweep().then(|| Box::pin(start_pass()));
     let mut next_lease_attempt = lease
@@ -490,8 +494,18 @@ async fn run_sweep(
         observer.health.alive();
         shared.watchdog();
     }
-    if let Some(pass) = in_flight {
-        let result = pass.await;
+    // Let the pass in flight finish, still turning for the watchdog: a sweep retired by a
+    // reload may have a long pass left.
+    if let Some(mut pass) = in_flight {
+        let result = loop {
+            tokio::select! {
+                result = &mut pass => break result,
+                _ = async { heartbeat.as_mut().expect("guarded").tick().await }, if heartbeat.is_some() => {
+                    observer.health.alive();
+                    shared.watchdog();
+                }
+            }
+        };
         finish_pass(&name, &shared, &observer, result);
     }
     if let Some((lease, gauge)) = &lease {

@@ -68,17 +68,17 @@ impl Lease {
     {
         let ttl_ms = self.ttl.as_millis() as u64;
         let result = async {
-            if self.held() {
-                let renewed: i64 = self
-                    .renew
-                    .key(&self.key)
-                    .arg(&self.token)
-                    .arg(ttl_ms)
-                    .invoke_async(con)
-                    .await?;
-                if renewed == 1 {
-                    return Ok(true);
-                }
+            // Renew first, held or not: after one failed renewal the key may still hold our
+            // token, and `SET NX` alone would then wait out our own lease.
+            let renewed: i64 = self
+                .renew
+                .key(&self.key)
+                .arg(&self.token)
+                .arg(ttl_ms)
+                .invoke_async(con)
+                .await?;
+            if renewed == 1 {
+                return Ok(true);
             }
             let acquired: Option<String> = redis::cmd("SET")
                 .arg(&self.key)
