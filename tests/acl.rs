@@ -137,3 +137,30 @@ fn without_a_key_pattern_the_error_names_the_key() {
         "{stderr}"
     );
 }
+
+/// Refused MULTI: the preflight stops before sending anything else, so none of its probes run
+/// for real (no member removed, nothing published), and the error says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_multi_nothing_runs_and_the_error_says_why() {
+    let server = RedisServer::start();
+    create_user(&server, "no-multi", &MINIMAL.replace("+multi", ""));
+    seed(&server);
+    let sub = Subscriber::start(&server.url(), "*").await;
+    let (code, stdout, stderr) = sweep_as(&server, "no-multi");
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains("the Redis user may not run MULTI") && stderr.contains("NOPERM"),
+        "{stderr}"
+    );
+    let mut con = server.con();
+    for c in 0..3 {
+        let n: u64 = con.zcard(format!("presence:c{c}:online")).unwrap();
+        assert_eq!(n, 2, "nothing was removed");
+    }
+    let n: u64 = con.zcard("presence:big:online").unwrap();
+    assert_eq!(n, 50);
+    assert!(
+        sub.wait_for(1, Duration::from_millis(300)).await.is_empty(),
+        "nothing was published"
+    );
+}

@@ -114,6 +114,14 @@ fn parse_key(range: Value, removed_count: Value, roster: Value) -> Result<Option
         .iter()
         .any(|v| matches!(v, Value::ServerError(_)))
     {
+        // Removed but not read: those members could not be announced. Say so loudly rather
+        // than count the key as refused.
+        if let Some(n) = int(&removed_count).filter(|&n| n > 0) {
+            return Err(ReplyError::new(format!(
+                "{n} members were removed but the transaction's reads failed, so they cannot be announced"
+            ))
+            .into());
+        }
         return Ok(None);
     }
     let removed = scored(range)?;

@@ -122,6 +122,11 @@ impl Node {
         self.address.as_ref().map(|(h, p)| format!("{h}:{p}"))
     }
 
+    /// Host and port of a cluster primary; `None` for a single server.
+    pub fn host_port(&self) -> Option<(&str, u16)> {
+        self.address.as_ref().map(|(h, p)| (h.as_str(), *p))
+    }
+
     fn route(&self) -> Option<SingleNodeRoutingInfo> {
         self.address
             .as_ref()

@@ -11,7 +11,8 @@ mod sentinel;
 use std::sync::Once;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncConnectionConfig;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, ConnectionAddr, IntoConnectionInfo, Value};
@@ -30,10 +31,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct Store {
     backend: std::sync::Arc<Backend>,
+    cfg: std::sync::Arc<RedisConfig>,
 }
 
 enum Backend {
-    Standalone(ConnectionManager),
+    Standalone(ConnectionManager, Box<Client>),
     Sentinel(Box<SentinelBackend>),
     Cluster(redis::cluster_async::ClusterConnection),
 }
@@ -44,8 +46,9 @@ impl Store {
         let attempt = async {
             let backend = match cfg.mode {
                 RedisMode::Standalone => {
-                    let con = manager(client(cfg, &cfg.url)?, cfg).await?;
-                    Backend::Standalone(con)
+                    let client = client(cfg, &cfg.url)?;
+                    let con = manager(client.clone(), cfg).await?;
+                    Backend::Standalone(con, Box::new(client))
                 }
                 RedisMode::Sentinel => {
                     Backend::Sentinel(Box::new(SentinelBackend::connect(cfg).await?))
@@ -54,7 +57,9 @@ impl Store {
             };
             let store = Self {
                 backend: std::sync::Arc::new(backend),
+                cfg: std::sync::Arc::new(cfg.clone()),
             };
+            store.require_version().await?;
             store.ping_once().await?;
             Ok::<_, redis::RedisError>(store)
         };
@@ -108,7 +113,7 @@ impl Store {
     /// publishing): routed by key in a cluster, to the current primary behind Sentinel.
     pub fn connection(&self) -> Conn {
         match &*self.backend {
-            Backend::Standalone(c) => Conn::Direct(c.clone()),
+            Backend::Standalone(c, _) => Conn::Direct(c.clone()),
             Backend::Sentinel(s) => Conn::Direct(s.current()),
             Backend::Cluster(c) => Conn::Cluster(c.clone()),
         }
@@ -124,7 +129,7 @@ impl Store {
     /// or a resharding scans the new layout).
     pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
         match &*self.backend {
-            Backend::Standalone(c) => Ok(vec![Node::direct(c.clone())]),
+            Backend::Standalone(c, _) => Ok(vec![Node::direct(c.clone())]),
             Backend::Sentinel(s) => Ok(vec![Node::direct(s.current())]),
             Backend::Cluster(c) => {
                 let mut con = c.clone();
@@ -149,6 +154,111 @@ impl Store {
             Backend::Sentinel(s) => s.check().await,
             _ => self.ping_once().await.map_err(Error::from),
         }
+    }
+
+    /// A connection of its own to `node`, that no other request can share: for a `MULTI` that
+    /// must contain exactly what its caller sends.
+    pub async fn dedicated(&self, node: &Node) -> Result<MultiplexedConnection, Error> {
+        let client = match (&*self.backend, node.host_port()) {
+            (Backend::Standalone(_, client), _) => (**client).clone(),
+            (Backend::Sentinel(s), _) => s.current_client(),
+            (Backend::Cluster(_), Some((host, port))) => self.node_client(host, port)?,
+            (Backend::Cluster(_), None) => {
+                return Err(Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a cluster node without an address",
+                ))));
+            }
+        };
+        Ok(self.open(client).await?)
+    }
+
+    /// A connection of its own to the primary owning `key`'s slot (the one server outside a
+    /// cluster).
+    pub async fn dedicated_for_key(&self, key: &[u8]) -> Result<MultiplexedConnection, Error> {
+        let Backend::Cluster(c) = &*self.backend else {
+            let node = self.nodes().await?.remove(0);
+            return self.dedicated(&node).await;
+        };
+        let mut con = c.clone();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query_async(&mut con)
+            .await?;
+        let slots = con
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").to_owned(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await?;
+        let (host, port) = owner(&slots, slot).ok_or_else(|| {
+            Error::Redis(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "no primary serves the slot",
+                slot.to_string(),
+            )))
+        })?;
+        let client = self.node_client(&host, port)?;
+        Ok(self.open(client).await?)
+    }
+
+    fn node_client(&self, host: &str, port: u16) -> Result<Client, redis::RedisError> {
+        let tls = self.cfg.nodes.iter().any(|n| n.starts_with("rediss://"));
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_owned()
+        };
+        let scheme = if tls { "rediss" } else { "redis" };
+        client(&self.cfg, &format!("{scheme}://{host}:{port}"))
+    }
+
+    async fn open(&self, client: Client) -> Result<MultiplexedConnection, redis::RedisError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.cfg.connect_timeout))
+            .set_response_timeout(Some(self.cfg.command_timeout));
+        client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    /// Refuses servers older than 6.2: they lack `ZRANGE ... BYSCORE`. Best effort: a user the
+    /// ACL refuses `INFO` is let through (a transaction whose reads fail after its removal
+    /// succeeded still stops the pass loudly).
+    async fn require_version(&self) -> Result<(), redis::RedisError> {
+        let mut con = self.connection();
+        // In a cluster INFO goes to every primary and answers a map of their replies.
+        let info: Value = match redis::cmd("INFO").arg("server").query_async(&mut con).await {
+            Ok(info) => info,
+            Err(e) if e.code() == Some("NOPERM") => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let texts: Vec<String> = match info {
+            Value::Map(nodes) => nodes
+                .into_iter()
+                .filter_map(|(_, v)| redis::from_redis_value::<String>(v).ok())
+                .collect(),
+            v => redis::from_redis_value::<String>(v).into_iter().collect(),
+        };
+        for text in texts {
+            let version = text
+                .lines()
+                .find_map(|l| l.strip_prefix("redis_version:"))
+                .unwrap_or("0")
+                .trim()
+                .to_owned();
+            let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+            if (major, minor) < (6, 2) {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "presence-sweeper needs Redis 6.2 or later; this server is",
+                    version,
+                )));
+            }
+        }
+        Ok(())
     }
 
     async fn ping_once(&self) -> Result<(), redis::RedisError> {
@@ -212,7 +322,12 @@ fn install_crypto_provider() {
 /// A client for one server at `url`, with the configured credentials and certificates.
 fn client(cfg: &RedisConfig, url: &str) -> Result<Client, redis::RedisError> {
     let info = url.into_connection_info()?;
-    let mut settings = info.redis_settings().clone();
+    // Replies are parsed as RESP2 (`WITHSCORES` as a flat list): a `?protocol=resp3` in the URL
+    // is overridden rather than allowed to change their shape.
+    let mut settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP2);
     if let Some(username) = &cfg.username {
         settings = settings.set_username(username);
     }
@@ -259,11 +374,16 @@ async fn cluster(
     }
     // The overall timeout bounds a request's retries too: a request to a primary that just died
     // fails its pass instead of waiting for the failover.
+    // No retries: the cluster client would resend a request whose connection dropped, and a
+    // pipeline that already ran would then publish its events twice, or a transaction that
+    // already removed members would run again and report nothing. A MOVED answer means nothing
+    // ran: the pass reads the key again where it lives, or leaves it to the next pass.
     let mut builder = ClusterClientBuilder::new(seeds)
         .connection_timeout(cfg.connect_timeout)
         .response_timeout(cfg.command_timeout)
         .overall_response_timeout(Some(cfg.command_timeout))
-        .retries(3);
+        .use_protocol(redis::ProtocolVersion::RESP2)
+        .retries(0);
     if let Some(username) = &cfg.username {
         builder = builder.username(username);
     }
@@ -278,6 +398,25 @@ async fn cluster(
         }
     }
     builder.build()?.get_async_connection().await
+}
+
+/// The primary serving `slot` in a `CLUSTER SLOTS` reply.
+fn owner(slots: &Value, slot: i64) -> Option<(String, u16)> {
+    let Value::Array(ranges) = slots else {
+        return None;
+    };
+    ranges.iter().find_map(|range| {
+        let Value::Array(fields) = range else {
+            return None;
+        };
+        let (Some(Value::Int(lo)), Some(Value::Int(hi))) = (fields.first(), fields.get(1)) else {
+            return None;
+        };
+        if !(*lo..=*hi).contains(&slot) {
+            return None;
+        }
+        primaries(&Value::Array(vec![range.clone()])).pop()
+    })
 }
 
 /// The distinct primaries of a `CLUSTER SLOTS` reply, as (host, port).

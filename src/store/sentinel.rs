@@ -15,7 +15,7 @@ use crate::config::RedisConfig;
 
 pub(super) struct SentinelBackend {
     sentinel: Mutex<SentinelClient>,
-    current: RwLock<ConnectionManager>,
+    current: RwLock<(ConnectionManager, redis::Client)>,
     cfg: RedisConfig,
 }
 
@@ -24,10 +24,10 @@ impl SentinelBackend {
         let mut sentinel = sentinel_client(cfg)?;
         let client = sentinel.async_get_client().await?;
         tracing::info!(primary = %client.get_connection_info().addr(), "Sentinel named the primary");
-        let con = manager(client, cfg).await?;
+        let con = manager(client.clone(), cfg).await?;
         Ok(Self {
             sentinel: Mutex::new(sentinel),
-            current: RwLock::new(con),
+            current: RwLock::new((con, client)),
             cfg: cfg.clone(),
         })
     }
@@ -37,6 +37,16 @@ impl SentinelBackend {
         self.current
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    /// The client of the primary as last resolved, for connections of their own.
+    pub(super) fn current_client(&self) -> redis::Client {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .1
             .clone()
     }
 
@@ -87,8 +97,8 @@ impl SentinelBackend {
             sentinel.async_get_client().await?
         };
         let address = client.get_connection_info().addr().to_string();
-        let con = manager(client, &self.cfg).await?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = con;
+        let con = manager(client.clone(), &self.cfg).await?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = (con, client);
         tracing::info!(primary = %address, "following the primary Sentinel names");
         Ok(())
     }
@@ -115,7 +125,8 @@ fn sentinel_client(cfg: &RedisConfig) -> Result<SentinelClient, redis::RedisErro
         addrs.push(info.addr().clone());
     }
     let master_name = cfg.master_name.as_deref().unwrap_or_default();
-    let mut builder = SentinelClientBuilder::new(addrs, master_name, SentinelServerType::Master)?;
+    let mut builder = SentinelClientBuilder::new(addrs, master_name, SentinelServerType::Master)?
+        .set_client_to_redis_protocol(redis::ProtocolVersion::RESP2);
     let db = cfg
         .url
         .as_str()

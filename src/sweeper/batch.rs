@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use redis::cluster_routing::Slot;
+use tokio_util::sync::CancellationToken;
 
 use super::announce::Events;
 
@@ -17,7 +18,8 @@ use crate::store::{Conn, Node};
 
 impl Sweeper {
     /// Sweeps one batch. Returns what was done even when a step fails, so evictions are always
-    /// counted.
+    /// counted. On `cancel` no new call starts.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn sweep_batch(
         &self,
         mut node: Node,
@@ -26,6 +28,7 @@ impl Sweeper {
         page_time: f64,
         opts: PassOptions,
         observer: &dyn PassObserver,
+        cancel: &CancellationToken,
     ) -> (BatchCounts, Option<Error>) {
         let mut counts = BatchCounts::default();
         let result = self
@@ -37,6 +40,7 @@ impl Sweeper {
                 opts,
                 observer,
                 &mut counts,
+                cancel,
             )
             .await;
         (counts, result.err())
@@ -52,6 +56,7 @@ impl Sweeper {
         opts: PassOptions,
         observer: &dyn PassObserver,
         counts: &mut BatchCounts,
+        cancel: &CancellationToken,
     ) -> Result<(), Error> {
         let fixed_now = match opts.clock {
             Clock::Fixed(t) => Some(t),
@@ -99,17 +104,25 @@ impl Sweeper {
             read_counts(&mut card_node, routed, &clean, Count::Members),
             evict_keys(node, &first, &cutoff, fixed_now)
         );
-        for card in cards?.into_iter().flatten().filter(|&c| c > 0) {
-            counts.keys += 1;
-            counts.members += card;
-            observer.key_swept(card);
-        }
-        // Whatever a transaction removed is announced, even if another one failed.
+        // Whatever a transaction removed is announced first, even if another read failed.
         let mut failure = self
             .finish_outcomes(node, routed, outcomes, observer, counts)
             .await;
+        match cards {
+            Ok(cards) => {
+                for card in cards.into_iter().flatten().filter(|&c| c > 0) {
+                    counts.keys += 1;
+                    counts.members += card;
+                    observer.key_swept(card);
+                }
+            }
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
         for keys in transactions {
-            if failure.is_some() {
+            // On shutdown no new call starts; what the calls before removed was announced.
+            if failure.is_some() || cancel.is_cancelled() {
                 break;
             }
             let outcomes = evict_keys(node, &keys, &cutoff, fixed_now).await;
@@ -120,8 +133,8 @@ impl Sweeper {
         if let Some(e) = failure {
             return Err(e);
         }
-        if !big.is_empty() {
-            self.sweep_big(node, routed, big, opts, observer, counts)
+        if !big.is_empty() && !cancel.is_cancelled() {
+            self.sweep_big(node, routed, big, opts, observer, counts, cancel)
                 .await?;
         }
         Ok(())
@@ -215,7 +228,15 @@ impl Sweeper {
         if !uncounted.is_empty() {
             // Full rosters: the sets may be bigger, so count them (just after the eviction).
             let keys: Vec<&[u8]> = uncounted.iter().map(|(k, _)| *k).collect();
-            let cards = read_counts(node, routed, &keys, Count::Members).await?;
+            let cards = match read_counts(node, routed, &keys, Count::Members).await {
+                Ok(cards) => cards,
+                Err(e) => {
+                    // The members are gone either way: announce them with the count we know
+                    // (at least the roster) rather than not at all.
+                    tracing::warn!(error = %e, "could not count full rosters; announcing at least the roster size");
+                    vec![None; keys.len()]
+                }
+            };
             for ((key, evicted), card) in uncounted.into_iter().zip(cards) {
                 self.account(
                     key,
@@ -234,6 +255,7 @@ impl Sweeper {
 
     /// Keys holding more zombies than one call may remove: the bounded script, called again for
     /// keys its budget did not finish. In a cluster each call holds the keys of one slot.
+    #[allow(clippy::too_many_arguments)]
     async fn sweep_big(
         &self,
         node: &mut Node,
@@ -242,6 +264,7 @@ impl Sweeper {
         opts: PassOptions,
         observer: &dyn PassObserver,
         counts: &mut BatchCounts,
+        cancel: &CancellationToken,
     ) -> Result<(), Error> {
         let params = Params {
             ttl: self.sweep.ttl,
@@ -252,7 +275,8 @@ impl Sweeper {
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         for group in slot_groups(&refs, node.needs_slot_groups()) {
             let mut keys: Vec<Vec<u8>> = group.iter().map(|k| k.to_vec()).collect();
-            while !keys.is_empty() {
+            // On shutdown no new call starts; what the calls before removed was announced.
+            while !keys.is_empty() && !cancel.is_cancelled() {
                 let reply = self.script.call(node, &keys, &params).await?;
                 observer.progress();
                 let mut events = Events::default();

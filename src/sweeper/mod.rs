@@ -18,8 +18,9 @@
 mod announce;
 mod batch;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::pin::pin;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -36,6 +37,10 @@ use crate::store::{Conn, Node, Store};
 
 /// Primaries of a cluster scanned at the same time, each with its own cursor.
 pub const MAX_PARALLEL_NODES: usize = 8;
+
+/// How long a node's successful preflight stands: ACLs rarely change, and a pass that fails
+/// forgets it at once.
+const PREFLIGHT_VALID: Duration = Duration::from_secs(60);
 
 /// How a pass runs.
 #[derive(Debug, Clone, Copy)]
@@ -141,6 +146,8 @@ pub struct Sweeper {
     scan: ScanConfig,
     evict: EvictConfig,
     sharded_pubsub: bool,
+    /// When each node (by address; "" for a single server) last passed its preflight.
+    checked: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 impl Sweeper {
@@ -168,6 +175,7 @@ impl Sweeper {
             scan: scan.clone(),
             evict: evict.clone(),
             sharded_pubsub,
+            checked: Arc::default(),
         }
     }
 
@@ -198,7 +206,7 @@ impl Sweeper {
             total => Some(f64::from(total) / nodes.len().max(1) as f64),
         };
         let mut parts = futures_util::stream::iter(nodes)
-            .map(|node| self.node_pass(node, &routed, rate, opts, observer, cancel))
+            .map(|node| self.node_pass(store, node, &routed, rate, opts, observer, cancel))
             .buffer_unordered(MAX_PARALLEL_NODES);
         let mut report = PassReport {
             complete: true,
@@ -227,8 +235,10 @@ impl Sweeper {
 
     /// One primary's part of a pass: its SCAN pages, cut into batches kept in flight a few at a
     /// time. Returns what was done, and the first error if any.
+    #[allow(clippy::too_many_arguments)]
     async fn node_pass(
         &self,
+        store: &Store,
         node: Node,
         routed: &Conn,
         rate: Option<f64>,
@@ -251,7 +261,15 @@ impl Sweeper {
         let mut failure: Option<Error> = None;
         let mut scan_done = false;
         let mut stopping = false;
-        let mut checked = opts.dry_run;
+        let label = node.address().unwrap_or_default();
+        let recently = |at: &Instant| at.elapsed() < PREFLIGHT_VALID;
+        let mut checked = opts.dry_run
+            || self
+                .checked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&label)
+                .is_some_and(recently);
         // With `scan.max_keys_per_second`, the next SCAN waits until the pass is back on pace.
         let mut next_page_at: Option<tokio::time::Instant> = None;
 
@@ -259,19 +277,8 @@ impl Sweeper {
             if !checked && let Some((key, _)) = queue.front() {
                 // Before the first eviction on this node: may this user do all a pass does?
                 checked = true;
-                let channel = self
-                    .sweep
-                    .channel
-                    .render(self.sweep.pattern.conversation_id(key).unwrap_or(key));
-                // A sharded publish in a cluster goes to the channel's own shard: probe it there.
-                let routed_publish = self.sharded_pubsub && node.needs_slot_groups();
-                let publish = (!routed_publish).then(|| self.publish_command());
-                let mut verdict =
-                    preflight::check(&mut node.clone(), key, &channel, publish, &self.script).await;
-                if verdict.is_ok() && routed_publish {
-                    verdict = preflight::check_sharded_publish(&mut routed.clone(), &channel).await;
-                }
-                if let Err(e) = verdict {
+                let key = key.clone();
+                if let Err(e) = self.preflight(store, &node, &key).await {
                     stopping = true;
                     failure.get_or_insert(e);
                 }
@@ -291,7 +298,15 @@ impl Sweeper {
                         key
                     })
                     .collect();
-                in_flight.push(self.sweep_batch(node.clone(), routed, batch, time, opts, observer));
+                in_flight.push(self.sweep_batch(
+                    node.clone(),
+                    routed,
+                    batch,
+                    time,
+                    opts,
+                    observer,
+                    cancel,
+                ));
             }
             if in_flight.is_empty() && (stopping || (scan_done && queue.is_empty())) {
                 break;
@@ -332,11 +347,40 @@ impl Sweeper {
                 () = cancel.cancelled(), if !stopping => stopping = true,
             }
         }
-        if let (Some(e), Some(address)) = (&failure, node.address()) {
-            tracing::debug!(node = %address, error = %e, "a primary's part of the pass failed");
+        if let Some(e) = &failure {
+            // Check the permissions again next time: the failure may be a changed ACL.
+            self.checked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&label);
+            if let Some(address) = node.address() {
+                tracing::debug!(node = %address, error = %e, "a primary's part of the pass failed");
+            }
         }
         report.duration = started.elapsed();
         report.complete = scan_done && queue.is_empty() && failure.is_none();
         (report, failure)
+    }
+
+    /// The permission preflight of a node, on connections of its own; remembered when it passes.
+    async fn preflight(&self, store: &Store, node: &Node, key: &[u8]) -> Result<(), Error> {
+        let channel = self
+            .sweep
+            .channel
+            .render(self.sweep.pattern.conversation_id(key).unwrap_or(key));
+        // A sharded publish in a cluster goes to the channel's own shard: probe it there.
+        let routed_publish = self.sharded_pubsub && node.needs_slot_groups();
+        let publish = (!routed_publish).then(|| self.publish_command());
+        let mut con = store.dedicated(node).await?;
+        preflight::check(&mut con, key, &channel, publish, &self.script).await?;
+        if routed_publish {
+            let mut con = store.dedicated_for_key(&channel).await?;
+            preflight::check_sharded_publish(&mut con, &channel).await?;
+        }
+        self.checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.address().unwrap_or_default(), Instant::now());
+        Ok(())
     }
 }
