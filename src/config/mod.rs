@@ -282,19 +282,13 @@ impl Config {
 
         let mut coordination = root.table("coordination")?;
         let lease = coordination.optional_bool("lease")?.unwrap_or(false);
-        let lease_ttl = {
-            let shown = coordination.peek_string("lease_ttl");
-            let ttl = coordination.duration("lease_ttl")?;
-            if ttl < Duration::from_secs(1) {
-                return Err(ConfigError::Invalid {
-                    key: "coordination.lease_ttl".into(),
-                    value: shown,
-                    origin: Origin::default(),
-                    reason: "must be at least 1s (it is renewed a third of the way through)".into(),
-                });
-            }
-            ttl
-        };
+        let lease_ttl = coordination.duration_field("lease_ttl")?;
+        if lease_ttl.value < Duration::from_secs(1) {
+            return Err(
+                lease_ttl.invalid("must be at least 1s (it is renewed a third of the way through)")
+            );
+        }
+        let lease_ttl = lease_ttl.value;
         let coordination_cfg = CoordinationConfig {
             lease,
             lease_ttl,
@@ -340,20 +334,16 @@ impl Config {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
             {
-                return Err(ConfigError::Invalid {
-                    key: t.path.clone(),
-                    value: format!("{name:?}"),
-                    origin: Origin::default(),
-                    reason: "sweep names may only hold letters, digits, `_` and `-`".into(),
-                });
+                return Err(t.invalid(
+                    format!("{name:?}"),
+                    "sweep names may only hold letters, digits, `_` and `-`",
+                ));
             }
             if RESERVED_NAMES.contains(&name.as_str()) || name.ends_with("_base64") {
-                return Err(ConfigError::Invalid {
-                    key: t.path.clone(),
-                    value: format!("{name:?}"),
-                    origin: Origin::default(),
-                    reason: "the sweep name is its events' roster field, and this one is already an event field".into(),
-                });
+                return Err(t.invalid(
+                    format!("{name:?}"),
+                    "the sweep name is its events' roster field, and this one is already an event field",
+                ));
             }
             sweeps.push(SweepConfig::from_table(name, &mut t)?);
             t.finish()?;
@@ -595,6 +585,19 @@ mod tests {
                 "[sweeps.x]\nttl = \"1s\"",
                 "missing configuration key `sweeps.x.match`",
             ),
+            (
+                "[coordination]\nlease_ttl = \"500ms\"",
+                "coordination.lease_ttl = \"500ms\" (in ",
+            ),
+            (
+                "[sweeps.user_id]\nmatch = \"u:*\"\nttl = \"1s\"\nschedule = \"1s\"\nevent = \"e\"",
+                "sweeps.user_id = \"user_id\"",
+            ),
+            (
+                "[sweeps.online_base64]\nmatch = \"u:*\"\nttl = \"1s\"\nschedule = \"1s\"\nevent = \"e\"",
+                "already an event field",
+            ),
+            ("[sweeps.\"a b\"]\nmatch = \"u:*\"", "letters, digits"),
         ];
         for (text, expected) in cases {
             let msg = load_with(Some(text), &[]).unwrap_err().to_string();

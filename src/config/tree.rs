@@ -94,12 +94,14 @@ impl Table {
         }
     }
 
-    /// How a key's value would be shown in an error, without taking it.
-    pub(super) fn peek_string(&self, name: &str) -> String {
-        self.map
-            .get(name)
-            .map(|v| show(&v.kind))
-            .unwrap_or_default()
+    /// An error about the table itself, such as its name, pointing at where it was defined.
+    pub(super) fn invalid(&self, value: String, reason: &str) -> ConfigError {
+        ConfigError::Invalid {
+            key: self.path.clone(),
+            value,
+            origin: self.origin.clone(),
+            reason: reason.to_owned(),
+        }
     }
 
     pub(super) fn optional_string(
@@ -193,13 +195,23 @@ impl Table {
     }
 
     pub(super) fn duration(&mut self, name: &str) -> Result<Duration, ConfigError> {
+        self.duration_field(name).map(|f| f.value)
+    }
+
+    /// A positive duration, kept with its key and origin for checks of its own.
+    pub(super) fn duration_field(&mut self, name: &str) -> Result<Field<Duration>, ConfigError> {
         let text = self.string(name)?;
         let d = humantime::parse_duration(text.value.trim())
             .map_err(|e| text.invalid(&format!("not a duration like \"45s\" or \"250ms\": {e}")))?;
         if d.is_zero() {
             return Err(text.invalid("must be greater than zero"));
         }
-        Ok(d)
+        Ok(Field {
+            key: text.key,
+            value: d,
+            shown: text.shown,
+            origin: text.origin,
+        })
     }
 
     pub(super) fn integer(&mut self, name: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
