@@ -41,7 +41,7 @@ pub struct SeedOptions {
     /// Conversations, one key each.
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub conversations: u64,
-    /// Members per key (a key of more than 20,000 members is written in one script call).
+    /// Members per key (a key of more than 20,000 members is written over several script calls).
     #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub members: u32,
     /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
