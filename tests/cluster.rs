@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use support::cluster::RedisCluster;
-use support::{Binary, Received, ShardedSubscriber, Subscriber, run_binary, write_file};
+use support::{
+    Binary, Received, ShardedSubscriber, Subscriber, run_binary, wait_until, write_file,
+};
 
 fn cluster_now(cluster: &RedisCluster) -> f64 {
     let node = cluster.nodes.iter().find(|n| n.is_running()).unwrap();
@@ -45,14 +47,6 @@ fn tally(events: &[Received]) -> HashMap<(String, String), usize> {
             .or_insert(0) += 1;
     }
     seen
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn remaining(cluster: &RedisCluster, prefix: &str, conversations: usize) -> (usize, usize) {

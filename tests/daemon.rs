@@ -5,7 +5,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use support::{Binary, RedisServer, Subscriber, free_port, redis_now};
+use support::{Binary, RedisServer, Subscriber, free_port, redis_now, wait_until};
 
 fn toml(extra: &str) -> String {
     format!("[http]\nlisten = \"127.0.0.1:0\"\n{extra}")
@@ -20,14 +20,6 @@ fn seed_zombies(con: &mut redis::Connection, conversations: usize) {
                 &[(now - 60.0, "zombie"), (now + 60.0, "live")],
             )
             .unwrap();
-    }
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

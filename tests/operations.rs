@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use support::{Binary, RedisServer, Subscriber, free_port, metric, redis_now, run_binary, scrape};
+use support::{
+    Binary, RedisServer, Subscriber, free_port, metric, redis_now, run_binary, scrape, wait_until,
+};
 
 /// A NOTIFY_SOCKET owned by the test, collecting every datagram.
 struct NotifySocket {
@@ -154,14 +156,6 @@ fn write_config(d: &Binary, toml: &str) {
 fn typing_member_present(con: &mut redis::Connection, member: &str) -> bool {
     let score: Option<f64> = con.zscore("presence:c1:typing", member).unwrap();
     score.is_some()
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use support::{Binary, RedisServer, Subscriber, metric, redis_now, scrape};
+use support::{Binary, RedisServer, Subscriber, metric, redis_now, scrape, wait_until};
 
 fn seed_wave(server: &RedisServer, wave: usize, conversations: usize) {
     let mut con = server.con();
@@ -30,14 +30,6 @@ fn all_swept(server: &RedisServer, waves: usize, conversations: usize) -> bool {
             n == 1
         })
     })
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn replicas(server: &RedisServer, n: usize, extra: &str) -> Vec<Binary> {

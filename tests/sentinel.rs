@@ -2,11 +2,11 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Commands;
 use support::sentinel::SentinelSetup;
-use support::{Binary, redis_now};
+use support::{Binary, redis_now, wait_until};
 
 fn seed_zombie(con: &mut redis::Connection, key: &str) {
     let now = redis_now(con);
@@ -15,16 +15,28 @@ fn seed_zombie(con: &mut redis::Connection, key: &str) {
         .unwrap();
 }
 
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn members(con: &mut redis::Connection, key: &str) -> Vec<String> {
     con.zrange(key, 0, -1).unwrap_or_default()
+}
+
+/// Waits for the replica's promotion, then for a zombie written to it to be swept there.
+fn swept_on_the_promoted_replica(setup: &SentinelSetup, key: &str) {
+    wait_until("the replica promoted", Duration::from_secs(30), || {
+        setup.primary_port() == Some(setup.replica.port)
+    });
+    let mut con = setup.replica.con();
+    wait_until(
+        "the promoted replica accepts writes",
+        Duration::from_secs(10),
+        || {
+            let now = redis_now(&mut con);
+            con.zadd::<_, _, _, ()>(key, "live", now + 60.0).is_ok()
+        },
+    );
+    seed_zombie(&mut con, key);
+    wait_until("swept on the new primary", Duration::from_secs(30), || {
+        members(&mut con, key) == ["live"]
+    });
 }
 
 #[test]
@@ -46,23 +58,7 @@ fn sweeps_continue_on_the_promoted_replica() {
 
     let old = setup.primary.port;
     setup.primary.stop();
-    wait_until("the replica promoted", Duration::from_secs(30), || {
-        setup.primary_port() == Some(setup.replica.port)
-    });
-    let mut con = setup.replica.con();
-    wait_until(
-        "the promoted replica accepts writes",
-        Duration::from_secs(10),
-        || {
-            let now = redis_now(&mut con);
-            con.zadd::<_, _, _, ()>("presence:c2:typing", "live", now + 60.0)
-                .is_ok()
-        },
-    );
-    seed_zombie(&mut con, "presence:c2:typing");
-    wait_until("swept on the new primary", Duration::from_secs(30), || {
-        members(&mut con, "presence:c2:typing") == ["live"]
-    });
+    swept_on_the_promoted_replica(&setup, "presence:c2:typing");
     let log = d.log();
     assert!(log.contains(&format!("primary=127.0.0.1:{old}")), "{log}");
     assert!(
@@ -87,39 +83,8 @@ fn a_readonly_reply_sends_the_sweeper_to_the_new_primary() {
     );
     let d = Binary::spawn(&toml, &[], &[]);
     d.wait_for_log("pass finished", 1, Duration::from_secs(15));
-    let sentinel = setup.redis_toml();
-    let port: u16 = sentinel
-        .split("127.0.0.1:")
-        .nth(1)
-        .and_then(|s| s.split('"').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap();
-    let mut s = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let _: () = redis::cmd("SENTINEL")
-        .arg("FAILOVER")
-        .arg(support::sentinel::MASTER_NAME)
-        .query(&mut s)
-        .unwrap();
-    wait_until("the replica promoted", Duration::from_secs(30), || {
-        setup.primary_port() == Some(setup.replica.port)
-    });
-    let mut con = setup.replica.con();
-    wait_until(
-        "the promoted replica accepts writes",
-        Duration::from_secs(10),
-        || {
-            let now = redis_now(&mut con);
-            con.zadd::<_, _, _, ()>("presence:c3:typing", "live", now + 60.0)
-                .is_ok()
-        },
-    );
-    seed_zombie(&mut con, "presence:c3:typing");
-    wait_until("swept on the new primary", Duration::from_secs(30), || {
-        members(&mut con, "presence:c3:typing") == ["live"]
-    });
+    setup.failover();
+    swept_on_the_promoted_replica(&setup, "presence:c3:typing");
     assert!(
         d.log().contains(&format!(
             "following the primary Sentinel names primary=127.0.0.1:{}",

@@ -6,6 +6,19 @@ use crate::Error;
 use crate::events::{Event, EventEncoder};
 use crate::store::{Conn, Node};
 
+/// What one eviction call removed from one key: the transaction and the script report the same.
+pub(super) struct Removal<'a> {
+    pub key: &'a [u8],
+    /// Removed members and their scores, in the score unit.
+    pub removed: &'a [(Vec<u8>, f64)],
+    /// Members left, most recently seen first, at most the roster limit.
+    pub roster: &'a [Vec<u8>],
+    /// How many members are left.
+    pub card: u64,
+    /// The eviction instant on Redis's clock, in Unix seconds.
+    pub now: f64,
+}
+
 /// Events waiting to be published: (channel, payload).
 #[derive(Default)]
 pub(super) struct Events(Vec<(Vec<u8>, Vec<u8>)>);
@@ -21,17 +34,14 @@ impl Sweeper {
     }
 
     /// Queues one event per removed member.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn announce(
-        &self,
-        key: &[u8],
-        removed: &[(Vec<u8>, f64)],
-        roster: &[Vec<u8>],
-        card: u64,
-        now: f64,
-        events: &mut Events,
-        observer: &dyn PassObserver,
-    ) {
+    pub(super) fn announce(&self, r: &Removal, events: &mut Events, observer: &dyn PassObserver) {
+        let Removal {
+            key,
+            removed,
+            roster,
+            card,
+            now,
+        } = *r;
         if removed.is_empty() {
             return;
         }

@@ -4,60 +4,48 @@
 use std::collections::HashMap;
 
 use redis::cluster_routing::Slot;
-use tokio_util::sync::CancellationToken;
 
-use super::announce::Events;
-
-/// The keys of one transaction and what it did: the eviction instant and, per key, what was
-/// removed.
-type Outcome<'k> = (Vec<&'k [u8]>, Result<(f64, Vec<Option<Evicted>>), Error>);
-use super::{BatchCounts, PassObserver, PassOptions, Sweeper};
+use super::announce::{Events, Removal};
+use super::{BatchCounts, PassCtx, PassObserver, Sweeper};
 use crate::Error;
 use crate::evict::{self, Clock, Count, Cutoff, Evicted, KeyReply, Params, precheck};
 use crate::store::{Conn, Node};
 
+/// The keys of one transaction and what it did: the eviction instant and, per key, what was
+/// removed.
+type Outcome<'k> = (Vec<&'k [u8]>, Result<(f64, Vec<Option<Evicted>>), Error>);
+
 impl Sweeper {
     /// Sweeps one batch. Returns what was done even when a step fails, so evictions are always
-    /// counted. On `cancel` no new call starts.
-    #[allow(clippy::too_many_arguments)]
+    /// counted. Once the pass is cancelled no new call starts.
     pub(super) async fn sweep_batch(
         &self,
         mut node: Node,
-        routed: &Conn,
         keys: Vec<Vec<u8>>,
         page_time: f64,
-        opts: PassOptions,
-        observer: &dyn PassObserver,
-        cancel: &CancellationToken,
+        ctx: PassCtx<'_>,
     ) -> (BatchCounts, Option<Error>) {
         let mut counts = BatchCounts::default();
         let result = self
-            .sweep_batch_inner(
-                &mut node,
-                routed,
-                keys,
-                page_time,
-                opts,
-                observer,
-                &mut counts,
-                cancel,
-            )
+            .sweep_batch_inner(&mut node, keys, page_time, ctx, &mut counts)
             .await;
         (counts, result.err())
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn sweep_batch_inner(
         &self,
         node: &mut Node,
-        routed: &Conn,
         keys: Vec<Vec<u8>>,
         page_time: f64,
-        opts: PassOptions,
-        observer: &dyn PassObserver,
+        ctx: PassCtx<'_>,
         counts: &mut BatchCounts,
-        cancel: &CancellationToken,
     ) -> Result<(), Error> {
+        let PassCtx {
+            routed,
+            opts,
+            observer,
+            cancel,
+        } = ctx;
         let fixed_now = match opts.clock {
             Clock::Fixed(t) => Some(t),
             Clock::Redis => None,
@@ -71,9 +59,7 @@ impl Sweeper {
         let stale_counts = read_counts(node, routed, &refs, Count::Stale(&cutoff)).await?;
         observer.progress();
         if opts.dry_run {
-            return self
-                .dry_run(node, routed, &refs, stale_counts, observer, counts)
-                .await;
+            return self.dry_run(node, &refs, stale_counts, ctx, counts).await;
         }
         let budget = self.evict.max_members_per_call as u64;
         let mut clean: Vec<&[u8]> = Vec::new();
@@ -105,9 +91,7 @@ impl Sweeper {
             evict_keys(node, &first, &cutoff, fixed_now)
         );
         // Whatever a transaction removed is announced first, even if another read failed.
-        let mut failure = self
-            .finish_outcomes(node, routed, outcomes, observer, counts)
-            .await;
+        let mut failure = self.finish_outcomes(node, outcomes, ctx, counts).await;
         match cards {
             Ok(cards) => {
                 for card in cards.into_iter().flatten().filter(|&c| c > 0) {
@@ -126,16 +110,13 @@ impl Sweeper {
                 break;
             }
             let outcomes = evict_keys(node, &keys, &cutoff, fixed_now).await;
-            failure = self
-                .finish_outcomes(node, routed, outcomes, observer, counts)
-                .await;
+            failure = self.finish_outcomes(node, outcomes, ctx, counts).await;
         }
         if let Some(e) = failure {
             return Err(e);
         }
         if !big.is_empty() && !cancel.is_cancelled() {
-            self.sweep_big(node, routed, big, opts, observer, counts, cancel)
-                .await?;
+            self.sweep_big(node, big, ctx, counts).await?;
         }
         Ok(())
     }
@@ -144,16 +125,15 @@ impl Sweeper {
     async fn finish_outcomes(
         &self,
         node: &mut Node,
-        routed: &Conn,
         outcomes: Vec<Outcome<'_>>,
-        observer: &dyn PassObserver,
+        ctx: PassCtx<'_>,
         counts: &mut BatchCounts,
     ) -> Option<Error> {
         let mut failure = None;
         for (group, outcome) in outcomes {
             let result = match outcome {
                 Ok(evicted) => {
-                    self.finish_transactions(node, routed, &group, evicted, observer, counts)
+                    self.finish_transactions(node, &group, evicted, ctx, counts)
                         .await
                 }
                 Err(e) => Err(e),
@@ -169,12 +149,14 @@ impl Sweeper {
     async fn dry_run(
         &self,
         node: &mut Node,
-        routed: &Conn,
         keys: &[&[u8]],
         stale_counts: Vec<Option<u64>>,
-        observer: &dyn PassObserver,
+        ctx: PassCtx<'_>,
         counts: &mut BatchCounts,
     ) -> Result<(), Error> {
+        let PassCtx {
+            routed, observer, ..
+        } = ctx;
         let (sets, stale): (Vec<&[u8]>, Vec<u64>) = keys
             .iter()
             .zip(stale_counts)
@@ -198,12 +180,14 @@ impl Sweeper {
     async fn finish_transactions(
         &self,
         node: &mut Node,
-        routed: &Conn,
         keys: &[&[u8]],
         (now, results): (f64, Vec<Option<Evicted>>),
-        observer: &dyn PassObserver,
+        ctx: PassCtx<'_>,
         counts: &mut BatchCounts,
     ) -> Result<(), Error> {
+        let PassCtx {
+            routed, observer, ..
+        } = ctx;
         observer.progress();
         let mut events = Events::default();
         let mut uncounted = Vec::new();
@@ -213,11 +197,13 @@ impl Sweeper {
             };
             match evicted.card {
                 Some(card) => self.account(
-                    key,
-                    &evicted.removed,
-                    &evicted.roster,
-                    card,
-                    now,
+                    &Removal {
+                        key,
+                        removed: &evicted.removed,
+                        roster: &evicted.roster,
+                        card,
+                        now,
+                    },
                     &mut events,
                     counts,
                     observer,
@@ -239,11 +225,13 @@ impl Sweeper {
             };
             for ((key, evicted), card) in uncounted.into_iter().zip(cards) {
                 self.account(
-                    key,
-                    &evicted.removed,
-                    &evicted.roster,
-                    card.unwrap_or(evicted.roster.len() as u64),
-                    now,
+                    &Removal {
+                        key,
+                        removed: &evicted.removed,
+                        roster: &evicted.roster,
+                        card: card.unwrap_or(evicted.roster.len() as u64),
+                        now,
+                    },
                     &mut events,
                     counts,
                     observer,
@@ -255,17 +243,19 @@ impl Sweeper {
 
     /// Keys holding more zombies than one call may remove: the bounded script, called again for
     /// keys its budget did not finish. In a cluster each call holds the keys of one slot.
-    #[allow(clippy::too_many_arguments)]
     async fn sweep_big(
         &self,
         node: &mut Node,
-        routed: &Conn,
         keys: Vec<Vec<u8>>,
-        opts: PassOptions,
-        observer: &dyn PassObserver,
+        ctx: PassCtx<'_>,
         counts: &mut BatchCounts,
-        cancel: &CancellationToken,
     ) -> Result<(), Error> {
+        let PassCtx {
+            routed,
+            opts,
+            observer,
+            cancel,
+        } = ctx;
         let params = Params {
             ttl: self.sweep.ttl,
             unit: self.sweep.score_unit,
@@ -290,30 +280,20 @@ impl Sweeper {
                         }
                         KeyReply::WrongType => continue,
                     };
+                    let removal = Removal {
+                        key: &key,
+                        removed: &swept.removed,
+                        roster: &swept.roster,
+                        card: swept.card,
+                        now: reply.now,
+                    };
                     if swept.more {
                         // Announce what this call removed; the key is counted once finished.
-                        self.announce(
-                            &key,
-                            &swept.removed,
-                            &swept.roster,
-                            swept.card,
-                            reply.now,
-                            &mut events,
-                            observer,
-                        );
+                        self.announce(&removal, &mut events, observer);
                         counts.evicted += swept.removed.len() as u64;
                         next.push(key);
                     } else {
-                        self.account(
-                            &key,
-                            &swept.removed,
-                            &swept.roster,
-                            swept.card,
-                            reply.now,
-                            &mut events,
-                            counts,
-                            observer,
-                        );
+                        self.account(&removal, &mut events, counts, observer);
                     }
                 }
                 self.publish(node, routed, events, counts).await?;
@@ -324,23 +304,18 @@ impl Sweeper {
     }
 
     /// Counts a finished key and queues the events of what was removed from it.
-    #[allow(clippy::too_many_arguments)]
     fn account(
         &self,
-        key: &[u8],
-        removed: &[(Vec<u8>, f64)],
-        roster: &[Vec<u8>],
-        card: u64,
-        now: f64,
+        r: &Removal,
         events: &mut Events,
         counts: &mut BatchCounts,
         observer: &dyn PassObserver,
     ) {
         counts.keys += 1;
-        counts.members += card;
-        counts.evicted += removed.len() as u64;
-        observer.key_swept(card);
-        self.announce(key, removed, roster, card, now, events, observer);
+        counts.members += r.card;
+        counts.evicted += r.removed.len() as u64;
+        observer.key_swept(r.card);
+        self.announce(r, events, observer);
     }
 }
 

@@ -42,6 +42,17 @@ pub const MAX_PARALLEL_NODES: usize = 8;
 /// forgets it at once.
 const PREFLIGHT_VALID: Duration = Duration::from_secs(60);
 
+/// What every step of one pass shares.
+#[derive(Clone, Copy)]
+struct PassCtx<'a> {
+    /// The store's own connection: in a cluster it follows keys whose slot moved, and publishes.
+    routed: &'a Conn,
+    opts: PassOptions,
+    observer: &'a dyn PassObserver,
+    /// No new call starts once it fires.
+    cancel: &'a CancellationToken,
+}
+
 /// How a pass runs.
 #[derive(Debug, Clone, Copy)]
 pub struct PassOptions {
@@ -200,13 +211,19 @@ impl Sweeper {
             partial: PassReport::default(),
         })?;
         let routed = store.connection();
+        let ctx = PassCtx {
+            routed: &routed,
+            opts,
+            observer,
+            cancel,
+        };
         // `scan.max_keys_per_second` caps the whole pass: each node gets its share.
         let rate = match self.scan.max_keys_per_second {
             0 => None,
             total => Some(f64::from(total) / nodes.len().max(1) as f64),
         };
         let mut parts = futures_util::stream::iter(nodes)
-            .map(|node| self.node_pass(store, node, &routed, rate, opts, observer, cancel))
+            .map(|node| self.node_pass(store, node, rate, ctx))
             .buffer_unordered(MAX_PARALLEL_NODES);
         let mut report = PassReport {
             complete: true,
@@ -235,16 +252,12 @@ impl Sweeper {
 
     /// One primary's part of a pass: its SCAN pages, cut into batches kept in flight a few at a
     /// time. Returns what was done, and the first error if any.
-    #[allow(clippy::too_many_arguments)]
     async fn node_pass(
         &self,
         store: &Store,
         node: Node,
-        routed: &Conn,
         rate: Option<f64>,
-        opts: PassOptions,
-        observer: &dyn PassObserver,
-        cancel: &CancellationToken,
+        ctx: PassCtx<'_>,
     ) -> (PassReport, Option<Error>) {
         let started = Instant::now();
         let batch_size = self.evict.batch_keys;
@@ -263,7 +276,7 @@ impl Sweeper {
         let mut stopping = false;
         let label = node.address().unwrap_or_default();
         let recently = |at: &Instant| at.elapsed() < PREFLIGHT_VALID;
-        let mut checked = opts.dry_run
+        let mut checked = ctx.opts.dry_run
             || self
                 .checked
                 .lock()
@@ -298,15 +311,7 @@ impl Sweeper {
                         key
                     })
                     .collect();
-                in_flight.push(self.sweep_batch(
-                    node.clone(),
-                    routed,
-                    batch,
-                    time,
-                    opts,
-                    observer,
-                    cancel,
-                ));
+                in_flight.push(self.sweep_batch(node.clone(), batch, time, ctx));
             }
             if in_flight.is_empty() && (stopping || (scan_done && queue.is_empty())) {
                 break;
@@ -325,7 +330,7 @@ impl Sweeper {
                 }
                 page = pages.next(), if want_page => match page {
                     Some(Ok(page)) => {
-                        observer.progress();
+                        ctx.observer.progress();
                         report.keys_scanned += page.keys.len() as u64;
                         queue.extend(page.keys.into_iter().map(|k| (k, page.time)));
                         if let Some(rate) = rate {
@@ -344,7 +349,7 @@ impl Sweeper {
                 },
                 () = tokio::time::sleep_until(next_page_at.unwrap_or_else(tokio::time::Instant::now)),
                     if paced && !stopping && !scan_done => {}
-                () = cancel.cancelled(), if !stopping => stopping = true,
+                () = ctx.cancel.cancelled(), if !stopping => stopping = true,
             }
         }
         if let Some(e) = &failure {

@@ -18,6 +18,15 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use presence_sweeper::config::{Config, Sources};
 
+/// Polls `f` until it holds; fails the test, naming `what`, after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A free TCP port on 127.0.0.1, below 55535 so that a cluster bus port (+10000) fits too.
 pub fn free_port() -> u16 {
     loop {

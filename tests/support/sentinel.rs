@@ -86,6 +86,20 @@ impl SentinelSetup {
         )
     }
 
+    /// Asks the first sentinel for a failover: the old primary stays up and becomes a replica.
+    pub fn failover(&self) {
+        let (port, _) = &self.sentinels[0];
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER_NAME)
+            .query(&mut con)
+            .unwrap();
+    }
+
     /// The primary's port according to the first sentinel that answers.
     pub fn primary_port(&self) -> Option<u16> {
         self.sentinels.iter().find_map(|(port, _)| {
