@@ -616,3 +616,53 @@ async fn a_big_room_lists_100_members_and_counts_them_all() {
     assert_eq!(roster[0], "live000");
     assert_eq!(roster[99], "live099");
 }
+
+/// The data path's own connection must select the configured database, over TCP and over a unix
+/// socket alike, and touch no other.
+#[tokio::test]
+async fn only_the_configured_database_is_swept_over_tcp_and_unix_sockets() {
+    let socket_dir = tempfile::tempdir().unwrap();
+    let socket = socket_dir.path().join("redis.sock");
+    let socket_arg = socket.to_string_lossy().into_owned();
+    let server = RedisServer::start_with(&["--unixsocket", &socket_arg, "--unixsocketperm", "700"]);
+    let base = server.url();
+    let base = base.trim_end_matches("/0");
+    for (db, url) in [
+        (3, format!("{base}/3")),
+        (2, format!("unix://{socket_arg}?db=2")),
+    ] {
+        let mut con = server.con();
+        let now = redis_now(&mut con);
+        for d in [0, db] {
+            redis::cmd("SELECT").arg(d).exec(&mut con).unwrap();
+            let _: () = con
+                .zadd_multiple(
+                    "presence:c1:online",
+                    &[(now - 100.0, "gone"), (now, "here")],
+                )
+                .unwrap();
+        }
+        let cfg = config(&url, ONLY_ONLINE);
+        let store = Store::connect(&cfg.redis).await.unwrap();
+        let sweeper = Sweeper::new(cfg.sweep("online").unwrap(), &cfg);
+        let report = sweeper
+            .pass(
+                &store,
+                PassOptions::default(),
+                &NoObserver,
+                &CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!((report.keys, report.evicted), (1, 1), "{url}");
+        redis::cmd("SELECT").arg(db).exec(&mut con).unwrap();
+        assert_eq!(members(&mut con, "presence:c1:online"), ["here"], "{url}");
+        redis::cmd("SELECT").arg(0).exec(&mut con).unwrap();
+        assert_eq!(
+            members(&mut con, "presence:c1:online"),
+            ["gone", "here"],
+            "db 0 untouched by {url}"
+        );
+        redis::cmd("FLUSHALL").exec(&mut con).unwrap();
+    }
+}

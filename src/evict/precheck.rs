@@ -57,13 +57,20 @@ where
     if replies.len() != n {
         return Err(ReplyError::new(format!("{} replies for {n} keys", replies.len())).into());
     }
-    Ok(replies
-        .iter()
+    replies
+        .into_iter()
         .map(|v| match v {
-            Value::ServerError(_) => None,
-            v => int(v),
+            // A slot that moved fails the whole read, as the cluster client's own routing
+            // would: the caller asks each key where it lives now.
+            Value::ServerError(e)
+                if matches!(e.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN") =>
+            {
+                Err(redis::RedisError::from(e).into())
+            }
+            Value::ServerError(_) => Ok(None),
+            v => Ok(int(&v)),
         })
-        .collect())
+        .collect()
 }
 
 /// What [`read`] asks of each key.

@@ -5,6 +5,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use super::wire::Wire;
+
 /// A handle on Redis: a self-reconnecting connection to one server, or a cluster connection that
 /// routes each command by its key's slot and follows MOVED/ASK redirections. Clones share the
 /// underlying connections.
@@ -89,10 +91,14 @@ impl ConnectionLike for Conn {
 /// to that same node: in a cluster that is where they live (a key that moved meanwhile answers
 /// MOVED and waits for the next pass), and one node may serve commands on many slots in one
 /// pipeline, which the cluster's own routing would refuse.
+///
+/// With a [`Wire`] attached, every command goes straight to the node over it; without one (TLS,
+/// or it could not connect) they take the shared connection.
 #[derive(Clone)]
 pub struct Node {
     con: Conn,
     address: Option<(String, u16)>,
+    wire: Option<Wire>,
 }
 
 impl Node {
@@ -101,6 +107,7 @@ impl Node {
         Self {
             con: Conn::Direct(con),
             address: None,
+            wire: None,
         }
     }
 
@@ -109,7 +116,14 @@ impl Node {
         Self {
             con: Conn::Cluster(con),
             address: Some((host, port)),
+            wire: None,
         }
+    }
+
+    /// Sends this node's commands over `wire`, which must reach the same server.
+    pub(super) fn with_wire(mut self, wire: Option<Wire>) -> Self {
+        self.wire = wire;
+        self
     }
 
     /// Whether keys must be grouped by hash slot for transactions and scripts.
@@ -139,7 +153,11 @@ impl Node {
 
 impl ConnectionLike for Node {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match (self.route(), &mut self.con) {
+        let route = self.route();
+        if let Some(wire) = &mut self.wire {
+            return wire.req_packed_command(cmd);
+        }
+        match (route, &mut self.con) {
             (Some(route), Conn::Cluster(c)) => Box::pin(async move {
                 c.route_command(cmd.clone(), RoutingInfo::SingleNode(route))
                     .await
@@ -154,7 +172,11 @@ impl ConnectionLike for Node {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match (self.route(), &mut self.con) {
+        let route = self.route();
+        if let Some(wire) = &mut self.wire {
+            return wire.req_packed_commands(pipeline, offset, count);
+        }
+        match (route, &mut self.con) {
             (Some(route), Conn::Cluster(c)) => Box::pin(async move {
                 c.route_pipeline(pipeline.clone(), offset, count, route)
                     .await

@@ -4,11 +4,14 @@
 //! - [`conn`]: [`Conn`], the one connection type the rest of the crate uses, and [`Node`], a
 //!   primary of the data path of a pass.
 //! - `sentinel`: following the primary across failovers.
+//! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 
 mod conn;
 mod sentinel;
+mod wire;
 
-use std::sync::Once;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
@@ -20,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::conn::{Conn, Node};
 use self::sentinel::SentinelBackend;
+use self::wire::{Target, Wire};
 use crate::Error;
 use crate::config::{RedisConfig, RedisMode, redact_url};
 
@@ -30,8 +34,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// pipelined on the same sockets.
 #[derive(Clone)]
 pub struct Store {
-    backend: std::sync::Arc<Backend>,
-    cfg: std::sync::Arc<RedisConfig>,
+    backend: Arc<Backend>,
+    cfg: Arc<RedisConfig>,
+    /// The data path's connections, by server address; replaced when one fails.
+    wires: Arc<Mutex<HashMap<String, Wire>>>,
 }
 
 enum Backend {
@@ -56,8 +62,9 @@ impl Store {
                 RedisMode::Cluster => Backend::Cluster(cluster(cfg).await?),
             };
             let store = Self {
-                backend: std::sync::Arc::new(backend),
-                cfg: std::sync::Arc::new(cfg.clone()),
+                backend: Arc::new(backend),
+                cfg: Arc::new(cfg.clone()),
+                wires: Arc::default(),
             };
             store.require_version().await?;
             store.ping_once().await?;
@@ -127,10 +134,13 @@ impl Store {
     /// The primaries a pass scans, each with its own SCAN cursor: the one server, or every
     /// primary of the cluster as its own topology reports them now (so a pass after a failover
     /// or a resharding scans the new layout).
+    ///
+    /// Each node comes with its data-path [`Wire`] when the server speaks plain TCP or a unix
+    /// socket: the one of the last pass while it lives, a new one otherwise.
     pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
-        match &*self.backend {
-            Backend::Standalone(c, _) => Ok(vec![Node::direct(c.clone())]),
-            Backend::Sentinel(s) => Ok(vec![Node::direct(s.current())]),
+        let nodes: Vec<(Node, Client)> = match &*self.backend {
+            Backend::Standalone(c, client) => vec![(Node::direct(c.clone()), (**client).clone())],
+            Backend::Sentinel(s) => vec![(Node::direct(s.current()), s.current_client())],
             Backend::Cluster(c) => {
                 let mut con = c.clone();
                 let slots = con
@@ -139,10 +149,60 @@ impl Store {
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
                     )
                     .await?;
-                Ok(primaries(&slots)
-                    .into_iter()
-                    .map(|(host, port)| Node::cluster_primary(c.clone(), host, port))
-                    .collect())
+                let mut nodes = Vec::new();
+                for (host, port) in primaries(&slots) {
+                    let client = self.node_client(&host, port)?;
+                    nodes.push((Node::cluster_primary(c.clone(), host, port), client));
+                }
+                nodes
+            }
+        };
+        let wires = nodes.iter().map(|(_, client)| self.wire(client));
+        let wires = futures_util::future::join_all(wires).await;
+        let live: Vec<String> = nodes
+            .iter()
+            .filter_map(|(_, client)| Target::from_info(client.get_connection_info()))
+            .map(|t| t.to_string())
+            .collect();
+        // Servers no longer in the topology (a failed-over primary) lose their wire.
+        self.wires
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|address, _| live.contains(address));
+        Ok(nodes
+            .into_iter()
+            .zip(wires)
+            .map(|((node, _), wire)| node.with_wire(wire))
+            .collect())
+    }
+
+    /// The data-path connection to the server `client` reaches. `None` for TLS, or when it
+    /// cannot connect: the pass then takes the shared connection, which reports the failure
+    /// its own way.
+    async fn wire(&self, client: &Client) -> Option<Wire> {
+        let target = Target::from_info(client.get_connection_info())?;
+        let address = target.to_string();
+        let cached = self
+            .wires
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&address)
+            .filter(|w| !w.is_closed())
+            .cloned();
+        if cached.is_some() {
+            return cached;
+        }
+        match Wire::connect(&target, self.cfg.connect_timeout, self.cfg.command_timeout).await {
+            Ok(wire) => {
+                self.wires
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(address, wire.clone());
+                Some(wire)
+            }
+            Err(e) => {
+                tracing::debug!(node = %address, error = %e, "no data-path connection; using the shared one");
+                None
             }
         }
     }

@@ -1,0 +1,521 @@
+//! The data path's own connection to one server: pipelined requests over one socket, with a
+//! hand-written RESP2 reader.
+//!
+//! Why not redis-rs's connection: profiling a pass showed more than half of the sweeper's CPU in
+//! its general-purpose reply parser, and a pass is nothing but replies (a SCAN page of a thousand
+//! keys, a count per key, a transaction's members). This reader walks the bytes once to find
+//! where a reply ends, then builds it with exact-size allocations. Commands are still encoded by
+//! redis-rs, and replies are still [`redis::Value`]s, so everything above sees the same types.
+//!
+//! Scope: plain TCP and unix sockets. TLS servers keep redis-rs's connection, and so does every
+//! other use of Redis (leases, preflight, pub/sub, cluster routing).
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+/// Read buffer size; a reply bigger than this simply grows it.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Deepest nesting accepted in a reply; ours are at most three levels (EXEC of ZRANGEs).
+const MAX_DEPTH: usize = 8;
+
+/// A pipelined connection to one server. Clones share the socket: requests from concurrent
+/// batches are written in order and answered in order. It never reconnects: once its socket
+/// fails every request fails, [`Wire::is_closed`] turns true, and the store opens a new one.
+#[derive(Clone)]
+pub struct Wire {
+    requests: mpsc::UnboundedSender<Request>,
+    timeout: Duration,
+    db: i64,
+}
+
+/// Where a wire connects and as whom. Not `Debug`: it holds the password.
+#[derive(Clone)]
+pub struct Target {
+    addr: Addr,
+    username: Option<String>,
+    password: Option<String>,
+    db: i64,
+}
+
+#[derive(Clone)]
+enum Addr {
+    Tcp(String, u16),
+    Unix(PathBuf),
+}
+
+impl Target {
+    /// The target of a redis-rs connection description; `None` for TLS, which this connection
+    /// does not speak.
+    pub fn from_info(info: &ConnectionInfo) -> Option<Self> {
+        let addr = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => Addr::Tcp(host.clone(), *port),
+            ConnectionAddr::Unix(path) => Addr::Unix(path.clone()),
+            _ => return None,
+        };
+        let settings = info.redis_settings();
+        Some(Self {
+            addr,
+            username: settings.username().map(str::to_owned),
+            password: settings.password().map(str::to_owned),
+            db: settings.db(),
+        })
+    }
+}
+
+impl std::fmt::Display for Target {
+    /// The server's address (never the credentials).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.addr {
+            Addr::Tcp(host, port) => write!(f, "{host}:{port}"),
+            Addr::Unix(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+struct Request {
+    bytes: Vec<u8>,
+    /// Replies to read and drop first.
+    skip: usize,
+    /// Replies to return.
+    count: usize,
+    reply: oneshot::Sender<io::Result<Vec<Value>>>,
+}
+
+struct Pending {
+    skip: usize,
+    count: usize,
+    values: Vec<Value>,
+    reply: oneshot::Sender<io::Result<Vec<Value>>>,
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+impl Wire {
+    /// Connects, authenticates and selects the database, within `connect_timeout`. Each request
+    /// then waits at most `timeout` for its replies.
+    pub async fn connect(
+        target: &Target,
+        connect_timeout: Duration,
+        timeout: Duration,
+    ) -> RedisResult<Self> {
+        let stream: Box<dyn Io> = tokio::time::timeout(connect_timeout, async {
+            Ok::<Box<dyn Io>, io::Error>(match &target.addr {
+                Addr::Tcp(host, port) => {
+                    let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                    s.set_nodelay(true)?;
+                    Box::new(s)
+                }
+                #[cfg(unix)]
+                Addr::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
+                #[cfg(not(unix))]
+                Addr::Unix(_) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "unix sockets are not supported here",
+                    ));
+                }
+            })
+        })
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        let (requests, rx) = mpsc::unbounded_channel();
+        tokio::spawn(drive(stream, rx));
+        let mut wire = Self {
+            requests,
+            timeout: connect_timeout,
+            db: target.db,
+        };
+        let mut hello = redis::pipe();
+        if let Some(password) = &target.password {
+            let auth = hello.cmd("AUTH");
+            if let Some(username) = &target.username {
+                auth.arg(username);
+            }
+            auth.arg(password);
+        }
+        if target.db != 0 {
+            hello.cmd("SELECT").arg(target.db);
+        }
+        if !hello.is_empty() {
+            hello.query_async::<()>(&mut wire).await?;
+        }
+        wire.timeout = timeout;
+        Ok(wire)
+    }
+
+    /// Whether the socket has failed or closed; such a wire only answers errors.
+    pub fn is_closed(&self) -> bool {
+        self.requests.is_closed()
+    }
+
+    async fn send(&self, bytes: Vec<u8>, skip: usize, count: usize) -> RedisResult<Vec<Value>> {
+        let (reply, answer) = oneshot::channel();
+        let request = Request {
+            bytes,
+            skip,
+            count,
+            reply,
+        };
+        self.requests.send(request).map_err(|_| closed())?;
+        match tokio::time::timeout(self.timeout, answer).await {
+            Ok(Ok(result)) => Ok(result?),
+            Ok(Err(_)) => Err(closed().into()),
+            Err(_) => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, "Redis did not answer in time").into())
+            }
+        }
+    }
+}
+
+impl ConnectionLike for Wire {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let mut values = self.send(cmd.get_packed_command(), 0, 1).await?;
+            Ok(values.pop().unwrap_or(Value::Nil))
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            self.send(pipeline.get_packed_pipeline(), offset, count)
+                .await
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.db
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionReset,
+        "the connection to Redis closed",
+    )
+}
+
+/// The socket's one task: writes requests in the order they come and hands each reply to the
+/// request it answers. Ends when the socket fails or every handle is gone; requests still
+/// waiting then fail.
+async fn drive(mut stream: Box<dyn Io>, mut requests: mpsc::UnboundedReceiver<Request>) {
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut output: Vec<u8> = Vec::new();
+    let failure = loop {
+        tokio::select! {
+            request = requests.recv() => {
+                let Some(request) = request else { return };
+                // Whatever else is queued goes out in the same write.
+                let mut next = Some(request);
+                while let Some(request) = next {
+                    output.extend_from_slice(&request.bytes);
+                    pending.push_back(Pending {
+                        skip: request.skip,
+                        count: request.count,
+                        values: Vec::with_capacity(request.count),
+                        reply: request.reply,
+                    });
+                    next = requests.try_recv().ok();
+                }
+                if let Err(e) = stream.write_all(&output).await {
+                    break e;
+                }
+                output.clear();
+            }
+            // Read even when nothing is pending: a server that closes an idle connection (a
+            // restart) is noticed at once, and the next pass opens a new one.
+            read = stream.read_buf(&mut input) => match read {
+                Ok(0) => break closed(),
+                Ok(_) => {
+                    if let Err(e) = deliver(&mut input, &mut pending) {
+                        break e;
+                    }
+                    if input.capacity() - input.len() < READ_CHUNK / 4 {
+                        input.reserve(READ_CHUNK);
+                    }
+                }
+                Err(e) => break e,
+            },
+        }
+    };
+    for p in pending {
+        let _ = p
+            .reply
+            .send(Err(io::Error::new(failure.kind(), failure.to_string())));
+    }
+}
+
+/// Parses every complete reply in `input` and hands it to its request.
+fn deliver(input: &mut BytesMut, pending: &mut VecDeque<Pending>) -> io::Result<()> {
+    while let Some(len) = reply_len(input, 0, 0)? {
+        let (value, _) = parse(input, 0);
+        input.advance(len);
+        let Some(front) = pending.front_mut() else {
+            return Err(protocol("a reply that no request asked for"));
+        };
+        if front.skip > 0 {
+            front.skip -= 1;
+        } else {
+            front.values.push(value);
+        }
+        if front.skip == 0 && front.values.len() == front.count {
+            let done = pending.pop_front().expect("front exists");
+            // The requester may have given up (timed out); the reply is dropped then.
+            let _ = done.reply.send(Ok(done.values));
+        }
+    }
+    Ok(())
+}
+
+fn protocol(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("Redis protocol error: {what}"),
+    )
+}
+
+/// The line starting at `at`, without its CRLF, and where the next element starts; `None` if
+/// the line is not complete yet.
+fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = buf.get(at..)?;
+    // Header lines hold no CR, and simple strings and errors may not.
+    let end = rest.iter().position(|&b| b == b'\r')?;
+    (rest.get(end + 1)? == &b'\n').then(|| (&rest[..end], at + end + 2))
+}
+
+fn number(digits: &[u8]) -> io::Result<i64> {
+    let (negative, digits) = match digits {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, digits),
+    };
+    let bad = || protocol("a length or integer that is not a number");
+    if digits.is_empty() {
+        return Err(bad());
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(bad());
+        }
+        let d = i64::from(d - b'0');
+        // Accumulating negatively reaches i64::MIN too.
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_sub(d))
+            .ok_or_else(bad)?;
+    }
+    if negative {
+        Ok(n)
+    } else {
+        n.checked_neg().ok_or_else(bad)
+    }
+}
+
+/// Where the reply starting at `at` ends, if all of it has arrived. Allocates nothing, so a reply
+/// that arrives in many reads costs one walk per read, and only one real parse.
+fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<usize>> {
+    if depth > MAX_DEPTH {
+        return Err(protocol("replies nested too deep"));
+    }
+    let Some(&kind) = buf.get(at) else {
+        return Ok(None);
+    };
+    let Some((head, next)) = line(buf, at + 1) else {
+        return Ok(None);
+    };
+    match kind {
+        b'+' | b'-' => Ok(Some(next)),
+        b':' => number(head).map(|_| Some(next)),
+        b'$' => {
+            let n = number(head)?;
+            if n < 0 {
+                return Ok(Some(next));
+            }
+            let end = next + n as usize + 2;
+            if buf.len() < end {
+                return Ok(None);
+            }
+            if &buf[end - 2..end] != b"\r\n" {
+                return Err(protocol("a bulk string without its CRLF"));
+            }
+            Ok(Some(end))
+        }
+        b'*' => {
+            let n = number(head)?;
+            let mut at = next;
+            for _ in 0..n.max(0) {
+                match reply_len(buf, at, depth + 1)? {
+                    Some(end) => at = end,
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(at))
+        }
+        other => Err(protocol(&format!(
+            "unexpected reply type byte {:?}",
+            other as char
+        ))),
+    }
+}
+
+/// Builds the reply starting at `at`, which [`reply_len`] found complete and well formed.
+fn parse(buf: &[u8], at: usize) -> (Value, usize) {
+    let (head, next) = line(buf, at + 1).expect("checked by reply_len");
+    match buf[at] {
+        b'+' if head == b"OK" => (Value::Okay, next),
+        b'+' => (
+            Value::SimpleString(String::from_utf8_lossy(head).into_owned()),
+            next,
+        ),
+        b'-' => (server_error(&buf[at..next]), next),
+        b':' => (Value::Int(number(head).unwrap_or_default()), next),
+        b'$' => match number(head).unwrap_or(-1) {
+            n if n < 0 => (Value::Nil, next),
+            n => {
+                let end = next + n as usize;
+                (Value::BulkString(buf[next..end].to_vec()), end + 2)
+            }
+        },
+        _ => match number(head).unwrap_or(-1) {
+            n if n < 0 => (Value::Nil, next),
+            n => {
+                let mut items = Vec::with_capacity(n as usize);
+                let mut at = next;
+                for _ in 0..n {
+                    let (item, end) = parse(buf, at);
+                    items.push(item);
+                    at = end;
+                }
+                (Value::Array(items), at)
+            }
+        },
+    }
+}
+
+/// An error reply as redis-rs represents it (its codes drive MOVED handling and messages).
+/// Rare enough to go through redis-rs's own parser.
+fn server_error(line: &[u8]) -> Value {
+    match redis::parse_redis_value(line) {
+        Ok(v @ Value::ServerError(_)) => v,
+        _ => Value::SimpleString(String::from_utf8_lossy(line).into_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(input: &[u8]) -> Value {
+        let len = reply_len(input, 0, 0).unwrap().expect("complete");
+        assert_eq!(len, input.len(), "consumes exactly the reply");
+        parse(input, 0).0
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn parses_every_resp2_type() {
+        assert_eq!(whole(b"+OK\r\n"), Value::Okay);
+        assert_eq!(whole(b"+QUEUED\r\n"), Value::SimpleString("QUEUED".into()));
+        assert_eq!(whole(b":-42\r\n"), Value::Int(-42));
+        assert_eq!(whole(b":9223372036854775807\r\n"), Value::Int(i64::MAX));
+        assert_eq!(whole(b":-9223372036854775808\r\n"), Value::Int(i64::MIN));
+        assert_eq!(whole(b"$5\r\na\r\nbc\r\n"), bulk("a\r\nbc"));
+        assert_eq!(whole(b"$0\r\n\r\n"), bulk(""));
+        assert_eq!(whole(b"$-1\r\n"), Value::Nil);
+        assert_eq!(whole(b"*-1\r\n"), Value::Nil);
+        assert_eq!(whole(b"*0\r\n"), Value::Array(vec![]));
+        assert_eq!(
+            whole(b"*2\r\n*2\r\n$1\r\nu\r\n$4\r\n1.50\r\n:3\r\n"),
+            Value::Array(vec![
+                Value::Array(vec![bulk("u"), bulk("1.50")]),
+                Value::Int(3)
+            ])
+        );
+    }
+
+    #[test]
+    fn error_replies_keep_their_code() {
+        let Value::ServerError(e) = whole(b"-MOVED 3999 127.0.0.1:6381\r\n") else {
+            panic!("not an error");
+        };
+        assert_eq!(e.code(), "MOVED");
+        let Value::ServerError(e) = whole(b"-NOPERM no permissions\r\n") else {
+            panic!("not an error");
+        };
+        assert_eq!(e.code(), "NOPERM");
+    }
+
+    #[test]
+    fn an_incomplete_reply_waits_at_every_cut() {
+        let full = b"*3\r\n$3\r\nabc\r\n:7\r\n*1\r\n$2\r\nxy\r\n";
+        for cut in 0..full.len() {
+            assert_eq!(reply_len(&full[..cut], 0, 0).unwrap(), None, "cut at {cut}");
+        }
+        assert_eq!(reply_len(full, 0, 0).unwrap(), Some(full.len()));
+    }
+
+    #[test]
+    fn garbage_is_a_protocol_error() {
+        assert!(reply_len(b"?what\r\n", 0, 0).is_err());
+        assert!(reply_len(b"$x\r\n", 0, 0).is_err());
+        assert!(reply_len(b":9223372036854775808\r\n", 0, 0).is_err());
+        assert!(reply_len(b":\r\n", 0, 0).is_err());
+        assert!(reply_len(b"$2\r\nabcd\r\n", 0, 0).is_err());
+        let deep = "*1\r\n".repeat(MAX_DEPTH + 2);
+        assert!(reply_len(deep.as_bytes(), 0, 0).is_err());
+    }
+
+    #[test]
+    fn replies_go_to_their_requests_in_order() {
+        let (a, mut a_rx) = oneshot::channel();
+        let (b, mut b_rx) = oneshot::channel();
+        let mut pending = VecDeque::from([
+            Pending {
+                skip: 1,
+                count: 1,
+                values: vec![],
+                reply: a,
+            },
+            Pending {
+                skip: 0,
+                count: 2,
+                values: vec![],
+                reply: b,
+            },
+        ]);
+        let mut input = BytesMut::from(&b"+OK\r\n:1\r\n:2\r\n:3"[..]);
+        deliver(&mut input, &mut pending).unwrap();
+        assert_eq!(a_rx.try_recv().unwrap().unwrap(), vec![Value::Int(1)]);
+        assert!(
+            b_rx.try_recv().is_err(),
+            "still waiting for its second reply"
+        );
+        input.extend_from_slice(b"\r\n");
+        deliver(&mut input, &mut pending).unwrap();
+        assert_eq!(
+            b_rx.try_recv().unwrap().unwrap(),
+            vec![Value::Int(2), Value::Int(3)]
+        );
+        assert!(input.is_empty());
+        input.extend_from_slice(b":4\r\n");
+        assert!(deliver(&mut input, &mut pending).is_err(), "nobody asked");
+    }
+}
