@@ -10,8 +10,6 @@
 //! bytes follow in `user_id_base64` / `conversation_id_base64`, so the payload is always valid JSON
 //! and nothing is lost. Roster entries are only ever written lossily.
 
-use std::io::Write as _;
-
 use base64::Engine as _;
 
 /// Value of the `reason` field.
@@ -68,7 +66,10 @@ impl EventEncoder {
             if i > 0 {
                 out.push(b',');
             }
-            push_str(&mut out, &String::from_utf8_lossy(m));
+            match std::str::from_utf8(m) {
+                Ok(m) => push_str(&mut out, m),
+                Err(_) => push_str(&mut out, &String::from_utf8_lossy(m)),
+            }
         }
         out.push(b']');
         out
@@ -89,7 +90,8 @@ impl EventEncoder {
         out.extend_from_slice(&self.roster_key);
         out.extend_from_slice(event.roster_json);
         out.extend_from_slice(&self.count_key);
-        let _ = write!(out, "{}", event.roster_count);
+        serde_json::to_writer(&mut *out, &event.roster_count)
+            .expect("writing to a Vec cannot fail");
         out.push(b'}');
     }
 
@@ -122,8 +124,43 @@ fn push_id(out: &mut Vec<u8>, field: &str, id: &[u8]) {
     }
 }
 
+/// Writes `s` as a JSON string, escaped as serde_json does (`"`, `\\`, and control characters);
+/// runs of plain text, usually the whole id, are copied at once.
 fn push_str(out: &mut Vec<u8>, s: &str) {
-    serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut plain = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0..=0x1f => 0,
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[plain..i]);
+        plain = i + 1;
+        if short == 0 {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]);
+        } else {
+            out.extend_from_slice(&[b'\\', short]);
+        }
+    }
+    out.extend_from_slice(&bytes[plain..]);
+    out.push(b'"');
 }
 
 fn push_f64(out: &mut Vec<u8>, x: f64) {
@@ -171,6 +208,19 @@ mod tests {
         assert_eq!(v["typing"][0], "a\"b");
         assert_eq!(v["typing"][1], "\u{fffd}");
         assert_eq!(v["typing_count"], 2);
+    }
+
+    #[test]
+    fn strings_are_escaped_exactly_as_serde_json_does() {
+        let all: String = (0u8..=0x7f)
+            .map(char::from)
+            .chain("é\u{2028}✓".chars())
+            .collect();
+        for s in [all.as_str(), "", "plain", "\"\\", "a\u{1}b\u{1f}c"] {
+            let mut ours = Vec::new();
+            push_str(&mut ours, s);
+            assert_eq!(ours, serde_json::to_vec(s).unwrap(), "{s:?}");
+        }
     }
 
     #[test]

@@ -90,6 +90,8 @@ pub const CONVERSATION_ID: &str = "{conversation_id}";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChannelTemplate {
     template: String,
+    /// The text around the placeholders, split once: rendering runs for every event.
+    parts: Vec<String>,
 }
 
 impl ChannelTemplate {
@@ -97,19 +99,19 @@ impl ChannelTemplate {
     pub fn new(template: &str) -> Self {
         Self {
             template: template.to_owned(),
+            parts: template.split(CONVERSATION_ID).map(str::to_owned).collect(),
         }
     }
 
     /// The channel for one conversation, written into `out` (cleared first) to reuse its buffer.
     pub fn render_into(&self, conversation_id: &[u8], out: &mut Vec<u8>) {
         out.clear();
-        let mut rest = self.template.as_str();
-        while let Some(at) = rest.find(CONVERSATION_ID) {
-            out.extend_from_slice(&rest.as_bytes()[..at]);
-            out.extend_from_slice(conversation_id);
-            rest = &rest[at + CONVERSATION_ID.len()..];
+        for (i, part) in self.parts.iter().enumerate() {
+            if i > 0 {
+                out.extend_from_slice(conversation_id);
+            }
+            out.extend_from_slice(part.as_bytes());
         }
-        out.extend_from_slice(rest.as_bytes());
     }
 
     /// The channel for one conversation.

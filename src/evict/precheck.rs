@@ -6,10 +6,10 @@
 //! their size; a key with zombies learns its size from its eviction).
 
 use redis::Value;
-use redis::aio::ConnectionLike;
 
 use super::{Cutoff, ReplyError, int};
 use crate::Error;
+use crate::store::{Packed, SendPacked};
 
 /// Members below `cutoff` in each key: `Some(0)` for a clean (or vanished) key, `None` for a key
 /// that is no longer a sorted set.
@@ -19,41 +19,37 @@ pub async fn count_stale<C>(
     cutoff: &Cutoff,
 ) -> Result<Vec<Option<u64>>, Error>
 where
-    C: ConnectionLike + Send,
+    C: SendPacked + Send,
 {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
+    let mut batch = Packed::with_capacity(keys.len() * 64);
     for key in keys {
-        pipe.cmd("ZCOUNT")
-            .arg(*key)
-            .arg("-inf")
-            .arg(cutoff.below.as_str());
+        batch.command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()]);
     }
-    counts(con, pipe, keys.len()).await
+    counts(con, batch).await
 }
 
 /// Members in each key: `Some(0)` for a vanished key, `None` for one that is no longer a sorted
 /// set.
 pub async fn cardinalities<C>(con: &mut C, keys: &[&[u8]]) -> Result<Vec<Option<u64>>, Error>
 where
-    C: ConnectionLike + Send,
+    C: SendPacked + Send,
 {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
+    let mut batch = Packed::with_capacity(keys.len() * 40);
     for key in keys {
-        pipe.cmd("ZCARD").arg(*key);
+        batch.command(&[b"ZCARD", key]);
     }
-    counts(con, pipe, keys.len()).await
+    counts(con, batch).await
 }
 
-async fn counts<C>(con: &mut C, pipe: redis::Pipeline, n: usize) -> Result<Vec<Option<u64>>, Error>
+async fn counts<C>(con: &mut C, batch: Packed) -> Result<Vec<Option<u64>>, Error>
 where
-    C: ConnectionLike + Send,
+    C: SendPacked + Send,
 {
+    let n = batch.len();
     if n == 0 {
         return Ok(Vec::new());
     }
-    let replies: Vec<Value> = pipe.query_async(con).await?;
+    let replies = con.send_packed(batch).await?;
     if replies.len() != n {
         return Err(ReplyError::new(format!("{} replies for {n} keys", replies.len())).into());
     }
@@ -89,7 +85,7 @@ pub async fn read<C>(
     what: Count<'_>,
 ) -> Result<Vec<Option<u64>>, Error>
 where
-    C: ConnectionLike + Send,
+    C: SendPacked + Send,
 {
     match what {
         Count::Stale(cutoff) => count_stale(con, keys, cutoff).await,

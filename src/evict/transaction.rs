@@ -9,11 +9,11 @@
 //! zombies come here; bigger ones go to the bounded script.
 
 use redis::Value;
-use redis::aio::ConnectionLike;
 
 use super::{Cutoff, ROSTER_LIMIT, int, members, parse_time, scored};
 use crate::Error;
 use crate::evict::ReplyError;
+use crate::store::{Packed, SendPacked};
 
 /// What the transaction did to one key.
 #[derive(Debug, Default)]
@@ -40,33 +40,24 @@ pub async fn evict<C>(
     fixed_now: Option<f64>,
 ) -> Result<(f64, Vec<Option<Evicted>>), Error>
 where
-    C: ConnectionLike + Send,
+    C: SendPacked + Send,
 {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    pipe.cmd("TIME");
+    let roster_last = (ROSTER_LIMIT - 1).to_string();
+    let below = cutoff.below.as_bytes();
+    let keys: usize = groups.iter().map(Vec::len).sum();
+    let mut batch = Packed::with_capacity(64 + keys * 192);
+    batch.command(&[b"TIME"]);
     for keys in groups {
-        pipe.cmd("MULTI");
+        batch.command(&[b"MULTI"]);
         for key in keys {
-            pipe.cmd("ZRANGE")
-                .arg(*key)
-                .arg("-inf")
-                .arg(cutoff.below.as_str())
-                .arg("BYSCORE")
-                .arg("WITHSCORES");
-            pipe.cmd("ZREMRANGEBYSCORE")
-                .arg(*key)
-                .arg("-inf")
-                .arg(cutoff.below.as_str());
-            pipe.cmd("ZRANGE")
-                .arg(*key)
-                .arg(0)
-                .arg(ROSTER_LIMIT - 1)
-                .arg("REV");
+            batch
+                .command(&[b"ZRANGE", key, b"-inf", below, b"BYSCORE", b"WITHSCORES"])
+                .command(&[b"ZREMRANGEBYSCORE", key, b"-inf", below])
+                .command(&[b"ZRANGE", key, b"0", roster_last.as_bytes(), b"REV"]);
         }
-        pipe.cmd("EXEC");
+        batch.command(&[b"EXEC"]);
     }
-    let replies: Vec<Value> = pipe.query_async(con).await?;
+    let replies = con.send_packed(batch).await?;
     let mut replies = replies.into_iter();
     let short = || -> Error { ReplyError::new("short transaction reply").into() };
     let time = replies.next().ok_or_else(short)?;

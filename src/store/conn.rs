@@ -120,6 +120,11 @@ impl Node {
         }
     }
 
+    /// The node's own connection, if it has one.
+    pub(super) fn wire(&self) -> Option<&Wire> {
+        self.wire.as_ref()
+    }
+
     /// Sends this node's commands over `wire`, which must reach the same server.
     pub(super) fn with_wire(mut self, wire: Option<Wire>) -> Self {
         self.wire = wire;

@@ -4,9 +4,11 @@
 //! - [`conn`]: [`Conn`], the one connection type the rest of the crate uses, and [`Node`], a
 //!   primary of the data path of a pass.
 //! - `sentinel`: following the primary across failovers.
+//! - [`packed`]: the data path's commands, encoded once as RESP.
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 
 mod conn;
+pub mod packed;
 mod sentinel;
 mod wire;
 
@@ -22,6 +24,7 @@ use redis::{Client, ConnectionAddr, IntoConnectionInfo, Value};
 use tokio_util::sync::CancellationToken;
 
 pub use self::conn::{Conn, Node};
+pub use self::packed::{Packed, SendPacked, all_ok};
 use self::sentinel::SentinelBackend;
 use self::wire::{Target, Wire};
 use crate::Error;

@@ -97,6 +97,17 @@ struct Pending {
     reply: oneshot::Sender<io::Result<Vec<Value>>>,
 }
 
+impl Pending {
+    fn new(skip: usize, count: usize, reply: oneshot::Sender<io::Result<Vec<Value>>>) -> Self {
+        Self {
+            skip,
+            count,
+            values: Vec::with_capacity(count),
+            reply,
+        }
+    }
+}
+
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
@@ -158,7 +169,13 @@ impl Wire {
         self.requests.is_closed()
     }
 
-    async fn send(&self, bytes: Vec<u8>, skip: usize, count: usize) -> RedisResult<Vec<Value>> {
+    /// Writes `bytes` (RESP commands) and returns `count` replies after skipping `skip`.
+    pub(super) async fn send(
+        &self,
+        bytes: Vec<u8>,
+        skip: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
         let (reply, answer) = oneshot::channel();
         let request = Request {
             bytes,
@@ -215,24 +232,28 @@ fn closed() -> io::Error {
 async fn drive(mut stream: Box<dyn Io>, mut requests: mpsc::UnboundedReceiver<Request>) {
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut partial = false;
     let mut output: Vec<u8> = Vec::new();
     let failure = loop {
         tokio::select! {
             request = requests.recv() => {
                 let Some(request) = request else { return };
-                // Whatever else is queued goes out in the same write.
-                let mut next = Some(request);
-                while let Some(request) = next {
+                // Whatever else is queued goes out in the same write; a lone request is written
+                // as it is, without a copy.
+                let mut lone = Some(request.bytes);
+                pending.push_back(Pending::new(request.skip, request.count, request.reply));
+                while let Ok(request) = requests.try_recv() {
+                    if let Some(first) = lone.take() {
+                        output.extend_from_slice(&first);
+                    }
                     output.extend_from_slice(&request.bytes);
-                    pending.push_back(Pending {
-                        skip: request.skip,
-                        count: request.count,
-                        values: Vec::with_capacity(request.count),
-                        reply: request.reply,
-                    });
-                    next = requests.try_recv().ok();
+                    pending.push_back(Pending::new(request.skip, request.count, request.reply));
                 }
-                if let Err(e) = stream.write_all(&output).await {
+                let written = match &lone {
+                    Some(bytes) => stream.write_all(bytes).await,
+                    None => stream.write_all(&output).await,
+                };
+                if let Err(e) = written {
                     break e;
                 }
                 output.clear();
@@ -242,7 +263,7 @@ async fn drive(mut stream: Box<dyn Io>, mut requests: mpsc::UnboundedReceiver<Re
             read = stream.read_buf(&mut input) => match read {
                 Ok(0) => break closed(),
                 Ok(_) => {
-                    if let Err(e) = deliver(&mut input, &mut pending) {
+                    if let Err(e) = deliver(&mut input, &mut pending, &mut partial) {
                         break e;
                     }
                     if input.capacity() - input.len() < READ_CHUNK / 4 {
@@ -261,9 +282,24 @@ async fn drive(mut stream: Box<dyn Io>, mut requests: mpsc::UnboundedReceiver<Re
 }
 
 /// Parses every complete reply in `input` and hands it to its request.
-fn deliver(input: &mut BytesMut, pending: &mut VecDeque<Pending>) -> io::Result<()> {
-    while let Some(len) = reply_len(input, 0, 0)? {
-        let (value, _) = parse(input, 0);
+///
+/// Replies are parsed optimistically: most are complete when they are first looked at. When one
+/// was not (`partial`), later reads first walk it without allocating and parse it only once it
+/// is whole, so a big reply arriving in many reads is not built again and again.
+fn deliver(
+    input: &mut BytesMut,
+    pending: &mut VecDeque<Pending>,
+    partial: &mut bool,
+) -> io::Result<()> {
+    loop {
+        if *partial && reply_len(input, 0, 0)?.is_none() {
+            return Ok(());
+        }
+        let Some((value, len)) = parse(input, 0, 0)? else {
+            *partial = true;
+            return Ok(());
+        };
+        *partial = false;
         input.advance(len);
         let Some(front) = pending.front_mut() else {
             return Err(protocol("a reply that no request asked for"));
@@ -279,7 +315,6 @@ fn deliver(input: &mut BytesMut, pending: &mut VecDeque<Pending>) -> io::Result<
             let _ = done.reply.send(Ok(done.values));
         }
     }
-    Ok(())
 }
 
 fn protocol(what: &str) -> io::Error {
@@ -373,38 +408,64 @@ fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<usize>> {
     }
 }
 
-/// Builds the reply starting at `at`, which [`reply_len`] found complete and well formed.
-fn parse(buf: &[u8], at: usize) -> (Value, usize) {
-    let (head, next) = line(buf, at + 1).expect("checked by reply_len");
-    match buf[at] {
+/// The reply starting at `at` and where it ends; `None` if it has not all arrived yet.
+fn parse(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<(Value, usize)>> {
+    if depth > MAX_DEPTH {
+        return Err(protocol("replies nested too deep"));
+    }
+    let Some(&kind) = buf.get(at) else {
+        return Ok(None);
+    };
+    let Some((head, next)) = line(buf, at + 1) else {
+        return Ok(None);
+    };
+    let parsed = match kind {
         b'+' if head == b"OK" => (Value::Okay, next),
         b'+' => (
             Value::SimpleString(String::from_utf8_lossy(head).into_owned()),
             next,
         ),
         b'-' => (server_error(&buf[at..next]), next),
-        b':' => (Value::Int(number(head).unwrap_or_default()), next),
-        b'$' => match number(head).unwrap_or(-1) {
+        b':' => (Value::Int(number(head)?), next),
+        b'$' => match number(head)? {
             n if n < 0 => (Value::Nil, next),
             n => {
                 let end = next + n as usize;
+                if buf.len() < end + 2 {
+                    return Ok(None);
+                }
+                if &buf[end..end + 2] != b"\r\n" {
+                    return Err(protocol("a bulk string without its CRLF"));
+                }
                 (Value::BulkString(buf[next..end].to_vec()), end + 2)
             }
         },
-        _ => match number(head).unwrap_or(-1) {
+        b'*' => match number(head)? {
             n if n < 0 => (Value::Nil, next),
             n => {
-                let mut items = Vec::with_capacity(n as usize);
+                // Every element takes at least 3 bytes: a length from the wire cannot make
+                // us reserve more than what has arrived.
+                let room = (buf.len() - next) / 3;
+                let mut items = Vec::with_capacity((n as usize).min(room));
                 let mut at = next;
                 for _ in 0..n {
-                    let (item, end) = parse(buf, at);
+                    let Some((item, end)) = parse(buf, at, depth + 1)? else {
+                        return Ok(None);
+                    };
                     items.push(item);
                     at = end;
                 }
                 (Value::Array(items), at)
             }
         },
-    }
+        other => {
+            return Err(protocol(&format!(
+                "unexpected reply type byte {:?}",
+                other as char
+            )));
+        }
+    };
+    Ok(Some(parsed))
 }
 
 /// An error reply as redis-rs represents it (its codes drive MOVED handling and messages).
@@ -423,7 +484,9 @@ mod tests {
     fn whole(input: &[u8]) -> Value {
         let len = reply_len(input, 0, 0).unwrap().expect("complete");
         assert_eq!(len, input.len(), "consumes exactly the reply");
-        parse(input, 0).0
+        let (value, end) = parse(input, 0, 0).unwrap().expect("complete");
+        assert_eq!(end, input.len(), "parse agrees with the walk");
+        value
     }
 
     fn bulk(s: &str) -> Value {
@@ -468,6 +531,7 @@ mod tests {
         let full = b"*3\r\n$3\r\nabc\r\n:7\r\n*1\r\n$2\r\nxy\r\n";
         for cut in 0..full.len() {
             assert_eq!(reply_len(&full[..cut], 0, 0).unwrap(), None, "cut at {cut}");
+            assert_eq!(parse(&full[..cut], 0, 0).unwrap(), None, "cut at {cut}");
         }
         assert_eq!(reply_len(full, 0, 0).unwrap(), Some(full.len()));
     }
@@ -481,6 +545,14 @@ mod tests {
         assert!(reply_len(b"$2\r\nabcd\r\n", 0, 0).is_err());
         let deep = "*1\r\n".repeat(MAX_DEPTH + 2);
         assert!(reply_len(deep.as_bytes(), 0, 0).is_err());
+        for garbage in [
+            &b"?what\r\n"[..],
+            b"$2\r\nabcd\r\n",
+            b":1x\r\n",
+            deep.as_bytes(),
+        ] {
+            assert!(parse(garbage, 0, 0).is_err());
+        }
     }
 
     #[test]
@@ -502,20 +574,25 @@ mod tests {
             },
         ]);
         let mut input = BytesMut::from(&b"+OK\r\n:1\r\n:2\r\n:3"[..]);
-        deliver(&mut input, &mut pending).unwrap();
+        let mut partial = false;
+        deliver(&mut input, &mut pending, &mut partial).unwrap();
         assert_eq!(a_rx.try_recv().unwrap().unwrap(), vec![Value::Int(1)]);
         assert!(
             b_rx.try_recv().is_err(),
             "still waiting for its second reply"
         );
+        assert!(partial, "the last reply was cut");
         input.extend_from_slice(b"\r\n");
-        deliver(&mut input, &mut pending).unwrap();
+        deliver(&mut input, &mut pending, &mut partial).unwrap();
         assert_eq!(
             b_rx.try_recv().unwrap().unwrap(),
             vec![Value::Int(2), Value::Int(3)]
         );
         assert!(input.is_empty());
         input.extend_from_slice(b":4\r\n");
-        assert!(deliver(&mut input, &mut pending).is_err(), "nobody asked");
+        assert!(
+            deliver(&mut input, &mut pending, &mut partial).is_err(),
+            "nobody asked"
+        );
     }
 }

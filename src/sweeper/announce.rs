@@ -4,7 +4,7 @@
 use super::{BatchCounts, PassObserver, Sweeper};
 use crate::Error;
 use crate::events::{Event, EventEncoder};
-use crate::store::{Conn, Node};
+use crate::store::{Conn, Node, Packed, SendPacked, all_ok};
 
 /// What one eviction call removed from one key: the transaction and the script report the same.
 pub(super) struct Removal<'a> {
@@ -103,17 +103,19 @@ impl Sweeper {
                     .into_iter()
                     .collect()
             } else {
-                let mut pipe = redis::pipe();
-                for (channel, payload) in events.0 {
-                    pipe.cmd(command).arg(channel).arg(payload).ignore();
+                let size: usize = events.0.iter().map(|(c, p)| c.len() + p.len() + 40).sum();
+                let mut batch = Packed::with_capacity(size);
+                for (channel, payload) in &events.0 {
+                    batch.command(&[command.as_bytes(), channel, payload]);
                 }
-                if node.needs_slot_groups() {
+                let replies = if node.needs_slot_groups() {
                     // Any live node will do, and the one the keys came from may just have died
                     // (its transaction was redirected to the promoted replica).
-                    pipe.query_async::<()>(&mut routed.clone()).await
+                    routed.clone().send_packed(batch).await
                 } else {
-                    pipe.query_async::<()>(node).await
-                }
+                    node.send_packed(batch).await
+                };
+                replies.and_then(all_ok).map(drop)
             };
         match result {
             Ok(()) => {

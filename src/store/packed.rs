@@ -1,0 +1,176 @@
+//! Commands of the data path, encoded once as RESP into one buffer.
+//!
+//! A pass sends a few commands per key, and building them as redis-rs `Cmd`s (two allocations
+//! each, then packed again into the pipeline's own buffer) cost the sweeper more than Redis spent
+//! running some of them. A [`Packed`] batch is written straight into its final form and handed to
+//! the node's wire as it is; only a node without one (TLS) rebuilds a redis-rs pipeline from it.
+
+use redis::aio::ConnectionLike;
+use redis::{RedisError, RedisFuture, Value};
+
+use super::{Conn, Node};
+
+/// Commands encoded as RESP arrays of bulk strings, in the order they are sent.
+#[derive(Debug, Default, Clone)]
+pub struct Packed {
+    bytes: Vec<u8>,
+    commands: usize,
+}
+
+impl Packed {
+    /// An empty batch with room for about `bytes` bytes of commands.
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self {
+            bytes: Vec::with_capacity(bytes),
+            commands: 0,
+        }
+    }
+
+    /// Appends one command.
+    pub fn command(&mut self, args: &[&[u8]]) -> &mut Self {
+        let size: usize = args.iter().map(|a| a.len() + 16).sum();
+        self.bytes.reserve(size + 16);
+        self.header(b'*', args.len());
+        for arg in args {
+            self.header(b'$', arg.len());
+            self.bytes.extend_from_slice(arg);
+            self.bytes.extend_from_slice(b"\r\n");
+        }
+        self.commands += 1;
+        self
+    }
+
+    fn header(&mut self, kind: u8, n: usize) {
+        self.bytes.push(kind);
+        let mut digits = itoa::Buffer::new();
+        self.bytes.extend_from_slice(digits.format(n).as_bytes());
+        self.bytes.extend_from_slice(b"\r\n");
+    }
+
+    /// How many commands the batch holds: as many replies come back.
+    pub fn len(&self) -> usize {
+        self.commands
+    }
+
+    /// Whether the batch holds no command.
+    pub fn is_empty(&self) -> bool {
+        self.commands == 0
+    }
+
+    pub(super) fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    /// The same commands as a redis-rs pipeline, for connections that only take those.
+    fn pipeline(&self) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        let mut at = 0;
+        // Our own encoding, so its shape is known: a count, then that many bulk strings.
+        for _ in 0..self.commands {
+            let argc = self.number_at(&mut at);
+            let mut cmd = redis::Cmd::new();
+            for _ in 0..argc {
+                let len = self.number_at(&mut at);
+                cmd.arg(&self.bytes[at..at + len]);
+                at += len + 2;
+            }
+            pipe.add_command(cmd);
+        }
+        pipe
+    }
+
+    /// The number of the header line at `*at`, moving `*at` past it.
+    fn number_at(&self, at: &mut usize) -> usize {
+        let line = &self.bytes[*at + 1..];
+        let end = line.iter().position(|&b| b == b'\r').unwrap_or(0);
+        *at += 1 + end + 2;
+        line[..end]
+            .iter()
+            .fold(0, |n, d| n * 10 + usize::from(d - b'0'))
+    }
+}
+
+/// A connection that takes [`Packed`] batches. Every reply comes back in order, error replies
+/// as [`Value::ServerError`]; `Err` means the request itself failed (connection, timeout).
+pub trait SendPacked {
+    /// Sends `batch` and returns one reply per command.
+    fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>>;
+}
+
+impl SendPacked for Node {
+    fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>> {
+        match self.wire().cloned() {
+            Some(wire) => {
+                let n = batch.len();
+                Box::pin(async move {
+                    if n == 0 {
+                        return Ok(Vec::new());
+                    }
+                    wire.send(batch.into_bytes(), 0, n).await
+                })
+            }
+            None => Box::pin(async move { by_pipeline(self, &batch).await }),
+        }
+    }
+}
+
+impl SendPacked for Conn {
+    fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>> {
+        Box::pin(async move { by_pipeline(self, &batch).await })
+    }
+}
+
+async fn by_pipeline<C: ConnectionLike + Send>(
+    con: &mut C,
+    batch: &Packed,
+) -> redis::RedisResult<Vec<Value>> {
+    if batch.is_empty() {
+        return Ok(Vec::new());
+    }
+    let pipe = batch.pipeline();
+    con.req_packed_commands(&pipe, 0, batch.len()).await
+}
+
+/// The replies, or the first error reply as an error: for batches in which any refusal means
+/// the whole request failed.
+pub fn all_ok(mut replies: Vec<Value>) -> redis::RedisResult<Vec<Value>> {
+    let first = replies
+        .iter()
+        .position(|v| matches!(v, Value::ServerError(_)));
+    if let Some(i) = first
+        && let Value::ServerError(e) = replies.swap_remove(i)
+    {
+        return Err(RedisError::from(e));
+    }
+    Ok(replies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_resp_and_rebuilds_the_same_pipeline() {
+        let mut batch = Packed::default();
+        batch
+            .command(&[b"ZCOUNT", b"presence:c1:online", b"-inf", b"(17.5"])
+            .command(&[b"PUBLISH", b"ch", b"{\"a\":\"x\r\ny\"}"])
+            .command(&[b"TIME"]);
+        assert_eq!(batch.len(), 3);
+        let mut expected = redis::pipe();
+        expected
+            .cmd("ZCOUNT")
+            .arg("presence:c1:online")
+            .arg("-inf")
+            .arg("(17.5")
+            .cmd("PUBLISH")
+            .arg("ch")
+            .arg("{\"a\":\"x\r\ny\"}")
+            .cmd("TIME");
+        assert_eq!(batch.clone().into_bytes(), expected.get_packed_pipeline());
+        assert_eq!(
+            batch.pipeline().get_packed_pipeline(),
+            expected.get_packed_pipeline()
+        );
+    }
+}
