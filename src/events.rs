@@ -66,9 +66,8 @@ impl EventEncoder {
             if i > 0 {
                 out.push(b',');
             }
-            match std::str::from_utf8(m) {
-                Ok(m) => push_str(&mut out, m),
-                Err(_) => push_str(&mut out, &String::from_utf8_lossy(m)),
+            if !push_plain(&mut out, m) {
+                push_str(&mut out, &String::from_utf8_lossy(m));
             }
         }
         out.push(b']');
@@ -107,6 +106,9 @@ fn push_id(out: &mut Vec<u8>, field: &str, id: &[u8]) {
     out.push(b',');
     push_str(out, field);
     out.push(b':');
+    if push_plain(out, id) {
+        return;
+    }
     match std::str::from_utf8(id) {
         Ok(s) => push_str(out, s),
         Err(_) => {
@@ -132,7 +134,10 @@ fn push_str(out: &mut Vec<u8>, s: &str) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let mut plain = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        i += 1;
         let short = match b {
             b'"' => b'"',
             b'\\' => b'\\',
@@ -144,23 +149,33 @@ fn push_str(out: &mut Vec<u8>, s: &str) {
             0..=0x1f => 0,
             _ => continue,
         };
-        out.extend_from_slice(&bytes[plain..i]);
-        plain = i + 1;
+        out.extend_from_slice(&bytes[plain..i - 1]);
+        plain = i;
         if short == 0 {
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[usize::from(b >> 4)],
-                HEX[usize::from(b & 15)],
-            ]);
+            let (hi, lo) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]);
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', hi, lo]);
         } else {
             out.extend_from_slice(&[b'\\', short]);
         }
     }
     out.extend_from_slice(&bytes[plain..]);
     out.push(b'"');
+}
+
+/// Writes `bytes` as a JSON string when they are printable ASCII with nothing to escape, as ids
+/// almost always are: one check and one copy. Returns false, having written nothing, otherwise.
+fn push_plain(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
+    if !bytes
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        return false;
+    }
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(bytes);
+    out.push(b'"');
+    true
 }
 
 fn push_f64(out: &mut Vec<u8>, x: f64) {
@@ -216,10 +231,30 @@ mod tests {
             .map(char::from)
             .chain("é\u{2028}✓".chars())
             .collect();
-        for s in [all.as_str(), "", "plain", "\"\\", "a\u{1}b\u{1f}c"] {
+        let long = format!("{all}{}", "plain text of some length".repeat(3));
+        for s in [
+            all.as_str(),
+            long.as_str(),
+            "",
+            "plain",
+            "exactly8",
+            "sixteen bytes ok",
+            "\"\\",
+            "a\u{1}b\u{1f}c",
+            "seven b\"eight by\\",
+        ] {
             let mut ours = Vec::new();
             push_str(&mut ours, s);
             assert_eq!(ours, serde_json::to_vec(s).unwrap(), "{s:?}");
+        }
+        // A character to escape at every position of the eight-byte steps.
+        for at in 0..20 {
+            for special in ['"', '\\', '\n', '\u{1}', '\u{7f}', 'é'] {
+                let s = format!("{}{special}{}", "a".repeat(at), "b".repeat(19 - at));
+                let mut ours = Vec::new();
+                push_str(&mut ours, &s);
+                assert_eq!(ours, serde_json::to_vec(&s).unwrap(), "{s:?}");
+            }
         }
     }
 

@@ -26,6 +26,11 @@ impl Packed {
         }
     }
 
+    /// Makes room for about `bytes` more bytes of commands.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.bytes.reserve(bytes);
+    }
+
     /// Appends one command.
     pub fn command(&mut self, args: &[&[u8]]) -> &mut Self {
         let size: usize = args.iter().map(|a| a.len() + 16).sum();
@@ -61,18 +66,31 @@ impl Packed {
         self.bytes
     }
 
-    /// The same commands as a redis-rs pipeline, for connections that only take those.
-    fn pipeline(&self) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
+    /// The commands, each as its arguments.
+    pub fn commands(&self) -> Vec<Vec<&[u8]>> {
+        let mut commands = Vec::with_capacity(self.commands);
         let mut at = 0;
         // Our own encoding, so its shape is known: a count, then that many bulk strings.
         for _ in 0..self.commands {
             let argc = self.number_at(&mut at);
-            let mut cmd = redis::Cmd::new();
+            let mut args = Vec::with_capacity(argc);
             for _ in 0..argc {
                 let len = self.number_at(&mut at);
-                cmd.arg(&self.bytes[at..at + len]);
+                args.push(&self.bytes[at..at + len]);
                 at += len + 2;
+            }
+            commands.push(args);
+        }
+        commands
+    }
+
+    /// The same commands as a redis-rs pipeline, for connections that only take those.
+    fn pipeline(&self) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        for args in self.commands() {
+            let mut cmd = redis::Cmd::new();
+            for arg in args {
+                cmd.arg(arg);
             }
             pipe.add_command(cmd);
         }
@@ -167,6 +185,10 @@ mod tests {
             .arg("ch")
             .arg("{\"a\":\"x\r\ny\"}")
             .cmd("TIME");
+        assert_eq!(
+            batch.commands()[1],
+            [&b"PUBLISH"[..], b"ch", b"{\"a\":\"x\r\ny\"}"]
+        );
         assert_eq!(batch.clone().into_bytes(), expected.get_packed_pipeline());
         assert_eq!(
             batch.pipeline().get_packed_pipeline(),

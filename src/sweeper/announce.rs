@@ -19,9 +19,14 @@ pub(super) struct Removal<'a> {
     pub now: f64,
 }
 
-/// Events waiting to be published: (channel, payload).
+/// Events waiting to be published, already encoded as PUBLISH (or SPUBLISH) commands.
 #[derive(Default)]
-pub(super) struct Events(Vec<(Vec<u8>, Vec<u8>)>);
+pub(super) struct Events {
+    batch: Packed,
+    /// The channel and the payload of the event being encoded, reused from one to the next.
+    channel: Vec<u8>,
+    payload: Vec<u8>,
+}
 
 impl Sweeper {
     /// PUBLISH, or SPUBLISH with `redis.sharded_pubsub`.
@@ -46,9 +51,17 @@ impl Sweeper {
             return;
         }
         let conversation_id = self.sweep.pattern.conversation_id(key).unwrap_or(key);
-        let channel = self.sweep.channel.render(conversation_id);
+        self.sweep
+            .channel
+            .render_into(conversation_id, &mut events.channel);
         let roster_json = EventEncoder::roster_json(roster);
         let ttl = self.sweep.ttl.as_secs_f64();
+        let command = self.publish_command().as_bytes();
+        // Room for every event of the key at once: growing the batch would copy it again.
+        let event_size = 200 + 2 * conversation_id.len() + roster_json.len();
+        events
+            .batch
+            .reserve(removed.len() * (event_size + events.channel.len()));
         for (member, score) in removed {
             let last_seen = self.sweep.score_unit.to_seconds(*score);
             observer.member_evicted(now - (last_seen + ttl));
@@ -59,15 +72,18 @@ impl Sweeper {
                 last_seen,
                 "evicted"
             );
-            let payload = self.encoder.encode(&Event {
+            let event = Event {
                 conversation_id,
                 user_id: member,
                 last_seen,
                 timestamp: now,
                 roster_json: &roster_json,
                 roster_count: card,
-            });
-            events.0.push((channel.clone(), payload));
+            };
+            self.encoder.encode_into(&event, &mut events.payload);
+            events
+                .batch
+                .command(&[command, &events.channel, &events.payload]);
         }
     }
 
@@ -83,37 +99,32 @@ impl Sweeper {
         events: Events,
         counts: &mut BatchCounts,
     ) -> Result<(), Error> {
-        if events.0.is_empty() {
+        if events.batch.is_empty() {
             return Ok(());
         }
-        let n = events.0.len() as u64;
-        let command = self.publish_command();
+        let n = events.batch.len() as u64;
         let result: Result<(), redis::RedisError> =
             if self.sharded_pubsub && node.needs_slot_groups() {
-                let sends = events.0.into_iter().map(|(channel, payload)| {
+                let sends = events.batch.commands().into_iter().map(|args| {
                     let mut con = routed.clone();
-                    async move {
-                        let mut cmd = redis::cmd(command);
-                        cmd.arg(&channel).arg(payload);
-                        con.query_for_key(cmd, &channel).await.map(drop)
+                    let mut cmd = redis::Cmd::new();
+                    for arg in &args {
+                        cmd.arg(*arg);
                     }
+                    let channel = args.get(1).copied().unwrap_or_default();
+                    async move { con.query_for_key(cmd, channel).await.map(drop) }
                 });
                 futures_util::future::join_all(sends)
                     .await
                     .into_iter()
                     .collect()
             } else {
-                let size: usize = events.0.iter().map(|(c, p)| c.len() + p.len() + 40).sum();
-                let mut batch = Packed::with_capacity(size);
-                for (channel, payload) in &events.0 {
-                    batch.command(&[command.as_bytes(), channel, payload]);
-                }
                 let replies = if node.needs_slot_groups() {
                     // Any live node will do, and the one the keys came from may just have died
                     // (its transaction was redirected to the promoted replica).
-                    routed.clone().send_packed(batch).await
+                    routed.clone().send_packed(events.batch).await
                 } else {
-                    node.send_packed(batch).await
+                    node.send_packed(events.batch).await
                 };
                 replies.and_then(all_ok).map(drop)
             };
