@@ -7,8 +7,8 @@
 //! Map of the crate:
 //! - [`config`]: layered configuration (defaults < file < environment < flags) and validation;
 //!   [`pattern`]: key globs and channel templates; [`schedule`]: when sweeps run.
-//! - [`store`]: the Redis connection (standalone, cluster or Sentinel); [`discover`]: SCAN,
-//!   streamed page by page.
+//! - [`store`]: the Redis connections (standalone, cluster or Sentinel, and the data path's own
+//!   pipelined connection per primary); [`discover`]: SCAN, streamed page by page.
 //! - [`evict`]: the precheck, the eviction transactions and the bounded script (`evict.lua`);
 //!   [`preflight`]: proving the Redis user may do all that, before anything is evicted.
 //! - [`events`]: the JSON event payload.
