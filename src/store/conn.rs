@@ -92,7 +92,7 @@ impl ConnectionLike for Conn {
 /// MOVED and waits for the next pass), and one node may serve commands on many slots in one
 /// pipeline, which the cluster's own routing would refuse.
 ///
-/// With a [`Wire`] attached, every command goes straight to the node over it; without one (TLS,
+/// With a `Wire` attached, every command goes straight to the node over it; without one (TLS,
 /// or it could not connect) they take the shared connection.
 #[derive(Clone)]
 pub struct Node {

@@ -138,7 +138,7 @@ impl Store {
     /// primary of the cluster as its own topology reports them now (so a pass after a failover
     /// or a resharding scans the new layout).
     ///
-    /// Each node comes with its data-path [`Wire`] when the server speaks plain TCP or a unix
+    /// Each node comes with its data-path `Wire` when the server speaks plain TCP or a unix
     /// socket: the one of the last pass while it lives, a new one otherwise.
     pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
         let nodes: Vec<(Node, Client)> = match &*self.backend {
