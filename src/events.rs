@@ -32,6 +32,50 @@ pub struct Event<'a> {
     pub roster_count: u64,
 }
 
+/// A roster encoded as a JSON array of strings as its members are read, so that they need not
+/// be kept.
+#[derive(Debug)]
+pub struct Roster {
+    json: Vec<u8>,
+    len: usize,
+}
+
+impl Roster {
+    /// An empty roster with room for about `bytes` bytes of JSON.
+    pub fn with_capacity(bytes: usize) -> Self {
+        let mut json = Vec::with_capacity(bytes + 2);
+        json.push(b'[');
+        Self { json, len: 0 }
+    }
+
+    /// Adds a member; one that is not valid UTF-8 is written lossily.
+    pub fn push(&mut self, member: &[u8]) {
+        if self.len > 0 {
+            self.json.push(b',');
+        }
+        if !push_plain(&mut self.json, member) {
+            push_str(&mut self.json, &String::from_utf8_lossy(member));
+        }
+        self.len += 1;
+    }
+
+    /// How many members it lists.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it lists nobody.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The JSON array.
+    pub fn into_json(mut self) -> Vec<u8> {
+        self.json.push(b']');
+        self.json
+    }
+}
+
 /// Encodes the events of one sweep; the parts that never change are encoded once.
 #[derive(Debug, Clone)]
 pub struct EventEncoder {
@@ -60,18 +104,11 @@ impl EventEncoder {
 
     /// Encodes a roster as a JSON array of strings.
     pub fn roster_json(members: &[Vec<u8>]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(2 + members.iter().map(|m| m.len() + 3).sum::<usize>());
-        out.push(b'[');
-        for (i, m) in members.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            if !push_plain(&mut out, m) {
-                push_str(&mut out, &String::from_utf8_lossy(m));
-            }
+        let mut roster = Roster::with_capacity(members.iter().map(|m| m.len() + 3).sum());
+        for m in members {
+            roster.push(m);
         }
-        out.push(b']');
-        out
+        roster.into_json()
     }
 
     /// Writes the event's JSON into `out` (cleared first).

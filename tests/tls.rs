@@ -39,11 +39,27 @@ fn rediss_with_our_own_ca() {
     let server = certs.server(false);
     let mut con = certs.con(&server);
     seed(&mut con);
+    // Over TLS the data path takes redis-rs's connection: the event must come out the same.
+    let mut sub_con = certs.con(&server);
+    let mut sub = sub_con.as_pubsub();
+    sub.subscribe("presence:c1:events").unwrap();
+    sub.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
     let (code, stdout, stderr) = sweep(server.port, &tls_toml(&certs, "ca.crt", false));
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("evicted=1 events_published=1"), "{stdout}");
     let left: Vec<String> = con.zrange("presence:c1:online", 0, -1).unwrap();
     assert_eq!(left, ["live"]);
+    let event: serde_json::Value =
+        serde_json::from_slice(sub.get_message().unwrap().get_payload_bytes()).unwrap();
+    assert_eq!(
+        (&event["user_id"], &event["online"], &event["online_count"]),
+        (
+            &serde_json::json!("zombie"),
+            &serde_json::json!(["live"]),
+            &serde_json::json!(1)
+        )
+    );
 }
 
 #[test]

@@ -8,20 +8,22 @@
 //! The range is not LIMITed: only keys whose precheck counted at most `evict.max_members_per_call`
 //! zombies come here; bigger ones go to the bounded script.
 
-use redis::Value;
-
-use super::{Cutoff, ROSTER_LIMIT, int, members, parse_time, scored};
+use super::{Cutoff, ROSTER_LIMIT};
 use crate::Error;
+use crate::events::Roster;
 use crate::evict::ReplyError;
+use crate::store::resp::{Item, Reader};
 use crate::store::{Packed, SendPacked};
 
 /// What the transaction did to one key.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Evicted {
     /// Removed members and their scores, in the score unit.
     pub removed: Vec<(Vec<u8>, f64)>,
-    /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first.
-    pub roster: Vec<Vec<u8>>,
+    /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first, as a JSON array.
+    pub roster_json: Vec<u8>,
+    /// How many members the roster lists.
+    pub roster_len: usize,
     /// Members left in the set; `None` if the roster is full, so it may not be the whole set and
     /// the caller must count the members with `ZCARD`.
     pub card: Option<u64>,
@@ -57,21 +59,26 @@ where
         }
         batch.command(&[b"EXEC"]);
     }
-    let replies = con.send_packed(batch).await?;
-    let mut replies = replies.into_iter();
-    let short = || -> Error { ReplyError::new("short transaction reply").into() };
-    let time = replies.next().ok_or_else(short)?;
+    // The replies are read in place: a roster's members go straight into its JSON.
+    let raw = con.send_packed_raw(batch).await?;
+    let mut r = Reader::new(&raw);
     let now = match fixed_now {
-        Some(now) => now,
-        None => parse_time(&time).ok_or_else(|| ReplyError::new("TIME is not a time"))?,
+        Some(now) => {
+            r.skip()?;
+            now
+        }
+        None => read_time(&mut r)?,
     };
-    let mut out = Vec::with_capacity(groups.iter().map(Vec::len).sum());
+    let mut out = Vec::with_capacity(keys);
     for keys in groups {
         // MULTI, one QUEUED (or a refusal) per command, then EXEC's array (or EXECABORT).
         let mut refusal = None;
         for _ in 0..1 + keys.len() * 3 {
-            if let Value::ServerError(e) = replies.next().ok_or_else(short)? {
-                refusal.get_or_insert(e);
+            match r.item()? {
+                Item::Error(e) => {
+                    refusal.get_or_insert(e);
+                }
+                item => r.skip_rest(&item)?,
             }
         }
         if let Some(e) = refusal
@@ -81,16 +88,13 @@ where
             // why rather than skip the keys.
             return Err(redis::RedisError::from(e).into());
         }
-        match replies.next().ok_or_else(short)? {
-            Value::Array(results) if results.len() == keys.len() * 3 => {
-                let mut results = results.into_iter();
-                while let (Some(range), Some(removed), Some(roster)) =
-                    (results.next(), results.next(), results.next())
-                {
-                    out.push(parse_key(range, removed, roster)?);
+        match r.item()? {
+            Item::Array(n) if n == keys.len() * 3 => {
+                for _ in 0..keys.len() {
+                    out.push(read_key(&mut r)?);
                 }
             }
-            Value::ServerError(e) => {
+            Item::Error(e) => {
                 tracing::debug!(error = %e.details().unwrap_or(e.code()), keys = keys.len(), "transaction refused; its keys wait for the next pass");
                 out.extend(keys.iter().map(|_| None));
             }
@@ -100,34 +104,98 @@ where
     Ok((now, out))
 }
 
-fn parse_key(range: Value, removed_count: Value, roster: Value) -> Result<Option<Evicted>, Error> {
-    if [&range, &removed_count, &roster]
-        .iter()
-        .any(|v| matches!(v, Value::ServerError(_)))
-    {
+/// `TIME` as Unix seconds.
+fn read_time(r: &mut Reader<'_>) -> Result<f64, Error> {
+    let bad = || ReplyError::new("TIME is not a time");
+    if r.item()? != Item::Array(2) {
+        return Err(bad().into());
+    }
+    let mut part = || -> Result<f64, Error> {
+        match r.item()? {
+            Item::Bulk(b) => Ok(number(b).ok_or_else(bad)?),
+            _ => Err(bad().into()),
+        }
+    };
+    let (secs, micros) = (part()?, part()?);
+    Ok(secs + micros / 1e6)
+}
+
+fn number(bytes: &[u8]) -> Option<f64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+/// One key's three replies inside EXEC: the zombies with their scores, how many were removed,
+/// and the roster. `None` if the key was refused (it changed type).
+fn read_key(r: &mut Reader<'_>) -> Result<Option<Evicted>, Error> {
+    let mut failed = false;
+    let removed = match r.item()? {
+        Item::Array(n) if n % 2 == 0 => {
+            let mut pairs = Vec::with_capacity(n / 2);
+            for _ in 0..n / 2 {
+                let (Item::Bulk(member), Item::Bulk(score)) = (r.item()?, r.item()?) else {
+                    return Err(ReplyError::new("members with scores are not strings").into());
+                };
+                let score =
+                    number(score).ok_or_else(|| ReplyError::new("a score is not a number"))?;
+                pairs.push((member.to_vec(), score));
+            }
+            pairs
+        }
+        Item::Error(_) => {
+            failed = true;
+            Vec::new()
+        }
+        _ => return Err(ReplyError::new("members with scores are not an even array").into()),
+    };
+    let removed_count = match r.item()? {
+        Item::Int(n) => n,
+        Item::Error(_) => {
+            failed = true;
+            0
+        }
+        _ => return Err(ReplyError::new("the removed count is not an integer").into()),
+    };
+    let roster = match r.item()? {
+        Item::Array(n) => {
+            let mut roster = Roster::with_capacity(n * 16);
+            for _ in 0..n {
+                match r.item()? {
+                    Item::Bulk(member) => roster.push(member),
+                    _ => return Err(ReplyError::new("a member is not a string").into()),
+                }
+            }
+            roster
+        }
+        Item::Error(_) => {
+            failed = true;
+            Roster::with_capacity(0)
+        }
+        _ => return Err(ReplyError::new("the roster is not an array").into()),
+    };
+    if failed {
         // Removed but not read: those members could not be announced. Say so loudly rather
         // than count the key as refused.
-        if let Some(n) = int(&removed_count).filter(|&n| n > 0) {
+        if removed_count > 0 {
             return Err(ReplyError::new(format!(
-                "{n} members were removed but the transaction's reads failed, so they cannot be announced"
+                "{removed_count} members were removed but the transaction's reads failed, so they cannot be announced"
             ))
             .into());
         }
         return Ok(None);
     }
-    let removed = scored(range)?;
-    if int(&removed_count) != Some(removed.len() as u64) {
+    if usize::try_from(removed_count).ok() != Some(removed.len()) {
         return Err(ReplyError::new(
             "removed count differs from the range read in the same transaction",
         )
         .into());
     }
-    let roster = members(roster)?;
     // A roster shorter than the limit is the whole set: its length is the count.
-    let card = (roster.len() < ROSTER_LIMIT).then_some(roster.len() as u64);
+    let roster_len = roster.len();
+    let card = (roster_len < ROSTER_LIMIT).then_some(roster_len as u64);
     Ok(Some(Evicted {
         removed,
-        roster,
+        roster_json: roster.into_json(),
+        roster_len,
         card,
     }))
 }

@@ -5,10 +5,12 @@
 //!   primary of the data path of a pass.
 //! - `sentinel`: following the primary across failovers.
 //! - [`packed`]: the data path's commands, encoded once as RESP.
+//! - [`resp`]: reading replies in place, as bytes.
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 
 mod conn;
 pub mod packed;
+pub mod resp;
 mod sentinel;
 mod wire;
 

@@ -113,6 +113,10 @@ impl Packed {
 pub trait SendPacked {
     /// Sends `batch` and returns one reply per command.
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>>;
+
+    /// Sends `batch` and returns its replies as RESP bytes, to read with
+    /// [`Reader`](super::resp::Reader) without building values.
+    fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>>;
 }
 
 impl SendPacked for Node {
@@ -130,12 +134,35 @@ impl SendPacked for Node {
             None => Box::pin(async move { by_pipeline(self, &batch).await }),
         }
     }
+
+    fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>> {
+        match self.wire().cloned() {
+            Some(wire) => {
+                let n = batch.len();
+                Box::pin(async move { wire.send_raw(batch.into_bytes(), n).await })
+            }
+            None => Box::pin(async move { Ok(encoded(by_pipeline(self, &batch).await?)) }),
+        }
+    }
 }
 
 impl SendPacked for Conn {
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>> {
         Box::pin(async move { by_pipeline(self, &batch).await })
     }
+
+    fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>> {
+        Box::pin(async move { Ok(encoded(by_pipeline(self, &batch).await?)) })
+    }
+}
+
+/// Replies that came as values, as the bytes the wire would have returned.
+fn encoded(values: Vec<Value>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for value in &values {
+        super::resp::encode(value, &mut out);
+    }
+    out
 }
 
 async fn by_pipeline<C: ConnectionLike + Send>(

@@ -21,14 +21,13 @@ use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisRes
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
+use super::resp::{MAX_DEPTH, line, number, protocol, reply_len, server_error};
+
 /// Read buffer size; a reply bigger than this simply grows it.
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Most requests gathered into one write (the system allows 1024 buffers per call).
 const MAX_GATHER: usize = 512;
-
-/// Deepest nesting accepted in a reply; ours are at most three levels (EXEC of ZRANGEs).
-const MAX_DEPTH: usize = 8;
 
 /// A pipelined connection to one server. Clones share the socket: requests from concurrent
 /// batches are written in order and answered in order. It never reconnects: once its socket
@@ -84,30 +83,55 @@ impl std::fmt::Display for Target {
     }
 }
 
+/// What a request gets back.
+enum Answer {
+    /// The replies, parsed.
+    Values(Vec<Value>),
+    /// The replies' RESP bytes, as they came, for a caller that reads them itself.
+    Raw(Vec<u8>),
+}
+
 struct Request {
     bytes: Vec<u8>,
     /// Replies to read and drop first.
     skip: usize,
     /// Replies to return.
     count: usize,
-    reply: oneshot::Sender<io::Result<Vec<Value>>>,
+    /// Whether to return the replies as bytes rather than values.
+    raw: bool,
+    reply: oneshot::Sender<io::Result<Answer>>,
 }
 
 struct Pending {
     skip: usize,
     count: usize,
+    /// Replies kept so far.
+    seen: usize,
     values: Vec<Value>,
-    reply: oneshot::Sender<io::Result<Vec<Value>>>,
+    raw: Option<Vec<u8>>,
+    reply: oneshot::Sender<io::Result<Answer>>,
 }
 
 impl Pending {
-    fn new(skip: usize, count: usize, reply: oneshot::Sender<io::Result<Vec<Value>>>) -> Self {
+    fn new(request: Request) -> Self {
         Self {
-            skip,
-            count,
-            values: Vec::with_capacity(count),
-            reply,
+            skip: request.skip,
+            count: request.count,
+            seen: 0,
+            values: Vec::with_capacity(if request.raw { 0 } else { request.count }),
+            raw: request.raw.then(Vec::new),
+            reply: request.reply,
         }
+    }
+
+    /// Hands the replies to the requester, which may have given up (timed out): they are
+    /// dropped then.
+    fn finish(self) {
+        let answer = match self.raw {
+            Some(raw) => Answer::Raw(raw),
+            None => Answer::Values(self.values),
+        };
+        let _ = self.reply.send(Ok(answer));
     }
 }
 
@@ -179,11 +203,41 @@ impl Wire {
         skip: usize,
         count: usize,
     ) -> RedisResult<Vec<Value>> {
+        match self.request(bytes, skip, count, false).await? {
+            Answer::Values(values) => Ok(values),
+            Answer::Raw(_) => Err(protocol("raw replies to a request for values").into()),
+        }
+    }
+
+    /// Writes `bytes` (RESP commands) and returns the RESP bytes of their `count` replies, for a
+    /// caller that reads them without building values.
+    pub(super) async fn send_raw(&self, bytes: Vec<u8>, count: usize) -> RedisResult<Vec<u8>> {
+        match self.request(bytes, 0, count, true).await? {
+            Answer::Raw(raw) => Ok(raw),
+            Answer::Values(_) => Err(protocol("values in reply to a request for bytes").into()),
+        }
+    }
+
+    async fn request(
+        &self,
+        bytes: Vec<u8>,
+        skip: usize,
+        count: usize,
+        raw: bool,
+    ) -> RedisResult<Answer> {
+        if skip + count == 0 {
+            return Ok(if raw {
+                Answer::Raw(Vec::new())
+            } else {
+                Answer::Values(Vec::new())
+            });
+        }
         let (reply, answer) = oneshot::channel();
         let request = Request {
             bytes,
             skip,
             count,
+            raw,
             reply,
         };
         self.requests.send(request).map_err(|_| closed())?;
@@ -242,13 +296,13 @@ async fn drive(mut stream: Box<dyn Io>, mut requests: mpsc::UnboundedReceiver<Re
             request = requests.recv() => {
                 let Some(request) = request else { return };
                 // Whatever else is queued goes out in the same write, gathered (no copy).
-                chunks.push(request.bytes);
-                pending.push_back(Pending::new(request.skip, request.count, request.reply));
-                while chunks.len() < MAX_GATHER
-                    && let Ok(request) = requests.try_recv()
-                {
-                    chunks.push(request.bytes);
-                    pending.push_back(Pending::new(request.skip, request.count, request.reply));
+                let mut next = Some(request);
+                while let Some(mut request) = next.take() {
+                    chunks.push(std::mem::take(&mut request.bytes));
+                    pending.push_back(Pending::new(request));
+                    if chunks.len() < MAX_GATHER {
+                        next = requests.try_recv().ok();
+                    }
                 }
                 if let Err(e) = write_gathered(&mut stream, &chunks).await {
                     break e;
@@ -305,121 +359,46 @@ fn deliver(
     pending: &mut VecDeque<Pending>,
     partial: &mut bool,
 ) -> io::Result<()> {
-    loop {
-        if *partial && reply_len(input, 0, 0)?.is_none() {
-            return Ok(());
-        }
-        let Some((value, len)) = parse(input, 0, 0)? else {
-            *partial = true;
-            return Ok(());
-        };
-        *partial = false;
-        input.advance(len);
+    while !input.is_empty() {
         let Some(front) = pending.front_mut() else {
             return Err(protocol("a reply that no request asked for"));
         };
-        if front.skip > 0 {
-            front.skip -= 1;
-        } else {
-            front.values.push(value);
-        }
-        if front.skip == 0 && front.values.len() == front.count {
-            let done = pending.pop_front().expect("front exists");
-            // The requester may have given up (timed out); the reply is dropped then.
-            let _ = done.reply.send(Ok(done.values));
-        }
-    }
-}
-
-fn protocol(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("Redis protocol error: {what}"),
-    )
-}
-
-/// The line starting at `at`, without its CRLF, and where the next element starts; `None` if
-/// the line is not complete yet.
-fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let rest = buf.get(at..)?;
-    // Header lines hold no CR, and simple strings and errors may not.
-    let end = rest.iter().position(|&b| b == b'\r')?;
-    (rest.get(end + 1)? == &b'\n').then(|| (&rest[..end], at + end + 2))
-}
-
-fn number(digits: &[u8]) -> io::Result<i64> {
-    let (negative, digits) = match digits {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, digits),
-    };
-    let bad = || protocol("a length or integer that is not a number");
-    if digits.is_empty() {
-        return Err(bad());
-    }
-    let mut n: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return Err(bad());
-        }
-        let d = i64::from(d - b'0');
-        // Accumulating negatively reaches i64::MIN too.
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_sub(d))
-            .ok_or_else(bad)?;
-    }
-    if negative {
-        Ok(n)
-    } else {
-        n.checked_neg().ok_or_else(bad)
-    }
-}
-
-/// Where the reply starting at `at` ends, if all of it has arrived. Allocates nothing, so a reply
-/// that arrives in many reads costs one walk per read, and only one real parse.
-fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<usize>> {
-    if depth > MAX_DEPTH {
-        return Err(protocol("replies nested too deep"));
-    }
-    let Some(&kind) = buf.get(at) else {
-        return Ok(None);
-    };
-    let Some((head, next)) = line(buf, at + 1) else {
-        return Ok(None);
-    };
-    match kind {
-        b'+' | b'-' => Ok(Some(next)),
-        b':' => number(head).map(|_| Some(next)),
-        b'$' => {
-            let n = number(head)?;
-            if n < 0 {
-                return Ok(Some(next));
-            }
-            let end = next + n as usize + 2;
-            if buf.len() < end {
-                return Ok(None);
-            }
-            if &buf[end - 2..end] != b"\r\n" {
-                return Err(protocol("a bulk string without its CRLF"));
-            }
-            Ok(Some(end))
-        }
-        b'*' => {
-            let n = number(head)?;
-            let mut at = next;
-            for _ in 0..n.max(0) {
-                match reply_len(buf, at, depth + 1)? {
-                    Some(end) => at = end,
-                    None => return Ok(None),
+        let keep = front.skip == 0;
+        match &mut front.raw {
+            Some(raw) => {
+                let Some(len) = reply_len(input, 0, 0)? else {
+                    return Ok(());
+                };
+                if keep {
+                    raw.extend_from_slice(&input[..len]);
                 }
+                input.advance(len);
             }
-            Ok(Some(at))
+            None => {
+                if *partial && reply_len(input, 0, 0)?.is_none() {
+                    return Ok(());
+                }
+                let Some((value, len)) = parse(input, 0, 0)? else {
+                    *partial = true;
+                    return Ok(());
+                };
+                if keep {
+                    front.values.push(value);
+                }
+                input.advance(len);
+            }
         }
-        other => Err(protocol(&format!(
-            "unexpected reply type byte {:?}",
-            other as char
-        ))),
+        *partial = false;
+        if keep {
+            front.seen += 1;
+        } else {
+            front.skip -= 1;
+        }
+        if front.skip == 0 && front.seen == front.count {
+            pending.pop_front().expect("front exists").finish();
+        }
     }
+    Ok(())
 }
 
 /// The reply starting at `at` and where it ends; `None` if it has not all arrived yet.
@@ -480,15 +459,6 @@ fn parse(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<(Value, usize
         }
     };
     Ok(Some(parsed))
-}
-
-/// An error reply as redis-rs represents it (its codes drive MOVED handling and messages).
-/// Rare enough to go through redis-rs's own parser.
-fn server_error(line: &[u8]) -> Value {
-    match redis::parse_redis_value(line) {
-        Ok(v @ Value::ServerError(_)) => v,
-        _ => Value::SimpleString(String::from_utf8_lossy(line).into_owned()),
-    }
 }
 
 #[cfg(test)]
@@ -569,41 +539,50 @@ mod tests {
         }
     }
 
+    fn pending(
+        skip: usize,
+        count: usize,
+        raw: bool,
+    ) -> (Pending, oneshot::Receiver<io::Result<Answer>>) {
+        let (reply, rx) = oneshot::channel();
+        let request = Request {
+            bytes: Vec::new(),
+            skip,
+            count,
+            raw,
+            reply,
+        };
+        (Pending::new(request), rx)
+    }
+
+    fn values(rx: &mut oneshot::Receiver<io::Result<Answer>>) -> Vec<Value> {
+        match rx.try_recv().expect("answered").expect("no error") {
+            Answer::Values(v) => v,
+            Answer::Raw(_) => panic!("raw answer to a request for values"),
+        }
+    }
+
     #[test]
     fn replies_go_to_their_requests_in_order() {
-        let (a, mut a_rx) = oneshot::channel();
-        let (b, mut b_rx) = oneshot::channel();
-        let mut pending = VecDeque::from([
-            Pending {
-                skip: 1,
-                count: 1,
-                values: vec![],
-                reply: a,
-            },
-            Pending {
-                skip: 0,
-                count: 2,
-                values: vec![],
-                reply: b,
-            },
-        ]);
-        let mut input = BytesMut::from(&b"+OK\r\n:1\r\n:2\r\n:3"[..]);
+        let (a, mut a_rx) = pending(1, 1, false);
+        let (b, mut b_rx) = pending(0, 2, true);
+        let (c, mut c_rx) = pending(0, 1, false);
+        let mut pending = VecDeque::from([a, b, c]);
+        let mut input = BytesMut::from(&b"+OK\r\n:1\r\n*1\r\n$2\r\nab\r\n:3\r\n:4"[..]);
         let mut partial = false;
         deliver(&mut input, &mut pending, &mut partial).unwrap();
-        assert_eq!(a_rx.try_recv().unwrap().unwrap(), vec![Value::Int(1)]);
-        assert!(
-            b_rx.try_recv().is_err(),
-            "still waiting for its second reply"
-        );
+        assert_eq!(values(&mut a_rx), vec![Value::Int(1)]);
+        match b_rx.try_recv().expect("answered").expect("no error") {
+            Answer::Raw(raw) => assert_eq!(raw, b"*1\r\n$2\r\nab\r\n:3\r\n"),
+            Answer::Values(_) => panic!("values answer to a request for bytes"),
+        }
+        assert!(c_rx.try_recv().is_err(), "still waiting for its reply");
         assert!(partial, "the last reply was cut");
         input.extend_from_slice(b"\r\n");
         deliver(&mut input, &mut pending, &mut partial).unwrap();
-        assert_eq!(
-            b_rx.try_recv().unwrap().unwrap(),
-            vec![Value::Int(2), Value::Int(3)]
-        );
+        assert_eq!(values(&mut c_rx), vec![Value::Int(4)]);
         assert!(input.is_empty());
-        input.extend_from_slice(b":4\r\n");
+        input.extend_from_slice(b":5\r\n");
         assert!(
             deliver(&mut input, &mut pending, &mut partial).is_err(),
             "nobody asked"

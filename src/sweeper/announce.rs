@@ -3,7 +3,7 @@
 
 use super::{BatchCounts, PassObserver, Sweeper};
 use crate::Error;
-use crate::events::{Event, EventEncoder};
+use crate::events::Event;
 use crate::store::{Conn, Node, Packed, SendPacked, all_ok};
 
 /// What one eviction call removed from one key: the transaction and the script report the same.
@@ -11,8 +11,8 @@ pub(super) struct Removal<'a> {
     pub key: &'a [u8],
     /// Removed members and their scores, in the score unit.
     pub removed: &'a [(Vec<u8>, f64)],
-    /// Members left, most recently seen first, at most the roster limit.
-    pub roster: &'a [Vec<u8>],
+    /// Members left, most recently seen first, at most the roster limit, as a JSON array.
+    pub roster_json: &'a [u8],
     /// How many members are left.
     pub card: u64,
     /// The eviction instant on Redis's clock, in Unix seconds.
@@ -43,7 +43,7 @@ impl Sweeper {
         let Removal {
             key,
             removed,
-            roster,
+            roster_json,
             card,
             now,
         } = *r;
@@ -54,7 +54,6 @@ impl Sweeper {
         self.sweep
             .channel
             .render_into(conversation_id, &mut events.channel);
-        let roster_json = EventEncoder::roster_json(roster);
         let ttl = self.sweep.ttl.as_secs_f64();
         let command = self.publish_command().as_bytes();
         // Room for every event of the key at once: growing the batch would copy it again.
@@ -77,7 +76,7 @@ impl Sweeper {
                 user_id: member,
                 last_seen,
                 timestamp: now,
-                roster_json: &roster_json,
+                roster_json,
                 roster_count: card,
             };
             self.encoder.encode_into(&event, &mut events.payload);

@@ -8,6 +8,7 @@ use redis::cluster_routing::Slot;
 use super::announce::{Events, Removal};
 use super::{BatchCounts, PassCtx, PassObserver, Sweeper};
 use crate::Error;
+use crate::events::EventEncoder;
 use crate::evict::{self, Clock, Count, Cutoff, Evicted, KeyReply, Params, precheck};
 use crate::store::{Conn, Node};
 
@@ -200,7 +201,7 @@ impl Sweeper {
                     &Removal {
                         key,
                         removed: &evicted.removed,
-                        roster: &evicted.roster,
+                        roster_json: &evicted.roster_json,
                         card,
                         now,
                     },
@@ -228,8 +229,8 @@ impl Sweeper {
                     &Removal {
                         key,
                         removed: &evicted.removed,
-                        roster: &evicted.roster,
-                        card: card.unwrap_or(evicted.roster.len() as u64),
+                        roster_json: &evicted.roster_json,
+                        card: card.unwrap_or(evicted.roster_len as u64),
                         now,
                     },
                     &mut events,
@@ -280,10 +281,11 @@ impl Sweeper {
                         }
                         KeyReply::WrongType => continue,
                     };
+                    let roster_json = EventEncoder::roster_json(&swept.roster);
                     let removal = Removal {
                         key: &key,
                         removed: &swept.removed,
-                        roster: &swept.roster,
+                        roster_json: &roster_json,
                         card: swept.card,
                         now: reply.now,
                     };

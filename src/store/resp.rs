@@ -1,0 +1,293 @@
+//! RESP2 replies as bytes: finding where one ends, and reading them in place.
+//!
+//! The data path's hottest reply, a transaction's members and rosters, is read straight from the
+//! bytes Redis sent ([`Reader`]), without building a value for every member first. Replies that
+//! come through redis-rs instead (a TLS server) are encoded back into the same bytes
+//! ([`encode`]), so both are read by the same code.
+
+use std::io;
+
+use redis::Value;
+
+/// Deepest nesting accepted in a reply; ours are at most three levels (EXEC of ZRANGEs).
+pub(super) const MAX_DEPTH: usize = 8;
+
+pub(super) fn protocol(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("Redis protocol error: {what}"),
+    )
+}
+
+/// The line starting at `at`, without its CRLF, and where the next element starts; `None` if
+/// the line is not complete yet.
+pub(super) fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = buf.get(at..)?;
+    // Header lines hold no CR, and simple strings and errors may not.
+    let end = rest.iter().position(|&b| b == b'\r')?;
+    (rest.get(end + 1)? == &b'\n').then(|| (&rest[..end], at + end + 2))
+}
+
+pub(super) fn number(digits: &[u8]) -> io::Result<i64> {
+    let (negative, digits) = match digits {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, digits),
+    };
+    let bad = || protocol("a length or integer that is not a number");
+    if digits.is_empty() {
+        return Err(bad());
+    }
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(bad());
+        }
+        let d = i64::from(d - b'0');
+        // Accumulating negatively reaches i64::MIN too.
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_sub(d))
+            .ok_or_else(bad)?;
+    }
+    if negative {
+        Ok(n)
+    } else {
+        n.checked_neg().ok_or_else(bad)
+    }
+}
+
+/// Where the reply starting at `at` ends, if all of it has arrived. Allocates nothing, so a reply
+/// that arrives in many reads costs one walk per read, and only one real parse.
+pub(super) fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<usize>> {
+    if depth > MAX_DEPTH {
+        return Err(protocol("replies nested too deep"));
+    }
+    let Some(&kind) = buf.get(at) else {
+        return Ok(None);
+    };
+    let Some((head, next)) = line(buf, at + 1) else {
+        return Ok(None);
+    };
+    match kind {
+        b'+' | b'-' => Ok(Some(next)),
+        b':' => number(head).map(|_| Some(next)),
+        b'$' => {
+            let n = number(head)?;
+            if n < 0 {
+                return Ok(Some(next));
+            }
+            let end = next + n as usize + 2;
+            if buf.len() < end {
+                return Ok(None);
+            }
+            if &buf[end - 2..end] != b"\r\n" {
+                return Err(protocol("a bulk string without its CRLF"));
+            }
+            Ok(Some(end))
+        }
+        b'*' => {
+            let n = number(head)?;
+            let mut at = next;
+            for _ in 0..n.max(0) {
+                match reply_len(buf, at, depth + 1)? {
+                    Some(end) => at = end,
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some(at))
+        }
+        other => Err(protocol(&format!(
+            "unexpected reply type byte {:?}",
+            other as char
+        ))),
+    }
+}
+
+/// An error reply as redis-rs represents it (its codes drive MOVED handling and messages).
+/// Rare enough to go through redis-rs's own parser.
+pub(super) fn server_error(line: &[u8]) -> Value {
+    match redis::parse_redis_value(line) {
+        Ok(v @ Value::ServerError(_)) => v,
+        _ => Value::SimpleString(String::from_utf8_lossy(line).into_owned()),
+    }
+}
+
+/// One element of a reply, as [`Reader::item`] meets it.
+#[derive(Debug, PartialEq)]
+pub enum Item<'a> {
+    /// A status reply (`+OK`, `+QUEUED`), without its `+`.
+    Status(&'a [u8]),
+    /// An error reply.
+    Error(redis::ServerError),
+    /// An integer.
+    Int(i64),
+    /// A bulk string.
+    Bulk(&'a [u8]),
+    /// A null bulk string or array.
+    Nil,
+    /// An array of this many elements, which follow.
+    Array(usize),
+}
+
+/// Reads replies in place, one element at a time.
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader at the start of `buf`, which holds whole replies.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Self { buf, at: 0 }
+    }
+
+    /// The next element; `Err` if the bytes end or are not RESP2.
+    pub fn item(&mut self) -> redis::RedisResult<Item<'a>> {
+        Ok(self.read()?)
+    }
+
+    fn read(&mut self) -> io::Result<Item<'a>> {
+        let at = self.at;
+        let kind = *self
+            .buf
+            .get(at)
+            .ok_or_else(|| protocol("the replies ended early"))?;
+        let (head, next) = line(self.buf, at + 1).ok_or_else(|| protocol("a cut line"))?;
+        self.at = next;
+        Ok(match kind {
+            b'+' => Item::Status(head),
+            b'-' => match server_error(&self.buf[at..next]) {
+                Value::ServerError(e) => Item::Error(e),
+                _ => return Err(protocol("an unreadable error reply")),
+            },
+            b':' => Item::Int(number(head)?),
+            b'$' => match number(head)? {
+                n if n < 0 => Item::Nil,
+                n => {
+                    let end = next + n as usize;
+                    let bytes = self
+                        .buf
+                        .get(next..end)
+                        .ok_or_else(|| protocol("a cut bulk string"))?;
+                    self.at = end + 2;
+                    Item::Bulk(bytes)
+                }
+            },
+            b'*' => match number(head)? {
+                n if n < 0 => Item::Nil,
+                n => Item::Array(n as usize),
+            },
+            other => {
+                return Err(protocol(&format!(
+                    "unexpected reply type byte {:?}",
+                    other as char
+                )));
+            }
+        })
+    }
+
+    /// Skips the rest of an element whose head was `item` (the elements of an array).
+    pub fn skip_rest(&mut self, item: &Item<'_>) -> redis::RedisResult<()> {
+        if let Item::Array(n) = *item {
+            for _ in 0..n {
+                let end = reply_len(self.buf, self.at, 1)?
+                    .ok_or_else(|| protocol("the replies ended early"))?;
+                self.at = end;
+            }
+        }
+        Ok(())
+    }
+
+    /// Skips one whole reply.
+    pub fn skip(&mut self) -> redis::RedisResult<()> {
+        let item = self.item()?;
+        self.skip_rest(&item)
+    }
+}
+
+/// Appends `value` to `out` as RESP2, as Redis would have sent it.
+pub fn encode(value: &Value, out: &mut Vec<u8>) {
+    let mut digits = itoa::Buffer::new();
+    let mut head = |out: &mut Vec<u8>, kind: u8, n: i64| {
+        out.push(kind);
+        out.extend_from_slice(digits.format(n).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    };
+    match value {
+        Value::Nil => out.extend_from_slice(b"$-1\r\n"),
+        Value::Int(n) => head(out, b':', *n),
+        Value::BulkString(bytes) => {
+            head(out, b'$', bytes.len() as i64);
+            out.extend_from_slice(bytes);
+            out.extend_from_slice(b"\r\n");
+        }
+        Value::Array(items) => {
+            head(out, b'*', items.len() as i64);
+            for item in items {
+                encode(item, out);
+            }
+        }
+        Value::Okay => out.extend_from_slice(b"+OK\r\n"),
+        Value::SimpleString(s) => {
+            out.push(b'+');
+            out.extend_from_slice(s.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Value::ServerError(e) => {
+            out.push(b'-');
+            out.extend_from_slice(e.code().as_bytes());
+            if let Some(details) = e.details() {
+                out.push(b' ');
+                out.extend_from_slice(details.as_bytes());
+            }
+            out.extend_from_slice(b"\r\n");
+        }
+        // The connections are RESP2: nothing else can arrive. Say so rather than guess.
+        other => {
+            out.extend_from_slice(b"-ERR presence-sweeper: unexpected RESP3 reply ");
+            out.extend_from_slice(format!("{other:?}").replace(['\r', '\n'], " ").as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_in_place_what_encode_writes() {
+        let error = match redis::parse_redis_value(b"-MOVED 12 127.0.0.1:7001\r\n").unwrap() {
+            Value::ServerError(e) => e,
+            _ => panic!("not an error"),
+        };
+        let value = Value::Array(vec![
+            Value::Okay,
+            Value::SimpleString("QUEUED".into()),
+            Value::Int(-7),
+            Value::BulkString(b"a\r\nb".to_vec()),
+            Value::Nil,
+            Value::Array(vec![Value::Array(vec![Value::Int(1)]), Value::Int(2)]),
+            Value::ServerError(error.clone()),
+        ]);
+        let mut bytes = Vec::new();
+        encode(&value, &mut bytes);
+        assert_eq!(redis::parse_redis_value(&bytes).unwrap(), value);
+        let mut r = Reader::new(&bytes);
+        assert_eq!(r.item().unwrap(), Item::Array(7));
+        assert_eq!(r.item().unwrap(), Item::Status(b"OK"));
+        assert_eq!(r.item().unwrap(), Item::Status(b"QUEUED"));
+        assert_eq!(r.item().unwrap(), Item::Int(-7));
+        assert_eq!(r.item().unwrap(), Item::Bulk(b"a\r\nb"));
+        assert_eq!(r.item().unwrap(), Item::Nil);
+        r.skip().unwrap();
+        match r.item().unwrap() {
+            Item::Error(e) => assert_eq!(
+                (e.code(), e.details()),
+                ("MOVED", Some("12 127.0.0.1:7001"))
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(r.item().is_err(), "nothing left");
+    }
+}
