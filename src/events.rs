@@ -202,10 +202,7 @@ fn push_str(out: &mut Vec<u8>, s: &str) {
 /// Writes `bytes` as a JSON string when they are printable ASCII with nothing to escape, as ids
 /// almost always are: one check and one copy. Returns false, having written nothing, otherwise.
 fn push_plain(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
-    if !bytes
-        .iter()
-        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-    {
+    if !bytes.iter().all(|&b| PLAIN[usize::from(b)]) {
         return false;
     }
     out.reserve(bytes.len() + 2);
@@ -214,6 +211,17 @@ fn push_plain(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
     out.push(b'"');
     true
 }
+
+/// The bytes [`push_plain`] copies as they are: printable ASCII but `"` and `\\`.
+const PLAIN: [bool; 256] = {
+    let mut plain = [false; 256];
+    let mut b = 0x20;
+    while b < 0x7f {
+        plain[b] = b != b'"' as usize && b != b'\\' as usize;
+        b += 1;
+    }
+    plain
+};
 
 fn push_f64(out: &mut Vec<u8>, x: f64) {
     // serde_json writes the shortest form that reads back as the same f64, and null for

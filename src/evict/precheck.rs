@@ -21,7 +21,8 @@ pub async fn count_stale<C>(
 where
     C: SendPacked + Send,
 {
-    let mut batch = Packed::with_capacity(keys.len() * 64);
+    let size: usize = keys.iter().map(|k| k.len() + cutoff.below.len() + 48).sum();
+    let mut batch = Packed::with_capacity(size);
     for key in keys {
         batch.command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()]);
     }
@@ -34,7 +35,7 @@ pub async fn cardinalities<C>(con: &mut C, keys: &[&[u8]]) -> Result<Vec<Option<
 where
     C: SendPacked + Send,
 {
-    let mut batch = Packed::with_capacity(keys.len() * 40);
+    let mut batch = Packed::with_capacity(keys.iter().map(|k| k.len() + 32).sum());
     for key in keys {
         batch.command(&[b"ZCARD", key]);
     }

@@ -47,7 +47,13 @@ where
     let roster_last = (ROSTER_LIMIT - 1).to_string();
     let below = cutoff.below.as_bytes();
     let keys: usize = groups.iter().map(Vec::len).sum();
-    let mut batch = Packed::with_capacity(64 + keys * 192);
+    // Three commands per key, each naming it; two carry the cutoff.
+    let size: usize = groups
+        .iter()
+        .flatten()
+        .map(|k| 3 * k.len() + 2 * below.len() + 160)
+        .sum();
+    let mut batch = Packed::with_capacity(64 + 32 * groups.len() + size);
     batch.command(&[b"TIME"]);
     for keys in groups {
         batch.command(&[b"MULTI"]);

@@ -46,10 +46,25 @@ impl Packed {
     }
 
     fn header(&mut self, kind: u8, n: usize) {
-        self.bytes.push(kind);
-        let mut digits = itoa::Buffer::new();
-        self.bytes.extend_from_slice(digits.format(n).as_bytes());
-        self.bytes.extend_from_slice(b"\r\n");
+        // Argument counts and most lengths have one or two digits.
+        match n {
+            0..=9 => self
+                .bytes
+                .extend_from_slice(&[kind, b'0' + n as u8, b'\r', b'\n']),
+            10..=99 => self.bytes.extend_from_slice(&[
+                kind,
+                b'0' + (n / 10) as u8,
+                b'0' + (n % 10) as u8,
+                b'\r',
+                b'\n',
+            ]),
+            _ => {
+                self.bytes.push(kind);
+                let mut digits = itoa::Buffer::new();
+                self.bytes.extend_from_slice(digits.format(n).as_bytes());
+                self.bytes.extend_from_slice(b"\r\n");
+            }
+        }
     }
 
     /// How many commands the batch holds: as many replies come back.

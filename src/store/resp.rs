@@ -56,6 +56,36 @@ pub(super) fn number(digits: &[u8]) -> io::Result<i64> {
     }
 }
 
+/// The integer on the header line that starts at `at` (just past its type byte), and where the
+/// next element starts: [`line`] and [`number`] in one pass. `None` if the line has not all
+/// arrived.
+pub(super) fn header(buf: &[u8], at: usize) -> io::Result<Option<(i64, usize)>> {
+    let bad = || protocol("a length or integer that is not a number");
+    let negative = buf.get(at) == Some(&b'-');
+    let start = at + usize::from(negative);
+    let mut i = start;
+    // Up to 19 digits fit a u64 whatever they are; the range is checked once at the end.
+    let mut n: u64 = 0;
+    while let Some(&d) = buf.get(i)
+        && d.is_ascii_digit()
+        && i - start < 19
+    {
+        n = n * 10 + u64::from(d - b'0');
+        i += 1;
+    }
+    match (buf.get(i), buf.get(i + 1)) {
+        (None, _) | (Some(b'\r'), None) => return Ok(None),
+        (Some(b'\r'), Some(b'\n')) if i > start => {}
+        _ => return Err(bad()),
+    }
+    let n = if negative {
+        0i64.checked_sub_unsigned(n).ok_or_else(bad)?
+    } else {
+        i64::try_from(n).map_err(|_| bad())?
+    };
+    Ok(Some((n, i + 2)))
+}
+
 /// Where the reply starting at `at` ends, if all of it has arrived. Allocates nothing, so a reply
 /// that arrives in many reads costs one walk per read, and only one real parse.
 pub(super) fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<usize>> {
@@ -65,14 +95,15 @@ pub(super) fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Optio
     let Some(&kind) = buf.get(at) else {
         return Ok(None);
     };
-    let Some((head, next)) = line(buf, at + 1) else {
+    if matches!(kind, b'+' | b'-') {
+        return Ok(line(buf, at + 1).map(|(_, next)| next));
+    }
+    let Some((n, next)) = header(buf, at + 1)? else {
         return Ok(None);
     };
     match kind {
-        b'+' | b'-' => Ok(Some(next)),
-        b':' => number(head).map(|_| Some(next)),
+        b':' => Ok(Some(next)),
         b'$' => {
-            let n = number(head)?;
             if n < 0 {
                 return Ok(Some(next));
             }
@@ -86,7 +117,6 @@ pub(super) fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Optio
             Ok(Some(end))
         }
         b'*' => {
-            let n = number(head)?;
             let mut at = next;
             for _ in 0..n.max(0) {
                 match reply_len(buf, at, depth + 1)? {
@@ -152,31 +182,35 @@ impl<'a> Reader<'a> {
             .buf
             .get(at)
             .ok_or_else(|| protocol("the replies ended early"))?;
-        let (head, next) = line(self.buf, at + 1).ok_or_else(|| protocol("a cut line"))?;
+        let cut = || protocol("a cut line");
+        if matches!(kind, b'+' | b'-') {
+            let (head, next) = line(self.buf, at + 1).ok_or_else(cut)?;
+            self.at = next;
+            return Ok(if kind == b'+' {
+                Item::Status(head)
+            } else {
+                match server_error(&self.buf[at..next]) {
+                    Value::ServerError(e) => Item::Error(e),
+                    _ => return Err(protocol("an unreadable error reply")),
+                }
+            });
+        }
+        let (n, next) = header(self.buf, at + 1)?.ok_or_else(cut)?;
         self.at = next;
         Ok(match kind {
-            b'+' => Item::Status(head),
-            b'-' => match server_error(&self.buf[at..next]) {
-                Value::ServerError(e) => Item::Error(e),
-                _ => return Err(protocol("an unreadable error reply")),
-            },
-            b':' => Item::Int(number(head)?),
-            b'$' => match number(head)? {
-                n if n < 0 => Item::Nil,
-                n => {
-                    let end = next + n as usize;
-                    let bytes = self
-                        .buf
-                        .get(next..end)
-                        .ok_or_else(|| protocol("a cut bulk string"))?;
-                    self.at = end + 2;
-                    Item::Bulk(bytes)
-                }
-            },
-            b'*' => match number(head)? {
-                n if n < 0 => Item::Nil,
-                n => Item::Array(n as usize),
-            },
+            b':' => Item::Int(n),
+            b'$' if n < 0 => Item::Nil,
+            b'$' => {
+                let end = next + n as usize;
+                let bytes = self
+                    .buf
+                    .get(next..end)
+                    .ok_or_else(|| protocol("a cut bulk string"))?;
+                self.at = end + 2;
+                Item::Bulk(bytes)
+            }
+            b'*' if n < 0 => Item::Nil,
+            b'*' => Item::Array(n as usize),
             other => {
                 return Err(protocol(&format!(
                     "unexpected reply type byte {:?}",

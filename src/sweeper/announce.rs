@@ -28,6 +28,23 @@ pub(super) struct Events {
     payload: Vec<u8>,
 }
 
+impl Events {
+    /// Room for the events of these removals, so the batch is not copied as it grows.
+    pub(super) fn for_removals<'r>(removals: impl Iterator<Item = (usize, &'r [u8])>) -> Self {
+        let bytes = removals
+            .map(|(removed, roster_json)| removed * (EVENT_SIZE + roster_json.len()))
+            .sum();
+        Self {
+            batch: Packed::with_capacity(bytes),
+            ..Self::default()
+        }
+    }
+}
+
+/// The bytes of one event and its PUBLISH command, beside its roster: the fixed fields, the ids
+/// and the channel, generously.
+const EVENT_SIZE: usize = 400;
+
 impl Sweeper {
     /// PUBLISH, or SPUBLISH with `redis.sharded_pubsub`.
     pub(super) fn publish_command(&self) -> &'static str {
@@ -57,7 +74,7 @@ impl Sweeper {
         let ttl = self.sweep.ttl.as_secs_f64();
         let command = self.publish_command().as_bytes();
         // Room for every event of the key at once: growing the batch would copy it again.
-        let event_size = 200 + 2 * conversation_id.len() + roster_json.len();
+        let event_size = EVENT_SIZE + 2 * conversation_id.len() + roster_json.len();
         events
             .batch
             .reserve(removed.len() * (event_size + events.channel.len()));

@@ -190,7 +190,12 @@ impl Sweeper {
             routed, observer, ..
         } = ctx;
         observer.progress();
-        let mut events = Events::default();
+        let mut events = Events::for_removals(
+            results
+                .iter()
+                .flatten()
+                .map(|e| (e.removed.len(), e.roster_json.as_slice())),
+        );
         let mut uncounted = Vec::new();
         for (key, evicted) in keys.iter().zip(results) {
             let Some(evicted) = evicted else {
