@@ -15,7 +15,11 @@ use tokio_util::sync::CancellationToken;
 const ONLY_ONLINE: &str = "[sweeps.typing]\nenabled = false\n";
 
 async fn pass(server: &RedisServer, toml: &str, sweep: &str, opts: PassOptions) -> PassReport {
-    let cfg = config(&server.url(), toml);
+    pass_at(&server.url(), toml, sweep, opts).await
+}
+
+async fn pass_at(url: &str, toml: &str, sweep: &str, opts: PassOptions) -> PassReport {
+    let cfg = config(url, toml);
     let store = Store::connect(&cfg.redis).await.unwrap();
     let sweeper = Sweeper::new(cfg.sweep(sweep).unwrap(), &cfg);
     sweeper
@@ -642,18 +646,7 @@ async fn only_the_configured_database_is_swept_over_tcp_and_unix_sockets() {
                 )
                 .unwrap();
         }
-        let cfg = config(&url, ONLY_ONLINE);
-        let store = Store::connect(&cfg.redis).await.unwrap();
-        let sweeper = Sweeper::new(cfg.sweep("online").unwrap(), &cfg);
-        let report = sweeper
-            .pass(
-                &store,
-                PassOptions::default(),
-                &NoObserver,
-                &CancellationToken::new(),
-            )
-            .await
-            .unwrap();
+        let report = pass_at(&url, ONLY_ONLINE, "online", PassOptions::default()).await;
         assert_eq!((report.keys, report.evicted), (1, 1), "{url}");
         redis::cmd("SELECT").arg(db).exec(&mut con).unwrap();
         assert_eq!(members(&mut con, "presence:c1:online"), ["here"], "{url}");
