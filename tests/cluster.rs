@@ -339,3 +339,45 @@ fn sharded_pubsub_reaches_the_shard_of_each_channel() {
         }
     }
 }
+
+/// The password only in the seed URLs: every node's own connections (the data path, the
+/// preflight) must use it too.
+#[test]
+fn a_password_in_the_seed_urls_reaches_every_node() {
+    let cluster = RedisCluster::start(3, 0);
+    seed(&cluster, "c", 60, 1, 2);
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg("seed-secret")
+            .query(&mut node.con())
+            .unwrap();
+    }
+    let seeds: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("\"redis://:seed-secret@127.0.0.1:{}\"", n.port))
+        .collect();
+    let toml = format!(
+        "[redis]\nmode = \"cluster\"\nnodes = [{}]\n[sweeps.typing]\nenabled = false\n",
+        seeds.join(", ")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "c.toml", &toml);
+    let (code, stdout, stderr) = run_binary(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "sweep",
+            "--sweep",
+            "online",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("keys_scanned=60 keys=60 members=120 evicted=60 events_published=60"),
+        "{stdout}"
+    );
+}

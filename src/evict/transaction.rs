@@ -78,8 +78,11 @@ where
     let mut out = Vec::with_capacity(keys);
     for keys in groups {
         // MULTI, one QUEUED (or a refusal) per command, then EXEC's array (or EXECABORT).
+        if let Item::Error(e) = r.item()? {
+            return Err(multi_refused(&mut r, keys.len(), e));
+        }
         let mut refusal = None;
-        for _ in 0..1 + keys.len() * 3 {
+        for _ in 0..keys.len() * 3 {
             match r.item()? {
                 Item::Error(e) => {
                     refusal.get_or_insert(e);
@@ -108,6 +111,33 @@ where
         }
     }
     Ok((now, out))
+}
+
+/// MULTI itself was refused (an ACL changed since the preflight), so the commands after it ran
+/// one by one and EXEC failed. Whatever they removed cannot be announced exactly (nothing held the
+/// read and the removal together): count it and say so, rather than report that nothing happened.
+fn multi_refused(r: &mut Reader<'_>, keys: usize, refusal: redis::ServerError) -> Error {
+    let mut removed = 0;
+    let mut read = || -> redis::RedisResult<()> {
+        for _ in 0..keys {
+            r.skip()?;
+            match r.item()? {
+                Item::Int(n) => removed += n,
+                other => r.skip_rest(&other)?,
+            }
+            r.skip()?;
+        }
+        r.skip()
+    };
+    let _ = read();
+    if removed > 0 {
+        return ReplyError::new(format!(
+            "MULTI was refused ({}), so the transaction's commands ran one by one: {removed} members were removed outside a transaction and cannot be announced",
+            refusal.details().unwrap_or(refusal.code())
+        ))
+        .into();
+    }
+    redis::RedisError::from(refusal).into()
 }
 
 /// `TIME` as Unix seconds.

@@ -22,7 +22,7 @@ use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Client, ConnectionAddr, IntoConnectionInfo, Value};
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use tokio_util::sync::CancellationToken;
 
 pub use self::conn::{Conn, Node};
@@ -268,15 +268,37 @@ impl Store {
         Ok(self.open(client).await?)
     }
 
+    /// A client for one cluster node, reached as the seeds are: over TLS if they are, and with
+    /// the seeds' credentials when the configuration gives none of its own.
     fn node_client(&self, host: &str, port: u16) -> Result<Client, redis::RedisError> {
-        let tls = self.cfg.nodes.iter().any(|n| n.starts_with("rediss://"));
+        let seed = self
+            .cfg
+            .nodes
+            .first()
+            .map(|url| url.as_str().into_connection_info())
+            .transpose()?;
+        let tls = seed
+            .as_ref()
+            .is_some_and(|s| matches!(s.addr(), ConnectionAddr::TcpTls { .. }));
         let host = if host.contains(':') {
             format!("[{host}]")
         } else {
             host.to_owned()
         };
         let scheme = if tls { "rediss" } else { "redis" };
-        client(&self.cfg, &format!("{scheme}://{host}:{port}"))
+        let mut info = format!("{scheme}://{host}:{port}").into_connection_info()?;
+        if let Some(seed) = seed {
+            let from_seed = seed.redis_settings();
+            let mut settings = info.redis_settings().clone();
+            if let Some(username) = from_seed.username() {
+                settings = settings.set_username(username);
+            }
+            if let Some(password) = from_seed.password() {
+                settings = settings.set_password(password);
+            }
+            info = info.set_redis_settings(settings);
+        }
+        client_from_info(&self.cfg, info)
     }
 
     async fn open(&self, client: Client) -> Result<MultiplexedConnection, redis::RedisError> {
@@ -386,7 +408,11 @@ fn install_crypto_provider() {
 
 /// A client for one server at `url`, with the configured credentials and certificates.
 fn client(cfg: &RedisConfig, url: &str) -> Result<Client, redis::RedisError> {
-    let info = url.into_connection_info()?;
+    client_from_info(cfg, url.into_connection_info()?)
+}
+
+/// [`client`] for an address already parsed; the configured credentials win over its own.
+fn client_from_info(cfg: &RedisConfig, info: ConnectionInfo) -> Result<Client, redis::RedisError> {
     // Replies are parsed as RESP2 (`WITHSCORES` as a flat list): a `?protocol=resp3` in the URL
     // is overridden rather than allowed to change their shape.
     let mut settings = info

@@ -20,6 +20,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::resp::{MAX_DEPTH, line, number, protocol, reply_len, server_error};
 
@@ -35,6 +36,9 @@ const MAX_GATHER: usize = 512;
 #[derive(Clone)]
 pub struct Wire {
     requests: mpsc::UnboundedSender<Request>,
+    /// Fired when a request times out: a server that stops answering (paused, or a connection
+    /// a firewall dropped silently) is not asked again on this socket.
+    retire: CancellationToken,
     timeout: Duration,
     db: i64,
 }
@@ -167,12 +171,16 @@ impl Wire {
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
         let (requests, rx) = mpsc::unbounded_channel();
-        tokio::spawn(drive(stream, rx));
+        let retire = CancellationToken::new();
+        tokio::spawn(drive(stream, rx, retire.clone()));
         let mut wire = Self {
             requests,
+            retire,
             timeout: connect_timeout,
             db: target.db,
         };
+        // PING last: the connection is proven to answer (and to be speaking RESP) even with
+        // nothing to authenticate or select.
         let mut hello = redis::pipe();
         if let Some(password) = &target.password {
             let auth = hello.cmd("AUTH");
@@ -184,8 +192,10 @@ impl Wire {
         if target.db != 0 {
             hello.cmd("SELECT").arg(target.db);
         }
-        if !hello.is_empty() {
-            hello.query_async::<()>(&mut wire).await?;
+        hello.cmd("PING");
+        if let Err(e) = hello.query_async::<()>(&mut wire).await {
+            wire.retire.cancel();
+            return Err(e);
         }
         wire.timeout = timeout;
         Ok(wire)
@@ -193,7 +203,7 @@ impl Wire {
 
     /// Whether the socket has failed or closed; such a wire only answers errors.
     pub fn is_closed(&self) -> bool {
-        self.requests.is_closed()
+        self.requests.is_closed() || self.retire.is_cancelled()
     }
 
     /// Writes `bytes` (RESP commands) and returns `count` replies after skipping `skip`.
@@ -245,6 +255,7 @@ impl Wire {
             Ok(Ok(result)) => Ok(result?),
             Ok(Err(_)) => Err(closed().into()),
             Err(_) => {
+                self.retire.cancel();
                 Err(io::Error::new(io::ErrorKind::TimedOut, "Redis did not answer in time").into())
             }
         }
@@ -276,6 +287,13 @@ impl ConnectionLike for Wire {
     }
 }
 
+fn retired() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "a request on this connection timed out; it is not used again",
+    )
+}
+
 fn closed() -> io::Error {
     io::Error::new(
         io::ErrorKind::ConnectionReset,
@@ -286,7 +304,11 @@ fn closed() -> io::Error {
 /// The socket's one task: writes requests in the order they come and hands each reply to the
 /// request it answers. Ends when the socket fails or every handle is gone; requests still
 /// waiting then fail.
-async fn drive(mut stream: Box<dyn Io>, mut requests: mpsc::UnboundedReceiver<Request>) {
+async fn drive(
+    mut stream: Box<dyn Io>,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    retire: CancellationToken,
+) {
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut partial = false;
@@ -304,11 +326,17 @@ async fn drive(mut stream: Box<dyn Io>, mut requests: mpsc::UnboundedReceiver<Re
                         next = requests.try_recv().ok();
                     }
                 }
-                if let Err(e) = write_gathered(&mut stream, &chunks).await {
+                // A server that stops reading must not hold the driver in a write forever.
+                let written = tokio::select! {
+                    written = write_gathered(&mut stream, &chunks) => written,
+                    () = retire.cancelled() => Err(retired()),
+                };
+                if let Err(e) = written {
                     break e;
                 }
                 chunks.clear();
             }
+            () = retire.cancelled() => break retired(),
             // Read even when nothing is pending: a server that closes an idle connection (a
             // restart) is noticed at once, and the next pass opens a new one.
             read = stream.read_buf(&mut input) => match read {
@@ -587,5 +615,45 @@ mod tests {
             deliver(&mut input, &mut pending, &mut partial).is_err(),
             "nobody asked"
         );
+    }
+
+    /// A server that answers the connection's PING and then goes silent, as a paused server or
+    /// a connection a firewall dropped would.
+    #[tokio::test]
+    async fn a_request_that_times_out_retires_the_wire() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await.unwrap();
+            socket.write_all(b"+PONG\r\n").await.unwrap();
+            // Read and never answer.
+            while socket.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        });
+        let target = Target {
+            addr: Addr::Tcp("127.0.0.1".into(), port),
+            username: None,
+            password: None,
+            db: 0,
+        };
+        let wire = Wire::connect(&target, Duration::from_secs(5), Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert!(!wire.is_closed());
+        let error = wire
+            .send(b"*1\r\n$4\r\nPING\r\n".to_vec(), 0, 1)
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("did not answer in time"),
+            "{error}"
+        );
+        assert!(
+            wire.is_closed(),
+            "the store opens a new connection next pass"
+        );
+        server.abort();
     }
 }
