@@ -28,36 +28,8 @@ pub(super) fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
     (rest.get(end + 1)? == &b'\n').then(|| (&rest[..end], at + end + 2))
 }
 
-pub(super) fn number(digits: &[u8]) -> io::Result<i64> {
-    let (negative, digits) = match digits {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, digits),
-    };
-    let bad = || protocol("a length or integer that is not a number");
-    if digits.is_empty() {
-        return Err(bad());
-    }
-    let mut n: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return Err(bad());
-        }
-        let d = i64::from(d - b'0');
-        // Accumulating negatively reaches i64::MIN too.
-        n = n
-            .checked_mul(10)
-            .and_then(|n| n.checked_sub(d))
-            .ok_or_else(bad)?;
-    }
-    if negative {
-        Ok(n)
-    } else {
-        n.checked_neg().ok_or_else(bad)
-    }
-}
-
 /// The integer on the header line that starts at `at` (just past its type byte), and where the
-/// next element starts: [`line`] and [`number`] in one pass. `None` if the line has not all
+/// next element starts, in one pass over the line. `None` if the line has not all
 /// arrived.
 pub(super) fn header(buf: &[u8], at: usize) -> io::Result<Option<(i64, usize)>> {
     let bad = || protocol("a length or integer that is not a number");

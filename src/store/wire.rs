@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::resp::{MAX_DEPTH, line, number, protocol, reply_len, server_error};
+use super::resp::{MAX_DEPTH, header, line, protocol, reply_len, server_error};
 
 /// Read buffer size; a reply bigger than this simply grows it.
 const READ_CHUNK: usize = 64 * 1024;
@@ -437,48 +437,48 @@ fn parse(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<(Value, usize
     let Some(&kind) = buf.get(at) else {
         return Ok(None);
     };
-    let Some((head, next)) = line(buf, at + 1) else {
+    if matches!(kind, b'+' | b'-') {
+        let Some((head, next)) = line(buf, at + 1) else {
+            return Ok(None);
+        };
+        let value = match (kind, head) {
+            (b'+', b"OK") => Value::Okay,
+            (b'+', _) => Value::SimpleString(String::from_utf8_lossy(head).into_owned()),
+            _ => server_error(&buf[at..next]),
+        };
+        return Ok(Some((value, next)));
+    }
+    let Some((n, next)) = header(buf, at + 1)? else {
         return Ok(None);
     };
     let parsed = match kind {
-        b'+' if head == b"OK" => (Value::Okay, next),
-        b'+' => (
-            Value::SimpleString(String::from_utf8_lossy(head).into_owned()),
-            next,
-        ),
-        b'-' => (server_error(&buf[at..next]), next),
-        b':' => (Value::Int(number(head)?), next),
-        b'$' => match number(head)? {
-            n if n < 0 => (Value::Nil, next),
-            n => {
-                let end = next + n as usize;
-                if buf.len() < end + 2 {
+        b':' => (Value::Int(n), next),
+        b'$' | b'*' if n < 0 => (Value::Nil, next),
+        b'$' => {
+            let end = next + n as usize;
+            if buf.len() < end + 2 {
+                return Ok(None);
+            }
+            if &buf[end..end + 2] != b"\r\n" {
+                return Err(protocol("a bulk string without its CRLF"));
+            }
+            (Value::BulkString(buf[next..end].to_vec()), end + 2)
+        }
+        b'*' => {
+            // Every element takes at least 3 bytes: a length from the wire cannot make us
+            // reserve more than what has arrived.
+            let room = (buf.len() - next) / 3;
+            let mut items = Vec::with_capacity((n as usize).min(room));
+            let mut at = next;
+            for _ in 0..n {
+                let Some((item, end)) = parse(buf, at, depth + 1)? else {
                     return Ok(None);
-                }
-                if &buf[end..end + 2] != b"\r\n" {
-                    return Err(protocol("a bulk string without its CRLF"));
-                }
-                (Value::BulkString(buf[next..end].to_vec()), end + 2)
+                };
+                items.push(item);
+                at = end;
             }
-        },
-        b'*' => match number(head)? {
-            n if n < 0 => (Value::Nil, next),
-            n => {
-                // Every element takes at least 3 bytes: a length from the wire cannot make
-                // us reserve more than what has arrived.
-                let room = (buf.len() - next) / 3;
-                let mut items = Vec::with_capacity((n as usize).min(room));
-                let mut at = next;
-                for _ in 0..n {
-                    let Some((item, end)) = parse(buf, at, depth + 1)? else {
-                        return Ok(None);
-                    };
-                    items.push(item);
-                    at = end;
-                }
-                (Value::Array(items), at)
-            }
-        },
+            (Value::Array(items), at)
+        }
         other => {
             return Err(protocol(&format!(
                 "unexpected reply type byte {:?}",
