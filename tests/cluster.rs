@@ -49,6 +49,16 @@ fn tally(events: &[Received]) -> HashMap<(String, String), usize> {
     seen
 }
 
+/// Runs `sweep --sweep online` with `toml` as the configuration and `extra` flags before it.
+fn sweep_online(toml: &str, extra: &[&str]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "c.toml", toml);
+    let mut args = vec!["--config", file.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["sweep", "--sweep", "online"]);
+    run_binary(&args, &[])
+}
+
 fn remaining(cluster: &RedisCluster, prefix: &str, conversations: usize) -> (usize, usize) {
     let mut con = cluster.con();
     let (mut zombies, mut live) = (0, 0);
@@ -296,24 +306,11 @@ fn sharded_pubsub_reaches_the_shard_of_each_channel() {
         .iter()
         .map(|(port, channel)| ShardedSubscriber::start(*port, std::slice::from_ref(channel)))
         .collect();
-    let dir = tempfile::tempdir().unwrap();
     let toml = cluster.redis_toml().replace(
         "mode = \"cluster\"",
         "mode = \"cluster\"\nsharded_pubsub = true",
     );
-    let file = write_file(dir.path(), "c.toml", &toml);
-    let (code, stdout, stderr) = run_binary(
-        &[
-            "--config",
-            file.to_str().unwrap(),
-            "--log-level",
-            "debug,redis=warn",
-            "sweep",
-            "--sweep",
-            "online",
-        ],
-        &[],
-    );
+    let (code, stdout, stderr) = sweep_online(&toml, &["--log-level", "debug,redis=warn"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
         stdout.contains("evicted=12 events_published=12"),
@@ -363,18 +360,7 @@ fn a_password_in_the_seed_urls_reaches_every_node() {
         "[redis]\nmode = \"cluster\"\nnodes = [{}]\n[sweeps.typing]\nenabled = false\n",
         seeds.join(", ")
     );
-    let dir = tempfile::tempdir().unwrap();
-    let file = write_file(dir.path(), "c.toml", &toml);
-    let (code, stdout, stderr) = run_binary(
-        &[
-            "--config",
-            file.to_str().unwrap(),
-            "sweep",
-            "--sweep",
-            "online",
-        ],
-        &[],
-    );
+    let (code, stdout, stderr) = sweep_online(&toml, &[]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
         stdout.contains("keys_scanned=60 keys=60 members=120 evicted=60 events_published=60"),
