@@ -162,13 +162,18 @@ impl Store {
                 nodes
             }
         };
-        let wires = nodes.iter().map(|(_, client)| self.wire(client));
-        let wires = futures_util::future::join_all(wires).await;
-        let live: Vec<String> = nodes
+        let targets: Vec<Option<Target>> = nodes
             .iter()
-            .filter_map(|(_, client)| Target::from_info(client.get_connection_info()))
-            .map(|t| t.to_string())
+            .map(|(_, client)| Target::from_info(client.get_connection_info()))
             .collect();
+        let wires = targets.iter().map(|target| async move {
+            match target {
+                Some(target) => self.wire(target).await,
+                None => None,
+            }
+        });
+        let wires = futures_util::future::join_all(wires).await;
+        let live: Vec<String> = targets.iter().flatten().map(Target::to_string).collect();
         // Servers no longer in the topology (a failed-over primary) lose their wire.
         self.wires
             .lock()
@@ -181,11 +186,9 @@ impl Store {
             .collect())
     }
 
-    /// The data-path connection to the server `client` reaches. `None` for TLS, or when it
-    /// cannot connect: the pass then takes the shared connection, which reports the failure
-    /// its own way.
-    async fn wire(&self, client: &Client) -> Option<Wire> {
-        let target = Target::from_info(client.get_connection_info())?;
+    /// The data-path connection to `target`. `None` when it cannot connect: the pass then takes
+    /// the shared connection, which reports the failure its own way.
+    async fn wire(&self, target: &Target) -> Option<Wire> {
         let address = target.to_string();
         let cached = self
             .wires
@@ -197,7 +200,7 @@ impl Store {
         if cached.is_some() {
             return cached;
         }
-        match Wire::connect(&target, self.cfg.connect_timeout, self.cfg.command_timeout).await {
+        match Wire::connect(target, self.cfg.connect_timeout, self.cfg.command_timeout).await {
             Ok(wire) => {
                 self.wires
                     .lock()

@@ -45,15 +45,23 @@ impl Certs {
         );
     }
 
-    fn ca(&self, name: &str) {
-        self.openssl(&[
+    /// `openssl req` with a new P-256 key, unencrypted, and `args`.
+    fn new_key(&self, args: &[&str]) {
+        let mut all = vec![
             "req",
-            "-x509",
             "-newkey",
             "ec",
             "-pkeyopt",
             "ec_paramgen_curve:prime256v1",
             "-nodes",
+        ];
+        all.extend_from_slice(args);
+        self.openssl(&all);
+    }
+
+    fn ca(&self, name: &str) {
+        self.new_key(&[
+            "-x509",
             "-keyout",
             &format!("{name}.key"),
             "-out",
@@ -76,13 +84,7 @@ impl Certs {
             format!("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n{extensions}"),
         )
         .unwrap();
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
+        self.new_key(&[
             "-keyout",
             &format!("{name}.key"),
             "-out",
