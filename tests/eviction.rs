@@ -621,6 +621,46 @@ async fn a_big_room_lists_100_members_and_counts_them_all() {
     assert_eq!(roster[99], "live099");
 }
 
+/// The roster is read oldest first and reversed by the sweeper: members with equal scores must
+/// still come in exactly the order `ZRANGE ... REV` gives, for a small set and past 100 members.
+#[tokio::test]
+async fn rosters_with_tied_scores_are_in_zrange_rev_order() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    for (key, size) in [("presence:small:online", 7), ("presence:large:online", 130)] {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(key);
+        for u in 0..size {
+            // Three members per score: ties broken by member name, in both directions.
+            cmd.arg(now - (u / 3) as f64)
+                .arg(format!("m{:03}", (u * 37) % size));
+        }
+        cmd.arg(now - 100.0).arg("zombie");
+        let _: () = cmd.query(&mut con).unwrap();
+    }
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    assert_eq!(report.evicted, 2);
+    let got = sub.wait_for(2, Duration::from_secs(5)).await;
+    for event in got {
+        let ev = event.json();
+        let key = format!(
+            "presence:{}:online",
+            ev["conversation_id"].as_str().unwrap()
+        );
+        let expected: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(99)
+            .arg("REV")
+            .query(&mut con)
+            .unwrap();
+        let roster: Vec<String> = serde_json::from_value(ev["online"].clone()).unwrap();
+        assert_eq!(roster, expected, "{key}");
+    }
+}
+
 /// The data path's own connection must select the configured database, over TCP and over a unix
 /// socket alike, and touch no other.
 #[tokio::test]
