@@ -117,9 +117,9 @@ impl EventEncoder {
         out.extend_from_slice(&self.head);
         push_id(out, "conversation_id", event.conversation_id);
         push_id(out, "user_id", event.user_id);
-        out.extend_from_slice(b",\"reason\":");
-        push_str(out, REASON_EXPIRED);
-        out.extend_from_slice(b",\"last_seen\":");
+        out.extend_from_slice(b",\"reason\":\"");
+        out.extend_from_slice(REASON_EXPIRED.as_bytes());
+        out.extend_from_slice(b"\",\"last_seen\":");
         push_f64(out, event.last_seen);
         out.extend_from_slice(b",\"timestamp\":");
         push_f64(out, event.timestamp);
@@ -139,10 +139,11 @@ impl EventEncoder {
     }
 }
 
+/// Writes `,"field":` and the id; `field` is one of ours, plain ASCII with nothing to escape.
 fn push_id(out: &mut Vec<u8>, field: &str, id: &[u8]) {
-    out.push(b',');
-    push_str(out, field);
-    out.push(b':');
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(field.as_bytes());
+    out.extend_from_slice(b"\":");
     if push_plain(out, id) {
         return;
     }

@@ -52,11 +52,12 @@ where
     let roster_first = format!("-{ROSTER_LIMIT}");
     let below = cutoff.below.as_bytes();
     let keys: usize = groups.iter().map(Vec::len).sum();
-    // Three commands per key, each naming it; two carry the cutoff.
+    // Three commands per key, each naming it; two carry the cutoff. Generous, so that the batch
+    // is never copied as it grows: 127 bytes of fixed words, up to 10 of framing per argument.
     let size: usize = groups
         .iter()
         .flatten()
-        .map(|k| 3 * k.len() + 2 * below.len() + 160)
+        .map(|k| 3 * (k.len() + 10) + 2 * (below.len() + 10) + 128)
         .sum();
     let mut batch = Packed::with_capacity(64 + 32 * groups.len() + size);
     batch.command(&[b"TIME"]);

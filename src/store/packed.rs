@@ -33,8 +33,8 @@ impl Packed {
 
     /// Appends one command.
     pub fn command(&mut self, args: &[&[u8]]) -> &mut Self {
-        let size: usize = args.iter().map(|a| a.len() + 16).sum();
-        self.bytes.reserve(size + 16);
+        // No reserve here: the caller sized the batch, and asking for room per command would make
+        // a batch sized up front double (and copy itself) near its end.
         self.header(b'*', args.len());
         for arg in args {
             self.header(b'$', arg.len());
@@ -208,6 +208,34 @@ pub fn all_ok(mut replies: Vec<Value>) -> redis::RedisResult<Vec<Value>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encodes_any_length_and_never_grows_a_batch_sized_up_front() {
+        for n in [0usize, 1, 9, 10, 99, 100, 999, 1000, 123_456] {
+            let arg = vec![b'x'; n];
+            let mut one = Packed::default();
+            one.command(&[b"SET", &arg]);
+            assert_eq!(
+                one.into_bytes(),
+                redis::cmd("SET").arg(&arg).get_packed_command()
+            );
+        }
+        // A batch sized up front for its commands never grows, so it is never copied.
+        let keys: Vec<Vec<u8>> = (0..300)
+            .map(|i| format!("presence:c{i}:online").into_bytes())
+            .collect();
+        let fill = |batch: &mut Packed| {
+            for key in &keys {
+                batch.command(&[b"ZRANGE", key, b"-100", b"-1"]);
+            }
+        };
+        let mut sizing = Packed::default();
+        fill(&mut sizing);
+        let mut batch = Packed::with_capacity(sizing.into_bytes().len());
+        let capacity = batch.bytes.capacity();
+        fill(&mut batch);
+        assert_eq!(batch.bytes.capacity(), capacity);
+    }
 
     #[test]
     fn encodes_resp_and_rebuilds_the_same_pipeline() {

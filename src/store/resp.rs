@@ -31,20 +31,32 @@ pub(super) fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
 /// The integer on the header line that starts at `at` (just past its type byte), and where the
 /// next element starts, in one pass over the line. `None` if the line has not all
 /// arrived.
+#[inline]
 pub(super) fn header(buf: &[u8], at: usize) -> io::Result<Option<(i64, usize)>> {
+    // Most headers of the data path are one digit (member lengths, counts, small arrays), and
+    // every reply is walked twice (framing, then reading): take those in one inlined step.
+    if let Some(&[d @ b'0'..=b'9', b'\r', b'\n']) = buf.get(at..at + 3) {
+        return Ok(Some((i64::from(d - b'0'), at + 3)));
+    }
+    long_header(buf, at)
+}
+
+#[inline(never)]
+fn long_header(buf: &[u8], at: usize) -> io::Result<Option<(i64, usize)>> {
     let bad = || protocol("a length or integer that is not a number");
     let negative = buf.get(at) == Some(&b'-');
     let start = at + usize::from(negative);
-    let mut i = start;
     // Up to 19 digits fit a u64 whatever they are; the range is checked once at the end.
-    let mut n: u64 = 0;
-    while let Some(&d) = buf.get(i)
-        && d.is_ascii_digit()
-        && i - start < 19
-    {
-        n = n * 10 + u64::from(d - b'0');
-        i += 1;
-    }
+    let digits = buf.get(start..).unwrap_or_default();
+    let digits = &digits[..digits
+        .iter()
+        .take(19)
+        .take_while(|d| d.is_ascii_digit())
+        .count()];
+    let n = digits
+        .iter()
+        .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+    let i = start + digits.len();
     match (buf.get(i), buf.get(i + 1)) {
         (None, _) | (Some(b'\r'), None) => return Ok(None),
         (Some(b'\r'), Some(b'\n')) if i > start => {}
@@ -102,6 +114,88 @@ pub(super) fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Optio
             "unexpected reply type byte {:?}",
             other as char
         ))),
+    }
+}
+
+/// Finds where the reply at the start of a buffer ends as the buffer grows, resuming where the
+/// last look stopped: a big reply arriving in many reads is walked once, not once per read.
+#[derive(Debug, Default)]
+pub(super) struct Framer {
+    /// Where the next element starts: everything before it has been walked.
+    at: usize,
+    /// Elements still to come in each array being walked, innermost last.
+    open: Vec<usize>,
+}
+
+impl Framer {
+    /// Whether the reply at the start of the buffer has been partly walked.
+    pub(super) fn walking(&self) -> bool {
+        self.at > 0 || !self.open.is_empty()
+    }
+
+    /// Where the reply that starts at `buf[0]` ends, once all of it is in `buf`; the framer then
+    /// starts over for the next reply. Between calls `buf` may only grow at its end.
+    pub(super) fn reply_end(&mut self, buf: &[u8]) -> io::Result<Option<usize>> {
+        loop {
+            if self.open.len() > MAX_DEPTH {
+                return Err(protocol("replies nested too deep"));
+            }
+            let Some(&kind) = buf.get(self.at) else {
+                return Ok(None);
+            };
+            let end = match kind {
+                b'+' | b'-' => match line(buf, self.at + 1) {
+                    Some((_, next)) => next,
+                    None => return Ok(None),
+                },
+                b':' | b'$' | b'*' => {
+                    let Some((n, next)) = header(buf, self.at + 1)? else {
+                        return Ok(None);
+                    };
+                    match kind {
+                        b'$' if n >= 0 => {
+                            let end = next + n as usize + 2;
+                            if buf.len() < end {
+                                return Ok(None);
+                            }
+                            if &buf[end - 2..end] != b"\r\n" {
+                                return Err(protocol("a bulk string without its CRLF"));
+                            }
+                            end
+                        }
+                        b'*' if n > 0 => {
+                            self.open.push(n as usize);
+                            self.at = next;
+                            continue;
+                        }
+                        _ => next,
+                    }
+                }
+                other => {
+                    return Err(protocol(&format!(
+                        "unexpected reply type byte {:?}",
+                        other as char
+                    )));
+                }
+            };
+            // A whole element ends at `end`, and with it every array it was the last one of.
+            self.at = end;
+            loop {
+                match self.open.last_mut() {
+                    None => {
+                        self.at = 0;
+                        return Ok(Some(end));
+                    }
+                    Some(left) if *left > 1 => {
+                        *left -= 1;
+                        break;
+                    }
+                    Some(_) => {
+                        self.open.pop();
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::resp::{MAX_DEPTH, header, line, protocol, reply_len, server_error};
+use super::resp::{Framer, MAX_DEPTH, header, line, protocol, server_error};
 
 /// Read buffer size; a reply bigger than this simply grows it.
 const READ_CHUNK: usize = 64 * 1024;
@@ -311,7 +311,7 @@ async fn drive(
 ) {
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut input = BytesMut::with_capacity(READ_CHUNK);
-    let mut partial = false;
+    let mut framer = Framer::default();
     let mut chunks: Vec<Vec<u8>> = Vec::new();
     let failure = loop {
         tokio::select! {
@@ -342,7 +342,7 @@ async fn drive(
             read = stream.read_buf(&mut input) => match read {
                 Ok(0) => break closed(),
                 Ok(_) => {
-                    if let Err(e) = deliver(&mut input, &mut pending, &mut partial) {
+                    if let Err(e) = deliver(&mut input, &mut pending, &mut framer) {
                         break e;
                     }
                     if input.capacity() - input.len() < READ_CHUNK / 4 {
@@ -379,13 +379,14 @@ async fn write_gathered(stream: &mut Box<dyn Io>, chunks: &[Vec<u8>]) -> io::Res
 
 /// Parses every complete reply in `input` and hands it to its request.
 ///
-/// Replies are parsed optimistically: most are complete when they are first looked at. When one
-/// was not (`partial`), later reads first walk it without allocating and parse it only once it
-/// is whole, so a big reply arriving in many reads is not built again and again.
+/// Replies for values are parsed optimistically: most are complete when they are first looked
+/// at. A raw reply, and one that was not complete, is first walked by the `framer`, which
+/// resumes where it stopped as more arrives, so a big reply arriving in many reads is walked
+/// once and parsed once.
 fn deliver(
     input: &mut BytesMut,
     pending: &mut VecDeque<Pending>,
-    partial: &mut bool,
+    framer: &mut Framer,
 ) -> io::Result<()> {
     while !input.is_empty() {
         let Some(front) = pending.front_mut() else {
@@ -394,7 +395,7 @@ fn deliver(
         let keep = front.skip == 0;
         match &mut front.raw {
             Some(raw) => {
-                let Some(len) = reply_len(input, 0, 0)? else {
+                let Some(len) = framer.reply_end(input)? else {
                     return Ok(());
                 };
                 if keep {
@@ -403,11 +404,14 @@ fn deliver(
                 input.advance(len);
             }
             None => {
-                if *partial && reply_len(input, 0, 0)?.is_none() {
+                if framer.walking() && framer.reply_end(input)?.is_none() {
                     return Ok(());
                 }
                 let Some((value, len)) = parse(input, 0, 0)? else {
-                    *partial = true;
+                    // Walk what has come, so that the next read resumes after it.
+                    if framer.reply_end(input)?.is_some() {
+                        return Err(protocol("a reply both whole and cut"));
+                    }
                     return Ok(());
                 };
                 if keep {
@@ -416,7 +420,6 @@ fn deliver(
                 input.advance(len);
             }
         }
-        *partial = false;
         if keep {
             front.seen += 1;
         } else {
@@ -491,6 +494,7 @@ fn parse(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<(Value, usize
 
 #[cfg(test)]
 mod tests {
+    use super::super::resp::reply_len;
     use super::*;
 
     fn whole(input: &[u8]) -> Value {
@@ -548,6 +552,40 @@ mod tests {
         assert_eq!(reply_len(full, 0, 0).unwrap(), Some(full.len()));
     }
 
+    /// The framer resumes where it stopped, byte after byte, and ends where the whole walk does.
+    #[test]
+    fn a_reply_arriving_byte_by_byte_is_framed_once_whole() {
+        let replies: [&[u8]; 6] = [
+            b"*3\r\n$3\r\nabc\r\n:7\r\n*1\r\n$2\r\nxy\r\n",
+            b"*2\r\n*2\r\n*0\r\n*-1\r\n$-1\r\n",
+            b"*2\r\n+QUEUED\r\n-ERR no\r\n",
+            b"$12\r\nab\r\ncd\r\n\r\nef\r\n",
+            b":-9223372036854775808\r\n",
+            b"*1\r\n*1\r\n*1\r\n:1\r\n",
+        ];
+        for full in replies {
+            let mut framer = Framer::default();
+            let mut buf = Vec::new();
+            for (i, &b) in full.iter().enumerate() {
+                buf.push(b);
+                let end = framer.reply_end(&buf).unwrap();
+                if i + 1 < full.len() {
+                    assert_eq!(end, None, "{full:?} cut after {}", i + 1);
+                } else {
+                    assert_eq!(end, Some(full.len()), "{full:?}");
+                }
+            }
+            assert!(!framer.walking(), "starts over for the next reply");
+            // The next reply behind it in the same buffer is framed from the start again.
+            buf.extend_from_slice(b":1\r\n");
+            assert_eq!(framer.reply_end(&buf).unwrap(), Some(full.len()));
+        }
+        let deep = "*1\r\n".repeat(MAX_DEPTH + 2);
+        assert!(Framer::default().reply_end(deep.as_bytes()).is_err());
+        assert!(Framer::default().reply_end(b"$2\r\nabcd\r\n").is_err());
+        assert!(Framer::default().reply_end(b"*1\r\n?\r\n").is_err());
+    }
+
     #[test]
     fn garbage_is_a_protocol_error() {
         assert!(reply_len(b"?what\r\n", 0, 0).is_err());
@@ -590,6 +628,33 @@ mod tests {
         }
     }
 
+    /// Replies cut anywhere, for values and raw alike, reach their requests whole.
+    #[test]
+    fn replies_arriving_in_pieces_are_delivered_whole() {
+        let reply: &[u8] = b"*3\r\n$3\r\nabc\r\n*2\r\n:1\r\n$2\r\nxy\r\n+OK\r\n";
+        let both = [reply, reply].concat();
+        for cut in 1..both.len() {
+            for cut2 in cut..both.len() {
+                let (a, mut a_rx) = pending(0, 1, false);
+                let (b, mut b_rx) = pending(0, 1, true);
+                let mut pending = VecDeque::from([a, b]);
+                let mut framer = Framer::default();
+                let mut input = BytesMut::new();
+                for piece in [&both[..cut], &both[cut..cut2], &both[cut2..]] {
+                    input.extend_from_slice(piece);
+                    deliver(&mut input, &mut pending, &mut framer).unwrap();
+                }
+                let (v, _) = parse(reply, 0, 0).unwrap().unwrap();
+                assert_eq!(values(&mut a_rx), vec![v], "cuts {cut} {cut2}");
+                match b_rx.try_recv().expect("answered").expect("no error") {
+                    Answer::Raw(raw) => assert_eq!(raw, reply, "cuts {cut} {cut2}"),
+                    Answer::Values(_) => panic!("values answer to a request for bytes"),
+                }
+                assert!(input.is_empty() && pending.is_empty());
+            }
+        }
+    }
+
     #[test]
     fn replies_go_to_their_requests_in_order() {
         let (a, mut a_rx) = pending(1, 1, false);
@@ -597,22 +662,21 @@ mod tests {
         let (c, mut c_rx) = pending(0, 1, false);
         let mut pending = VecDeque::from([a, b, c]);
         let mut input = BytesMut::from(&b"+OK\r\n:1\r\n*1\r\n$2\r\nab\r\n:3\r\n:4"[..]);
-        let mut partial = false;
-        deliver(&mut input, &mut pending, &mut partial).unwrap();
+        let mut framer = Framer::default();
+        deliver(&mut input, &mut pending, &mut framer).unwrap();
         assert_eq!(values(&mut a_rx), vec![Value::Int(1)]);
         match b_rx.try_recv().expect("answered").expect("no error") {
             Answer::Raw(raw) => assert_eq!(raw, b"*1\r\n$2\r\nab\r\n:3\r\n"),
             Answer::Values(_) => panic!("values answer to a request for bytes"),
         }
         assert!(c_rx.try_recv().is_err(), "still waiting for its reply");
-        assert!(partial, "the last reply was cut");
         input.extend_from_slice(b"\r\n");
-        deliver(&mut input, &mut pending, &mut partial).unwrap();
+        deliver(&mut input, &mut pending, &mut framer).unwrap();
         assert_eq!(values(&mut c_rx), vec![Value::Int(4)]);
         assert!(input.is_empty());
         input.extend_from_slice(b":5\r\n");
         assert!(
-            deliver(&mut input, &mut pending, &mut partial).is_err(),
+            deliver(&mut input, &mut pending, &mut framer).is_err(),
             "nobody asked"
         );
     }
