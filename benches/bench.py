@@ -12,7 +12,11 @@ In one run, on this machine:
      that evict and publish, pipelined) and presence-sweeper on the same REFERENCE_KEYS-key
      keyspace, evicting then clean, each on a fresh server, REPEAT times (the run with the median
      ratio reported), so Redis CPU per key can be compared within one run;
-  6. with --simulate, runs `presence-sweeper run` (online ttl 45 s, schedule 5 s) under
+  6. counts instructions per key with callgrind, which does not drift with the machine as CPU
+     seconds do: Redis's (redis-server run under valgrind) for the reference design and for
+     presence-sweeper on the same INSTRUCTIONS_KEYS-key keyspace, evicting then clean, and the
+     sweeper's own;
+  7. with --simulate, runs `presence-sweeper run` (online ttl 45 s, schedule 5 s) under
      `presence-sweeper simulate` with 10,000 conversations x 20 users, for eviction lag.
 
 For every pass it reports keys/s, members evicted/s, the sweeper's CPU seconds and peak RSS
@@ -21,10 +25,12 @@ thread) and Redis CPU per key, and checks the targets of issue #6. Redis CPU is 
 limit of a sweep: Redis runs every command on one thread.
 
 usage: python3 benches/bench.py [--keys N] [--members M] [--stale F] [--big-key N]
-                                [--baseline-keys N] [--reference-keys N] [--simulate]
+                                [--baseline-keys N] [--reference-keys N] [--instructions-keys N]
+                                [--simulate]
                                 [--skip-build] [--json FILE]
 needs: redis-server on PATH; cargo; python3 with venv + pip for the baseline (redis-py is
-installed into a private virtualenv under ~/.cache on first use).
+installed into a private virtualenv under ~/.cache on first use); valgrind for stage 6 (skipped
+without it).
 """
 
 import argparse
@@ -66,14 +72,14 @@ def free_port():
 class Redis:
     """A redis-server of our own, on a free port, killed at exit."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, wrapper=()):
         self.port = free_port()
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            [*wrapper, "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", workdir, "--logfile", os.path.join(workdir, "redis.log"),
              "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "4096"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):
+        for _ in range(600):
             if self.cli("PING", check=False) == "PONG":
                 return
             time.sleep(0.05)
@@ -209,6 +215,67 @@ def simulate(config_dir, redis):
         daemon.wait(10)
 
 
+def callgrind_total(path):
+    """Instructions in one callgrind dump."""
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise SystemExit(f"{path}: no instruction count")
+
+
+def instructions(config, work, keys, members, stale, py):
+    """Instructions per key, counted by callgrind, which does not drift with the machine: Redis's
+    for the reference design and for presence-sweeper on the same keyspace (evicting, then
+    clean), and presence-sweeper's own."""
+    env = dict(os.environ, PRESENCE_SWEEPER__REDIS__COMMAND_TIMEOUT="600s")  # Redis runs ~50x slower
+    out = {}
+    cg_dir = tempfile.mkdtemp(dir=work)
+    r = Redis(tempfile.mkdtemp(dir=work),
+              wrapper=("valgrind", "--tool=callgrind", f"--callgrind-out-file={cg_dir}/redis.out"))
+    try:
+        def counted(label, args):
+            subprocess.run(["callgrind_control", "-z", str(r.proc.pid)], check=True, capture_output=True)
+            subprocess.run(args, check=True, capture_output=True, env=env)
+            subprocess.run(["callgrind_control", "-d", label, str(r.proc.pid)], check=True,
+                           capture_output=True)
+
+        for design, passes in (
+                ("reference", lambda label: [py, REFERENCE, str(r.port), "presence:*:online", "3600"]),
+                ("ours", lambda label: sweeper(config, r, "sweep", "--sweep", "online"))):
+            r.cli("FLUSHALL")
+            subprocess.run(sweeper(config, r, "seed", "--conversations", str(keys), "--members", str(members),
+                                   "--stale-fraction", str(stale)), check=True, capture_output=True, env=env)
+            for label in ("evicting", "clean"):
+                counted(f"{design}-{label}", passes(label))
+    finally:
+        r.stop()
+    for path in os.listdir(cg_dir):
+        with open(os.path.join(cg_dir, path), errors="replace") as f:
+            trigger = next((l for l in f if l.startswith("desc: Trigger:")), "")
+        label = trigger.split()[-1] if "dump" in trigger else None
+        if label and "-" in label:
+            out[f"redis_{label}"] = callgrind_total(os.path.join(cg_dir, path)) / keys
+    # The sweeper's own, against a Redis at full speed.
+    r = Redis(tempfile.mkdtemp(dir=work))
+    try:
+        seed(config, r, keys, members, stale)
+        for label in ("evicting", "clean"):
+            path = os.path.join(cg_dir, f"sweeper-{label}.out")
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}",
+                            *sweeper(config, r, "sweep", "--sweep", "online")],
+                           check=True, capture_output=True, env=env)
+            out[f"sweeper_{label}"] = callgrind_total(path) / keys
+    finally:
+        r.stop()
+    for label in ("evicting", "clean"):
+        print(f"  {label}: Redis {out[f'redis_ours-{label}']:,.0f} instructions/key for presence-sweeper, "
+              f"{out[f'redis_reference-{label}']:,.0f} for the reference design "
+              f"(ratio {out[f'redis_ours-{label}'] / out[f'redis_reference-{label}']:.2f}); "
+              f"the sweeper's own {out[f'sweeper_{label}']:,.0f}", flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", type=int, default=1_000_000)
@@ -218,6 +285,8 @@ def main():
     ap.add_argument("--baseline-keys", type=int, default=20_000)
     ap.add_argument("--reference-keys", type=int, default=100_000)
     ap.add_argument("--gentle", type=int, default=100_000, help="scan.max_keys_per_second of the gentle pass")
+    ap.add_argument("--instructions-keys", type=int, default=3_000,
+                    help="keys of the callgrind stage (instructions per key; 0 skips it; needs valgrind)")
     ap.add_argument("--simulate", action="store_true", help="also run the 10k x 20 simulate lag test (~4 min)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of the evicting and clean passes; the median is reported")
     ap.add_argument("--skip-build", action="store_true")
@@ -311,8 +380,16 @@ def main():
         clean_ratios = sorted(x["ratio_clean"] for x in runs)
         results["ratio_clean_range"] = [clean_ratios[0], clean_ratios[-1]]
 
+        if args.instructions_keys and shutil.which("valgrind"):
+            print(f"6. instructions per key (callgrind) on {args.instructions_keys:,} keys: Redis's for the "
+                  "reference design and presence-sweeper, and the sweeper's own", flush=True)
+            results["instructions"] = instructions(config, work, args.instructions_keys, args.members,
+                                                   args.stale, py)
+        elif args.instructions_keys:
+            print("6. instructions per key: skipped, valgrind is not on PATH", flush=True)
+
         if args.simulate:
-            print("6. simulate: 10,000 conversations x 20 users, ttl 45 s, schedule 5 s", flush=True)
+            print("7. simulate: 10,000 conversations x 20 users, ttl 45 s, schedule 5 s", flush=True)
             sim, code = simulate(work, fresh_redis())
             results["simulate"] = {"report": sim, "exit": code}
             print(f"  simulate: {json.dumps(sim)[:600]}", flush=True)
@@ -366,8 +443,21 @@ def report(r, args):
     print(f"| Redis CPU per key against the reference design in this run, evicting / clean: <= {10 / 14.8:.2f} / "
           f"<= {3.5 / 5.4:.2f} (the targets' own ratios) | {rel_e:.2f} / {rel_c:.2f} (runs: {span('ratio_evicting_range')} / "
           f"{span('ratio_clean_range')}) | {ok(rel_e <= 10 / 14.8 and rel_c <= 3.5 / 5.4)} |")
+    if "instructions" in r:
+        i = r["instructions"]
+        ie = i["redis_ours-evicting"] / i["redis_reference-evicting"]
+        ic = i["redis_ours-clean"] / i["redis_reference-clean"]
+        print(f"| the same ratio in Redis instructions per key (callgrind, {args.instructions_keys:,} keys; does not drift) "
+              f"| {ie:.2f} / {ic:.2f} ({i['redis_ours-evicting']:,.0f} vs {i['redis_reference-evicting']:,.0f}; "
+              f"{i['redis_ours-clean']:,.0f} vs {i['redis_reference-clean']:,.0f}) | {ok(ie <= 10 / 14.8 and ic <= 3.5 / 5.4)} |")
     print(f"| wall <= 1.3 x Redis CPU (evicting / clean) | {e['wall_over_redis']:.2f} / {c['wall_over_redis']:.2f} | {ok(max(e['wall_over_redis'], c['wall_over_redis']) <= 1.3)} |")
     print(f"| sweeper CPU < 1/3 of Redis's (evicting / clean) | {e['sweeper_over_redis']:.2f} / {c['sweeper_over_redis']:.2f} | {ok(max(e['sweeper_over_redis'], c['sweeper_over_redis']) < 1/3)} |")
+    if "instructions" in r:
+        i = r["instructions"]
+        se = i["sweeper_evicting"] / i["redis_ours-evicting"]
+        sc = i["sweeper_clean"] / i["redis_ours-clean"]
+        print(f"| the same in instructions per key (callgrind) | {se:.2f} / {sc:.2f} ({i['sweeper_evicting']:,.0f} vs "
+              f"{i['redis_ours-evicting']:,.0f}; {i['sweeper_clean']:,.0f} vs {i['redis_ours-clean']:,.0f}) | {ok(max(se, sc) < 1/3)} |")
     print(f"| >= 100x the baseline's keys/s | {ratio:,.0f}x (same {args.baseline_keys:,}-key keyspace: {same_ratio:,.0f}x) | {ok(ratio >= 100)} |")
     print(f"| sweeper peak RSS < 30 MB at 1M keys | {max(e['sweeper_rss_mb'], c['sweeper_rss_mb']):.1f} MB | {ok(max(e['sweeper_rss_mb'], c['sweeper_rss_mb']) < 30)} |")
     slow = e["slowlog_over_10ms"] + c["slowlog_over_10ms"] + b["slowlog_over_10ms"]
