@@ -5,6 +5,7 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use presence_sweeper::discover::FIRST_PAGE_SHARE;
 use presence_sweeper::evict::Clock;
 use presence_sweeper::store::Store;
 use presence_sweeper::sweeper::{NoObserver, PassOptions, PassReport, Sweeper};
@@ -594,6 +595,62 @@ async fn max_keys_per_second_paces_discovery() {
         "{:?}",
         report.duration
     );
+}
+
+/// A pass starts with small SCAN pages and doubles them up to `scan.count`, so that the first
+/// commands to meet a Redis that has been idle stay short. Read back from Redis's own log of
+/// every command.
+#[tokio::test]
+async fn discovery_starts_with_small_pages() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let mut pipe = redis::pipe();
+    for c in 0..5000 {
+        pipe.zadd(format!("presence:c{c}:online"), "u", now)
+            .ignore();
+    }
+    pipe.cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(100_000)
+        .ignore();
+    pipe.cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .ignore();
+    let _: () = pipe.query(&mut con).unwrap();
+    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    assert_eq!(report.keys, 5000);
+    let log: Vec<(i64, i64, i64, Vec<String>)> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query::<Vec<redis::Value>>(&mut con)
+        .unwrap()
+        .into_iter()
+        .map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                panic!("a SLOWLOG entry that is not an array");
+            };
+            redis::from_redis_value(redis::Value::Array(fields[..4].to_vec())).unwrap()
+        })
+        .collect();
+    // Newest first; the sweep's SCANs in the order they ran, with their COUNT.
+    let counts: Vec<u32> = log
+        .iter()
+        .rev()
+        .filter(|(_, _, _, args)| args[0].eq_ignore_ascii_case("SCAN") && args.len() > 6)
+        .map(|(_, _, _, args)| args[5].parse().unwrap())
+        .collect();
+    // The default scan.count is 1000: 62, 124, 248, 496, 992, then 1000 to the end.
+    let mut expected = vec![1000 / FIRST_PAGE_SHARE];
+    while expected.len() < counts.len() {
+        expected.push((expected[expected.len() - 1] * 2).min(1000));
+    }
+    assert_eq!(expected[..2], [62, 124]);
+    assert!(counts.len() > 6, "{counts:?}");
+    assert_eq!(counts, expected);
 }
 
 #[tokio::test]

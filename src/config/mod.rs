@@ -62,7 +62,8 @@ pub struct Config {
 /// `[scan]`: discovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScanConfig {
-    /// `scan.count`: the COUNT hint of each SCAN call.
+    /// `scan.count`: the COUNT hint of each SCAN call (a pass's first pages ask for less and
+    /// double up to it).
     pub count: u32,
     /// `scan.max_keys_per_second`: cap on the keys a pass discovers per second (0 = no cap),
     /// to keep the sweeper gentle on a busy Redis.
