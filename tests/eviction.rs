@@ -575,17 +575,22 @@ async fn racing_heartbeats(evict: &str) {
     }
 }
 
+/// `n` online keys `presence:c0:online`, ... with one fresh member each.
+fn fresh_keys(con: &mut redis::Connection, n: usize) {
+    let now = redis_now(con);
+    let mut pipe = redis::pipe();
+    for c in 0..n {
+        pipe.zadd(format!("presence:c{c}:online"), "u", now)
+            .ignore();
+    }
+    let _: () = pipe.query(con).unwrap();
+}
+
 #[tokio::test]
 async fn max_keys_per_second_paces_discovery() {
     let server = RedisServer::start();
     let mut con = server.con();
-    let now = redis_now(&mut con);
-    let mut pipe = redis::pipe();
-    for c in 0..3000 {
-        pipe.zadd(format!("presence:c{c}:online"), "u", now)
-            .ignore();
-    }
-    let _: () = pipe.query(&mut con).unwrap();
+    fresh_keys(&mut con, 3000);
     let toml = format!("{ONLY_ONLINE}[scan]\ncount = 100\nmax_keys_per_second = 2000\n");
     let report = pass(&server, &toml, "online", PassOptions::default()).await;
     assert_eq!(report.keys, 3000);
@@ -604,12 +609,8 @@ async fn max_keys_per_second_paces_discovery() {
 async fn discovery_starts_with_small_pages() {
     let server = RedisServer::start();
     let mut con = server.con();
-    let now = redis_now(&mut con);
+    fresh_keys(&mut con, 5000);
     let mut pipe = redis::pipe();
-    for c in 0..5000 {
-        pipe.zadd(format!("presence:c{c}:online"), "u", now)
-            .ignore();
-    }
     pipe.cmd("CONFIG")
         .arg("SET")
         .arg("slowlog-max-len")
