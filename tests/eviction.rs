@@ -575,6 +575,54 @@ async fn racing_heartbeats(evict: &str) {
     }
 }
 
+/// Logs every command from now on (SLOWLOG at 0 us).
+fn log_every_command(con: &mut redis::Connection) {
+    let _: () = redis::pipe()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(100_000)
+        .ignore()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .ignore()
+        .cmd("SLOWLOG")
+        .arg("RESET")
+        .ignore()
+        .query(con)
+        .unwrap();
+}
+
+/// The arguments of the logged commands named `name`, oldest first.
+fn logged(con: &mut redis::Connection, name: &str) -> Vec<Vec<String>> {
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query(con)
+        .unwrap();
+    log.into_iter()
+        .rev()
+        .map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                panic!("a SLOWLOG entry that is not an array");
+            };
+            redis::from_redis_value::<Vec<String>>(fields[3].clone()).unwrap()
+        })
+        .filter(|args| args[0].eq_ignore_ascii_case(name))
+        .collect()
+}
+
+/// `start`, then twice the one before, up to `most`: `len` of them.
+fn doubling(start: u32, most: u32, len: usize) -> Vec<u32> {
+    let mut v = vec![start];
+    while v.len() < len {
+        v.push((v[v.len() - 1] * 2).min(most));
+    }
+    v
+}
+
 /// `n` online keys `presence:c0:online`, ... with one fresh member each.
 fn fresh_keys(con: &mut redis::Connection, n: usize) {
     let now = redis_now(con);
@@ -610,48 +658,58 @@ async fn discovery_starts_with_small_pages() {
     let server = RedisServer::start();
     let mut con = server.con();
     fresh_keys(&mut con, 5000);
-    let mut pipe = redis::pipe();
-    pipe.cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-max-len")
-        .arg(100_000)
-        .ignore();
-    pipe.cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-log-slower-than")
-        .arg(0)
-        .ignore();
-    let _: () = pipe.query(&mut con).unwrap();
+    log_every_command(&mut con);
     let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
     assert_eq!(report.keys, 5000);
-    let log: Vec<(i64, i64, i64, Vec<String>)> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(100_000)
-        .query::<Vec<redis::Value>>(&mut con)
-        .unwrap()
-        .into_iter()
-        .map(|entry| {
-            let redis::Value::Array(fields) = entry else {
-                panic!("a SLOWLOG entry that is not an array");
-            };
-            redis::from_redis_value(redis::Value::Array(fields[..4].to_vec())).unwrap()
-        })
-        .collect();
-    // Newest first; the sweep's SCANs in the order they ran, with their COUNT.
-    let counts: Vec<u32> = log
+    // The sweep's SCANs (the preflight's has no MATCH), with their COUNT.
+    let counts: Vec<u32> = logged(&mut con, "SCAN")
         .iter()
-        .rev()
-        .filter(|(_, _, _, args)| args[0].eq_ignore_ascii_case("SCAN") && args.len() > 6)
-        .map(|(_, _, _, args)| args[5].parse().unwrap())
+        .filter(|args| args.len() > 6)
+        .map(|args| args[5].parse().unwrap())
         .collect();
-    // The default scan.count is 1000: 62, 124, 248, 496, 992, then 1000 to the end.
-    let mut expected = vec![1000 / FIRST_PAGE_SHARE];
-    while expected.len() < counts.len() {
-        expected.push((expected[expected.len() - 1] * 2).min(1000));
-    }
-    assert_eq!(expected[..2], [62, 124]);
     assert!(counts.len() > 6, "{counts:?}");
-    assert_eq!(counts, expected);
+    // The default scan.count is 1000: 62, 124, 248, 496, 992, then 1000 to the end.
+    assert_eq!(
+        counts,
+        doubling(1000 / FIRST_PAGE_SHARE, 1000, counts.len())
+    );
+    assert_eq!(counts[..2], [62, 124]);
+}
+
+/// A key with more zombies than one call may remove is swept by script calls whose budgets start
+/// small and double up to `evict.max_members_per_call`, for the same reason.
+#[tokio::test]
+async fn script_calls_on_a_big_key_start_small() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let mut cmd = redis::cmd("ZADD");
+    cmd.arg("presence:big:online");
+    for n in 0..5000 {
+        let score = if n < 4000 { now - 100.0 } else { now };
+        cmd.arg(score).arg(format!("user-{n}"));
+    }
+    let _: () = cmd.query(&mut con).unwrap();
+    log_every_command(&mut con);
+    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    assert_eq!(report.evicted, 4000);
+    // EVALSHA sha numkeys key ttl unit chunk budget ...: the budget of each call that ran (the
+    // preflight's probe has a budget of 0).
+    let mut budgets: Vec<u32> = logged(&mut con, "EVALSHA")
+        .iter()
+        .map(|args| args[7].parse().unwrap())
+        .filter(|&budget| budget > 0)
+        .collect();
+    // The first call is refused NOSCRIPT on a fresh server and sent again once the script is
+    // loaded.
+    if budgets.len() > 1 && budgets[0] == budgets[1] {
+        budgets.remove(0);
+    }
+    assert!(budgets.len() > 6, "{budgets:?}");
+    assert_eq!(
+        budgets,
+        doubling(500 / FIRST_PAGE_SHARE, 500, budgets.len())
+    );
 }
 
 #[tokio::test]

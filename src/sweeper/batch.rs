@@ -8,6 +8,7 @@ use redis::cluster_routing::Slot;
 use super::announce::{Events, Removal};
 use super::{BatchCounts, PassCtx, PassObserver, Sweeper};
 use crate::Error;
+use crate::discover::FIRST_PAGE_SHARE;
 use crate::events::EventEncoder;
 use crate::evict::{self, Clock, Count, Cutoff, Evicted, KeyReply, Params, precheck};
 use crate::store::{Conn, Node};
@@ -262,10 +263,14 @@ impl Sweeper {
             observer,
             cancel,
         } = ctx;
-        let params = Params {
+        // The first call may remove a sixteenth of the budget and each next one twice as many as
+        // the last, like the SCAN pages ([`FIRST_PAGE_SHARE`]): a key this big is often met first
+        // thing in a pass, by a Redis that has been idle and runs every command slow for a while.
+        let most = self.evict.max_members_per_call;
+        let mut params = Params {
             ttl: self.sweep.ttl,
             unit: self.sweep.score_unit,
-            budget: self.evict.max_members_per_call,
+            budget: (most / FIRST_PAGE_SHARE as usize).max(1),
             clock: opts.clock,
         };
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
@@ -274,6 +279,7 @@ impl Sweeper {
             // On shutdown no new call starts; what the calls before removed was announced.
             while !keys.is_empty() && !cancel.is_cancelled() {
                 let reply = self.script.call(node, &keys, &params).await?;
+                params.budget = (params.budget * 2).min(most);
                 observer.progress();
                 let mut events = Events::default();
                 let mut next = Vec::new();
