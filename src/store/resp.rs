@@ -70,51 +70,13 @@ fn long_header(buf: &[u8], at: usize) -> io::Result<Option<(i64, usize)>> {
     Ok(Some((n, i + 2)))
 }
 
-/// Where the reply starting at `at` ends, if all of it has arrived. Allocates nothing, so a reply
-/// that arrives in many reads costs one walk per read, and only one real parse.
-pub(super) fn reply_len(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<usize>> {
-    if depth > MAX_DEPTH {
-        return Err(protocol("replies nested too deep"));
+/// Where the reply starting at `at` ends, if all of it has arrived: one [`Framer`] walk.
+pub(super) fn reply_len(buf: &[u8], at: usize) -> io::Result<Option<usize>> {
+    Framer {
+        at,
+        open: Vec::new(),
     }
-    let Some(&kind) = buf.get(at) else {
-        return Ok(None);
-    };
-    if matches!(kind, b'+' | b'-') {
-        return Ok(line(buf, at + 1).map(|(_, next)| next));
-    }
-    let Some((n, next)) = header(buf, at + 1)? else {
-        return Ok(None);
-    };
-    match kind {
-        b':' => Ok(Some(next)),
-        b'$' => {
-            if n < 0 {
-                return Ok(Some(next));
-            }
-            let end = next + n as usize + 2;
-            if buf.len() < end {
-                return Ok(None);
-            }
-            if &buf[end - 2..end] != b"\r\n" {
-                return Err(protocol("a bulk string without its CRLF"));
-            }
-            Ok(Some(end))
-        }
-        b'*' => {
-            let mut at = next;
-            for _ in 0..n.max(0) {
-                match reply_len(buf, at, depth + 1)? {
-                    Some(end) => at = end,
-                    None => return Ok(None),
-                }
-            }
-            Ok(Some(at))
-        }
-        other => Err(protocol(&format!(
-            "unexpected reply type byte {:?}",
-            other as char
-        ))),
-    }
+    .reply_end(buf)
 }
 
 /// Finds where the reply at the start of a buffer ends as the buffer grows, resuming where the
@@ -133,8 +95,9 @@ impl Framer {
         self.at > 0 || !self.open.is_empty()
     }
 
-    /// Where the reply that starts at `buf[0]` ends, once all of it is in `buf`; the framer then
-    /// starts over for the next reply. Between calls `buf` may only grow at its end.
+    /// Where the reply that starts at `buf[0]` (or where [`reply_len`] set it going) ends, once
+    /// all of it is in `buf`; the framer then starts over at `buf[0]` for the next reply. Between
+    /// calls `buf` may only grow at its end.
     pub(super) fn reply_end(&mut self, buf: &[u8]) -> io::Result<Option<usize>> {
         loop {
             if self.open.len() > MAX_DEPTH {
@@ -290,7 +253,8 @@ impl<'a> Reader<'a> {
     pub fn skip_rest(&mut self, item: &Item<'_>) -> redis::RedisResult<()> {
         if let Item::Array(n) = *item {
             for _ in 0..n {
-                let end = reply_len(self.buf, self.at, 1)?
+                // The whole reply was framed (and its depth checked) before it was read.
+                let end = reply_len(self.buf, self.at)?
                     .ok_or_else(|| protocol("the replies ended early"))?;
                 self.at = end;
             }
