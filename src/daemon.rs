@@ -19,10 +19,11 @@ use crate::health::{Health, SweepHealth};
 use crate::http;
 use crate::lease::Lease;
 use crate::metrics::{Metrics, SweepMetrics};
-use crate::notify::Notifier;
+use crate::pass::{Pass, PassError, PassOptions, PassReport};
 use crate::schedule::{CronClock, Ticker};
 use crate::store::Store;
-use crate::sweeper::{PassError, PassObserver, PassOptions, PassReport, Sweeper};
+use crate::sweep::{Observer as CheckObserver, Sweep};
+use crate::systemd::Notifier;
 
 /// How long shutdown waits for passes in flight; below the 5 s an orchestrator is promised.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
@@ -321,14 +322,18 @@ impl Sweeps {
                 shared.metrics.lease_gauge(&sweep.name),
             )
         });
-        let sweeper = Sweeper::with_settings(
+        let sweeper = Arc::new(Sweep::with_settings(
             sweep,
-            &settings.scan,
             &settings.evict,
             settings.sharded_pubsub,
-        );
+        ));
+        let pass = Pass {
+            scan: settings.scan.clone(),
+            evict: settings.evict.clone(),
+        };
         let loop_ = run_sweep(
             sweeper,
+            pass,
             shared.clone(),
             ticker,
             lease,
@@ -382,15 +387,21 @@ struct Observer {
     health: SweepHealth,
 }
 
-impl PassObserver for Observer {
-    fn key_swept(&self, cardinality: u64) {
-        self.metrics.key_swept(cardinality);
+impl CheckObserver for Observer {
+    fn key_checked(&self, cardinality: u64) {
+        self.metrics.key_checked(cardinality);
     }
     fn progress(&self) {
         self.health.progress();
     }
     fn member_evicted(&self, lag_seconds: f64) {
         self.metrics.member_evicted(lag_seconds);
+    }
+    fn published(&self, events: u64) {
+        self.metrics.published(events);
+    }
+    fn events_failed(&self, events: u64) {
+        self.metrics.events_failed(events);
     }
 }
 
@@ -411,8 +422,10 @@ impl Drop for DeathWatch<'_> {
 /// Runs one sweep: a pass at start, then one per tick, never two at once. A tick that finds the
 /// previous pass still running is skipped, logged and counted. `retire` ends the loop once the
 /// pass in flight is done; `cancel` (shutdown) also cuts that pass short between script calls.
+#[allow(clippy::too_many_arguments)]
 async fn run_sweep(
-    sweeper: Sweeper,
+    sweeper: Arc<Sweep>,
+    pass: Pass,
     shared: Shared,
     mut ticker: Ticker,
     lease: Option<(Lease, prometheus::IntGauge)>,
@@ -425,6 +438,7 @@ async fn run_sweep(
         retire: &retire,
     };
     let name = sweeper.config().name.clone();
+    let sweeps = [sweeper];
     // With a systemd watchdog the loop also turns on its own, so an idle sweep (a long cron
     // schedule) still proves it is responsive.
     let mut heartbeat = shared
@@ -453,7 +467,21 @@ async fn run_sweep(
     };
     let start_pass = || {
         observer.health.pass_started();
-        sweeper.pass(&shared.store, PassOptions::default(), &observer, &cancel)
+        async {
+            pass.run(
+                &shared.store,
+                &sweeps,
+                PassOptions::default(),
+                &observer,
+                &cancel,
+            )
+            .await
+            .map(|mut r| r.remove(0))
+            .map_err(|mut e| PassError {
+                partial: vec![e.partial.remove(0)],
+                error: e.error,
+            })
+        }
     };
     // A replacement that waited for its predecessor may find itself retired already.
     if retire.is_cancelled() {
@@ -520,6 +548,7 @@ fn finish_pass(
     observer: &Observer,
     result: Result<PassReport, PassError>,
 ) {
+    let result = result.map_err(|mut e| (e.error, e.partial.remove(0)));
     match result {
         Ok(r) if r.complete => {
             observer.metrics.pass_succeeded(&r, unix_now());
@@ -528,10 +557,10 @@ fn finish_pass(
             shared.metrics.set_redis_up(true);
             tracing::info!(
                 sweep = %name,
-                keys = r.keys,
-                members = r.members,
-                evicted = r.evicted,
-                events = r.events_published,
+                keys = r.counts.keys,
+                members = r.counts.members,
+                evicted = r.counts.evicted,
+                events = r.counts.events_published,
                 duration_ms = r.duration.as_secs_f64() * 1000.0,
                 "pass finished"
             );
@@ -541,21 +570,21 @@ fn finish_pass(
             observer.health.pass_finished(false);
             tracing::info!(
                 sweep = %name,
-                keys = r.keys,
-                evicted = r.evicted,
-                events = r.events_published,
+                keys = r.counts.keys,
+                evicted = r.counts.evicted,
+                events = r.counts.events_published,
                 "pass cut short by shutdown"
             );
         }
-        Err(e) => {
-            observer.metrics.pass_failed(&e.partial);
+        Err((error, partial)) => {
+            observer.metrics.pass_failed(&partial);
             observer.health.pass_finished(false);
             tracing::error!(
                 sweep = %name,
-                error = %e.error,
-                keys = e.partial.keys,
-                evicted = e.partial.evicted,
-                events = e.partial.events_published,
+                error = %error,
+                keys = partial.counts.keys,
+                evicted = partial.counts.evicted,
+                events = partial.counts.events_published,
                 "pass failed; the next one will retry"
             );
         }

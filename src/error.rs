@@ -2,8 +2,8 @@
 //! have their own type in [`crate::config`].
 
 use crate::config::ConfigError;
-use crate::evict::ReplyError;
 use crate::schedule::ScheduleError;
+use crate::store::reply::{ReplyError, is_redirect};
 
 /// Everything that can fail in presence-sweeper.
 #[derive(Debug, thiserror::Error)]
@@ -52,11 +52,9 @@ pub enum Error {
 
 impl Error {
     /// Whether Redis answered with a cluster redirection (the key's slot moved or is moving).
-    pub fn is_redirect(&self) -> bool {
+    pub(crate) fn is_redirect(&self) -> bool {
         match self {
-            Self::Redis(e) => {
-                matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
-            }
+            Self::Redis(e) => e.code().is_some_and(is_redirect),
             _ => false,
         }
     }

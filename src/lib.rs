@@ -20,14 +20,13 @@
 //!   judges every event): live traffic that measures a running sweeper; [`loopback`]: keeps the
 //!   writing tools on this machine's Redis.
 //! - [`metrics`]: the Prometheus registry; [`health`]: liveness and readiness; [`http`]: the
-//!   server for both; [`notify`]: systemd readiness and watchdog.
+//!   server for both; [`systemd`]: systemd readiness and watchdog.
 //! - [`cli`]: command-line definitions; [`logging`], [`signals`]: process plumbing;
 //!   [`error`]: the error type.
 
 pub mod cli;
 pub mod config;
 pub mod daemon;
-pub mod discover;
 pub mod error;
 pub mod events;
 pub mod evict;
@@ -37,8 +36,8 @@ pub mod lease;
 pub mod logging;
 pub mod loopback;
 pub mod metrics;
-pub mod notify;
 pub mod oneshot;
+pub mod pass;
 pub mod pattern;
 pub mod preflight;
 pub mod schedule;
@@ -47,6 +46,8 @@ pub mod signals;
 pub mod simulate;
 pub mod stats;
 pub mod store;
-pub mod sweeper;
+pub mod sweep;
+pub mod systemd;
+pub mod walk;
 
 pub use error::Error;

@@ -10,10 +10,10 @@ use clap::Parser;
 use presence_sweeper::cli::{Cli, Command};
 use presence_sweeper::config::Config;
 use presence_sweeper::daemon::Daemon;
-use presence_sweeper::notify::Notifier;
+use presence_sweeper::pass::PassOptions;
 use presence_sweeper::seed::SeedOptions;
 use presence_sweeper::simulate::SimulateOptions;
-use presence_sweeper::sweeper::PassOptions;
+use presence_sweeper::systemd::Notifier;
 use presence_sweeper::{http, logging, oneshot, seed, signals, simulate, stats};
 use tokio_util::sync::CancellationToken;
 

@@ -11,7 +11,8 @@ use prometheus::{
 };
 
 use crate::config::SweepConfig;
-use crate::sweeper::{PassObserver, PassReport};
+use crate::pass::PassReport;
+use crate::sweep::Observer;
 
 const NAMESPACE: &str = "presence_sweeper";
 
@@ -321,33 +322,27 @@ pub struct SweepMetrics {
 }
 
 impl SweepMetrics {
-    /// Records a pass that covered the whole keyspace, finished at `unix_now`.
+    /// Records a pass that covered the whole keyspace, finished at `unix_now`. Evictions and
+    /// events were counted as they happened.
     pub fn pass_succeeded(&self, report: &PassReport, unix_now: f64) {
-        self.record_work(report);
+        self.keys_scanned.inc_by(report.keys_scanned);
         self.duration.observe(report.duration.as_secs_f64());
         self.success.inc();
         self.last_success.set(unix_now);
-        self.keys.set(report.keys as i64);
-        self.members.set(report.members as i64);
+        self.keys.set(report.counts.keys as i64);
+        self.members.set(report.counts.members as i64);
     }
 
-    /// Records a failed pass and the work it did before failing.
+    /// Records a failed pass.
     pub fn pass_failed(&self, partial: &PassReport) {
-        self.record_work(partial);
+        self.keys_scanned.inc_by(partial.keys_scanned);
         self.duration.observe(partial.duration.as_secs_f64());
         self.error.inc();
     }
 
-    /// Records the work of a pass cut short by shutdown (neither a success nor an error).
+    /// Records a pass cut short by shutdown (neither a success nor an error).
     pub fn pass_interrupted(&self, partial: &PassReport) {
-        self.record_work(partial);
-    }
-
-    fn record_work(&self, r: &PassReport) {
-        self.keys_scanned.inc_by(r.keys_scanned);
-        self.evicted.inc_by(r.evicted);
-        self.published.inc_by(r.events_published);
-        self.lost.inc_by(r.events_failed);
+        self.keys_scanned.inc_by(partial.keys_scanned);
     }
 
     /// Counts a tick skipped because the previous pass was still running.
@@ -356,12 +351,21 @@ impl SweepMetrics {
     }
 }
 
-impl PassObserver for SweepMetrics {
-    fn key_swept(&self, cardinality: u64) {
+impl Observer for SweepMetrics {
+    fn key_checked(&self, cardinality: u64) {
         self.cardinality.observe(cardinality as f64);
     }
 
     fn member_evicted(&self, lag_seconds: f64) {
+        self.evicted.inc();
         self.lag.observe(lag_seconds.max(0.0));
+    }
+
+    fn published(&self, events: u64) {
+        self.published.inc_by(events);
+    }
+
+    fn events_failed(&self, events: u64) {
+        self.lost.inc_by(events);
     }
 }

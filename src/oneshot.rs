@@ -1,11 +1,14 @@
 //! `presence-sweeper sweep`: every enabled (or each named) sweep once.
 
+use std::sync::Arc;
+
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::{Config, SweepConfig};
+use crate::pass::{Pass, PassOptions, PassReport};
 use crate::store::Store;
-use crate::sweeper::{NoObserver, PassOptions, PassReport, Sweeper};
+use crate::sweep::{NoObserver, Sweep};
 
 /// A `--sweep` name that is not configured.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +44,8 @@ pub fn select<'c>(
         .collect()
 }
 
-/// Connects (one attempt) and runs each sweep once, one after the other.
+/// Connects (one attempt) and runs one full pass of every sweep in `sweeps`: one walk of each
+/// primary serves them all.
 pub async fn run(
     config: &Config,
     sweeps: &[&SweepConfig],
@@ -49,16 +53,15 @@ pub async fn run(
     cancel: &CancellationToken,
 ) -> Result<Vec<(String, PassReport)>, Error> {
     let store = Store::connect(&config.redis).await?;
-    let mut reports = Vec::with_capacity(sweeps.len());
-    for sweep in sweeps {
-        let sweeper = Sweeper::new(sweep, config);
-        let report = sweeper
-            .pass(&store, opts, &NoObserver, cancel)
-            .await
-            .map_err(|e| e.error)?;
-        reports.push((sweep.name.clone(), report));
-    }
-    Ok(reports)
+    let runtime: Vec<Arc<Sweep>> = sweeps
+        .iter()
+        .map(|s| Arc::new(Sweep::new(s, config)))
+        .collect();
+    let reports = Pass::new(config)
+        .run(&store, &runtime, opts, &NoObserver, cancel)
+        .await
+        .map_err(|e| e.error)?;
+    Ok(sweeps.iter().map(|s| s.name.clone()).zip(reports).collect())
 }
 
 /// The summary line `presence-sweeper sweep` prints for one sweep.
@@ -92,10 +95,10 @@ impl std::fmt::Display for Summary<'_> {
             "{}: keys_scanned={} keys={} members={} {verb}={} events_published={} seconds={:.3}{}",
             self.name,
             r.keys_scanned,
-            r.keys,
-            r.members,
-            r.evicted,
-            r.events_published,
+            r.counts.keys,
+            r.counts.members,
+            r.counts.evicted,
+            r.counts.events_published,
             r.duration.as_secs_f64(),
             if r.complete { "" } else { " (interrupted)" }
         )

@@ -50,13 +50,20 @@ impl KeyPattern {
         &self.glob
     }
 
+    /// The literal text before the `*`.
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.glob.as_bytes()[..self.prefix_len]
+    }
+
+    /// The literal text after the `*`.
+    pub(crate) fn suffix(&self) -> &[u8] {
+        let glob = self.glob.as_bytes();
+        &glob[glob.len() - self.suffix_len..]
+    }
+
     /// The conversation id of `key`: what the `*` matched. `None` if `key` does not match.
     pub fn conversation_id<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
-        let glob = self.glob.as_bytes();
-        let (prefix, suffix) = (
-            &glob[..self.prefix_len],
-            &glob[glob.len() - self.suffix_len..],
-        );
+        let (prefix, suffix) = (self.prefix(), self.suffix());
         if key.len() < prefix.len() + suffix.len()
             || !key.starts_with(prefix)
             || !key.ends_with(suffix)
@@ -68,11 +75,10 @@ impl KeyPattern {
 
     /// The key of a conversation: the inverse of [`KeyPattern::conversation_id`].
     pub fn key(&self, conversation_id: &[u8]) -> Vec<u8> {
-        let glob = self.glob.as_bytes();
-        let mut key = Vec::with_capacity(glob.len() - 1 + conversation_id.len());
-        key.extend_from_slice(&glob[..self.prefix_len]);
+        let mut key = Vec::with_capacity(self.glob.len() - 1 + conversation_id.len());
+        key.extend_from_slice(self.prefix());
         key.extend_from_slice(conversation_id);
-        key.extend_from_slice(&glob[glob.len() - self.suffix_len..]);
+        key.extend_from_slice(self.suffix());
         key
     }
 }

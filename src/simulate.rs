@@ -478,9 +478,7 @@ pub fn channel_pattern(template: &str, prefix: &str) -> String {
 }
 
 async fn redis_time(store: &Store) -> Result<f64, Error> {
-    let mut con = store.connection();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await?;
-    Ok(secs as f64 + micros as f64 / 1e6)
+    crate::store::reply::redis_time(&mut store.connection()).await
 }
 
 /// Deletes the keys this run wrote, by name: never a pattern another user of the Redis may share.

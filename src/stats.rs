@@ -1,6 +1,6 @@
 //! `presence-sweeper stats`: a read-only report of the presence keyspace of each sweep.
 //!
-//! Keys are streamed with the sweeper's own SCAN ([`crate::discover::pages`]); per page one
+//! Keys are streamed with the sweeper's own SCAN ([`crate::walk::pages`]); per page one
 //! pipeline asks `ZCARD`, `ZCOUNT -inf (cutoff` and `ZRANGE 0 0 WITHSCORES` of every key. Nothing
 //! else is sent (plus one `TIME`), so the report never changes what it measures. Memory is
 //! bounded whatever the keyspace: the members-per-key distribution is a fixed histogram
@@ -24,8 +24,8 @@ use serde::Serialize;
 
 use crate::Error;
 use crate::config::{Config, SweepConfig};
-use crate::discover;
 use crate::store::Store;
+use crate::walk;
 
 /// Upper bounds of the members-per-key buckets; a last bucket takes the rest.
 pub const BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
@@ -126,9 +126,7 @@ pub async fn run(
 }
 
 async fn redis_time(store: &Store) -> Result<f64, Error> {
-    let mut con = store.connection();
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut con).await?;
-    Ok(secs as f64 + micros as f64 / 1e6)
+    crate::store::reply::redis_time(&mut store.connection()).await
 }
 
 async fn sweep_stats(
@@ -156,7 +154,7 @@ async fn tally_node(
 ) -> Result<(), Error> {
     let ttl = sweep.ttl.as_secs_f64();
     let unit = sweep.score_unit;
-    let mut pages = pin!(discover::pages(
+    let mut pages = pin!(walk::pages(
         con.clone(),
         sweep.pattern.glob().to_owned(),
         scan_count

@@ -170,23 +170,16 @@ async fn without_multi_nothing_runs_and_the_error_says_why() {
 /// must say so rather than report that nothing happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
-    use presence_sweeper::store::Store;
-    use presence_sweeper::sweeper::{NoObserver, PassOptions, Sweeper};
-    use tokio_util::sync::CancellationToken;
+    use presence_sweeper::pass::PassOptions;
 
     let server = RedisServer::start();
     create_user(&server, "sweeper", MINIMAL);
     let url = format!("redis://sweeper:user-secret@127.0.0.1:{}/0", server.port);
     let cfg = support::config(&url, "[sweeps.typing]\nenabled = false\n");
-    let store = Store::connect(&cfg.redis).await.unwrap();
-    let sweeper = Sweeper::new(cfg.sweep("online").unwrap(), &cfg);
-    let cancel = CancellationToken::new();
+    let sweeper = support::OnePass::connect(&cfg, "online").await;
     seed(&server);
-    let report = sweeper
-        .pass(&store, PassOptions::default(), &NoObserver, &cancel)
-        .await
-        .unwrap();
-    assert_eq!(report.evicted, 53);
+    let report = sweeper.run(PassOptions::default()).await.unwrap();
+    assert_eq!(report.counts.evicted, 53);
 
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
@@ -195,10 +188,7 @@ async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
         .query(&mut server.con())
         .unwrap();
     seed(&server);
-    let failed = sweeper
-        .pass(&store, PassOptions::default(), &NoObserver, &cancel)
-        .await
-        .unwrap_err();
+    let failed = sweeper.run(PassOptions::default()).await.unwrap_err();
     let message = failed.error.to_string();
     assert!(
         message.contains("MULTI was refused") && message.contains("removed outside a transaction"),

@@ -5,12 +5,11 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use presence_sweeper::discover::FIRST_PAGE_SHARE;
 use presence_sweeper::evict::Clock;
-use presence_sweeper::store::Store;
-use presence_sweeper::sweeper::{NoObserver, PassOptions, PassReport, Sweeper};
+use presence_sweeper::pass::{PassOptions, PassReport};
+use presence_sweeper::walk::FIRST_PAGE_SHARE;
 use redis::Commands;
-use support::{RedisServer, Subscriber, config, redis_now};
+use support::{OnePass, RedisServer, Subscriber, config, redis_now};
 use tokio_util::sync::CancellationToken;
 
 const ONLY_ONLINE: &str = "[sweeps.typing]\nenabled = false\n";
@@ -21,12 +20,7 @@ async fn pass(server: &RedisServer, toml: &str, sweep: &str, opts: PassOptions) 
 
 async fn pass_at(url: &str, toml: &str, sweep: &str, opts: PassOptions) -> PassReport {
     let cfg = config(url, toml);
-    let store = Store::connect(&cfg.redis).await.unwrap();
-    let sweeper = Sweeper::new(cfg.sweep(sweep).unwrap(), &cfg);
-    sweeper
-        .pass(&store, opts, &NoObserver, &CancellationToken::new())
-        .await
-        .unwrap()
+    OnePass::connect(&cfg, sweep).await.run(opts).await.unwrap()
 }
 
 fn members(con: &mut redis::Connection, key: &str) -> Vec<String> {
@@ -63,13 +57,13 @@ async fn stale_members_go_fresh_ones_stay_on_redis_clock() {
     assert_eq!(
         (
             report.keys_scanned,
-            report.keys,
-            report.members,
-            report.evicted
+            report.counts.keys,
+            report.counts.members,
+            report.counts.evicted
         ),
         (1, 1, 2, 2)
     );
-    assert_eq!(report.events_published, 2);
+    assert_eq!(report.counts.events_published, 2);
     assert!(report.complete);
 }
 
@@ -107,7 +101,7 @@ async fn exact_boundary(toml: &str) {
         members(&mut con, "presence:c1:online"),
         ["at-cutoff", "just-above"]
     );
-    assert_eq!(report.evicted, 2);
+    assert_eq!(report.counts.evicted, 2);
 }
 
 #[tokio::test]
@@ -186,7 +180,7 @@ async fn millisecond_scores() {
     "#;
     let sub = Subscriber::start(&server.url(), "cursor-events").await;
     let report = pass(&server, toml, "cursor", PassOptions::default()).await;
-    assert_eq!(report.evicted, 1);
+    assert_eq!(report.counts.evicted, 1);
     assert_eq!(members(&mut con, "cursor:c1"), ["fresh", "future"]);
     let got = sub.wait_for(1, Duration::from_secs(5)).await;
     let ev = got[0].json();
@@ -231,8 +225,8 @@ async fn odd_conversation_ids_non_zset_keys_and_binary_members() {
 
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
     let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
-    assert_eq!(report.keys, odd_ids.len() as u64 + 1);
-    assert_eq!(report.evicted, odd_ids.len() as u64 + 1);
+    assert_eq!(report.counts.keys, odd_ids.len() as u64 + 1);
+    assert_eq!(report.counts.evicted, odd_ids.len() as u64 + 1);
 
     let got = sub
         .wait_for(odd_ids.len() + 1, Duration::from_secs(5))
@@ -287,8 +281,15 @@ async fn dry_run_changes_and_publishes_nothing() {
         ..PassOptions::default()
     };
     let report = pass(&server, ONLY_ONLINE, "online", opts).await;
-    assert_eq!((report.keys, report.evicted, report.members), (20, 40, 20));
-    assert_eq!(report.events_published, 0);
+    assert_eq!(
+        (
+            report.counts.keys,
+            report.counts.evicted,
+            report.counts.members
+        ),
+        (20, 40, 20)
+    );
+    assert_eq!(report.counts.events_published, 0);
     let after: Vec<(String, f64)> = con.zrange_withscores("presence:c3:online", 0, -1).unwrap();
     assert_eq!(before, after);
     for c in 0..20 {
@@ -323,8 +324,8 @@ async fn big_set_is_swept_in_short_commands() {
     let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut con).unwrap();
 
     let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
-    assert_eq!(report.evicted, 100_000);
-    assert_eq!(report.events_published, 100_000);
+    assert_eq!(report.counts.evicted, 100_000);
+    assert_eq!(report.counts.events_published, 100_000);
     let card: u64 = con.zcard("presence:big:online").unwrap();
     assert_eq!(card, 100_000);
     let slow: Vec<redis::Value> = redis::cmd("SLOWLOG")
@@ -367,19 +368,14 @@ async fn three_sweepers(evict: &str) {
     for _ in 0..3 {
         let cfg = config(&server.url(), &toml);
         handles.push(tokio::spawn(async move {
-            let store = Store::connect(&cfg.redis).await.unwrap();
-            let sweeper = Sweeper::new(cfg.sweep("online").unwrap(), &cfg);
+            let sweeper = OnePass::connect(&cfg, "online").await;
             let mut total = 0;
             for _ in 0..3 {
                 total += sweeper
-                    .pass(
-                        &store,
-                        PassOptions::default(),
-                        &NoObserver,
-                        &CancellationToken::new(),
-                    )
+                    .run(PassOptions::default())
                     .await
                     .unwrap()
+                    .counts
                     .evicted;
             }
             total
@@ -489,19 +485,10 @@ async fn racing_heartbeats(evict: &str) {
         let cfg = config(&server.url(), toml);
         let stop = stop.clone();
         sweepers.push(tokio::spawn(async move {
-            let store = Store::connect(&cfg.redis).await.unwrap();
-            let sweeper = Sweeper::new(cfg.sweep("hb").unwrap(), &cfg);
+            let sweeper = OnePass::connect(&cfg, "hb").await;
             let mut passes = 0u64;
             while !stop.is_cancelled() {
-                sweeper
-                    .pass(
-                        &store,
-                        PassOptions::default(),
-                        &NoObserver,
-                        &CancellationToken::new(),
-                    )
-                    .await
-                    .unwrap();
+                sweeper.run(PassOptions::default()).await.unwrap();
                 passes += 1;
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
@@ -641,7 +628,7 @@ async fn max_keys_per_second_paces_discovery() {
     fresh_keys(&mut con, 3000);
     let toml = format!("{ONLY_ONLINE}[scan]\ncount = 100\nmax_keys_per_second = 2000\n");
     let report = pass(&server, &toml, "online", PassOptions::default()).await;
-    assert_eq!(report.keys, 3000);
+    assert_eq!(report.counts.keys, 3000);
     // 3000 keys at 2000 a second: everything but the last page waits its turn.
     assert!(
         report.duration >= Duration::from_millis(1200),
@@ -660,7 +647,7 @@ async fn discovery_starts_with_small_pages() {
     fresh_keys(&mut con, 5000);
     log_every_command(&mut con);
     let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
-    assert_eq!(report.keys, 5000);
+    assert_eq!(report.counts.keys, 5000);
     // The sweep's SCANs (the preflight's has no MATCH), with their COUNT.
     let counts: Vec<u32> = logged(&mut con, "SCAN")
         .iter()
@@ -692,7 +679,7 @@ async fn script_calls_on_a_big_key_start_small() {
     let _: () = cmd.query(&mut con).unwrap();
     log_every_command(&mut con);
     let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
-    assert_eq!(report.evicted, 4000);
+    assert_eq!(report.counts.evicted, 4000);
     // EVALSHA sha numkeys key ttl unit chunk budget ...: the budget of each call that ran (the
     // preflight's probe has a budget of 0).
     let mut budgets: Vec<u32> = logged(&mut con, "EVALSHA")
@@ -726,7 +713,7 @@ async fn a_big_room_lists_100_members_and_counts_them_all() {
     let _: () = cmd.query(&mut con).unwrap();
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
     let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
-    assert_eq!((report.evicted, report.members), (1, 150));
+    assert_eq!((report.counts.evicted, report.counts.members), (1, 150));
     let got = sub.wait_for(1, Duration::from_secs(5)).await;
     let ev = got[0].json();
     assert_eq!(ev["online_count"], 150);
@@ -757,7 +744,7 @@ async fn rosters_with_tied_scores_are_in_zrange_rev_order() {
     }
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
     let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
-    assert_eq!(report.evicted, 2);
+    assert_eq!(report.counts.evicted, 2);
     let got = sub.wait_for(2, Duration::from_secs(5)).await;
     for event in got {
         let ev = event.json();
@@ -803,7 +790,7 @@ async fn only_the_configured_database_is_swept_over_tcp_and_unix_sockets() {
                 .unwrap();
         }
         let report = pass_at(&url, ONLY_ONLINE, "online", PassOptions::default()).await;
-        assert_eq!((report.keys, report.evicted), (1, 1), "{url}");
+        assert_eq!((report.counts.keys, report.counts.evicted), (1, 1), "{url}");
         redis::cmd("SELECT").arg(db).exec(&mut con).unwrap();
         assert_eq!(members(&mut con, "presence:c1:online"), ["here"], "{url}");
         redis::cmd("SELECT").arg(0).exec(&mut con).unwrap();

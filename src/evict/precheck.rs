@@ -1,95 +1,161 @@
-//! The precheck: which keys hold zombies, and how big the clean ones are, with pipelines of
-//! native commands. It changes nothing.
+//! The precheck: what each key of a batch holds, with one pipeline of native reads. It changes
+//! nothing.
 //!
-//! It runs in two steps so that each key costs Redis one cheap command besides its eviction:
-//! `ZCOUNT -inf (cutoff` for every key, then `ZCARD` only for the clean ones (the metrics need
-//! their size; a key with zombies learns its size from its eviction).
+//! A full pass asks only `ZCOUNT -inf (cutoff` of every key, then `ZCARD` of the clean ones (the
+//! metrics need their size; a key with zombies learns its size from its eviction), so that each
+//! key costs Redis one cheap command besides its eviction. A deadline check also needs the
+//! lowest score of a clean key, its next deadline: it asks `ZCOUNT`, `ZRANGE key 0 0
+//! WITHSCORES` and `ZCARD` at once, behind one `TIME` that keeps the caller's view of Redis's
+//! clock fresh.
 
 use redis::Value;
 
-use super::{Cutoff, ReplyError, int};
+use super::Cutoff;
 use crate::Error;
+use crate::store::reply::{ReplyError, int, is_redirect, lowest_score, parse_time};
 use crate::store::{Packed, SendPacked};
-
-/// Members below `cutoff` in each key: `Some(0)` for a clean (or vanished) key, `None` for a key
-/// that is no longer a sorted set.
-pub async fn count_stale<C>(
-    con: &mut C,
-    keys: &[&[u8]],
-    cutoff: &Cutoff,
-) -> Result<Vec<Option<u64>>, Error>
-where
-    C: SendPacked + Send,
-{
-    let size: usize = keys.iter().map(|k| k.len() + cutoff.below.len() + 48).sum();
-    let mut batch = Packed::with_capacity(size);
-    for key in keys {
-        batch.command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()]);
-    }
-    counts(con, batch).await
-}
-
-/// Members in each key: `Some(0)` for a vanished key, `None` for one that is no longer a sorted
-/// set.
-pub async fn cardinalities<C>(con: &mut C, keys: &[&[u8]]) -> Result<Vec<Option<u64>>, Error>
-where
-    C: SendPacked + Send,
-{
-    let mut batch = Packed::with_capacity(keys.iter().map(|k| k.len() + 32).sum());
-    for key in keys {
-        batch.command(&[b"ZCARD", key]);
-    }
-    counts(con, batch).await
-}
-
-async fn counts<C>(con: &mut C, batch: Packed) -> Result<Vec<Option<u64>>, Error>
-where
-    C: SendPacked + Send,
-{
-    let n = batch.len();
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let replies = con.send_packed(batch).await?;
-    if replies.len() != n {
-        return Err(ReplyError::new(format!("{} replies for {n} keys", replies.len())).into());
-    }
-    replies
-        .into_iter()
-        .map(|v| match v {
-            // A slot that moved fails the whole read, as the cluster client's own routing
-            // would: the caller asks each key where it lives now.
-            Value::ServerError(e)
-                if matches!(e.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN") =>
-            {
-                Err(redis::RedisError::from(e).into())
-            }
-            Value::ServerError(_) => Ok(None),
-            v => Ok(int(&v)),
-        })
-        .collect()
-}
 
 /// What [`read`] asks of each key.
 #[derive(Debug, Clone, Copy)]
-pub enum Count<'c> {
-    /// [`count_stale`] against this cutoff.
+pub(crate) enum Read<'c> {
+    /// `ZCOUNT -inf (cutoff`: the zombies.
     Stale(&'c Cutoff),
-    /// [`cardinalities`].
+    /// `ZCARD`: the members.
     Members,
+    /// `ZCOUNT -inf (cutoff`, `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs.
+    Probe(&'c Cutoff),
 }
 
-/// [`count_stale`] or [`cardinalities`], as `what` says.
-pub async fn read<C>(
-    con: &mut C,
-    keys: &[&[u8]],
-    what: Count<'_>,
-) -> Result<Vec<Option<u64>>, Error>
+impl Read<'_> {
+    fn commands(self) -> usize {
+        match self {
+            Self::Probe(_) => 3,
+            _ => 1,
+        }
+    }
+
+    /// The name of the `i`th command sent per key.
+    fn command(self, i: usize) -> &'static str {
+        match (self, i) {
+            (Self::Stale(_), _) | (Self::Probe(_), 0) => "ZCOUNT",
+            (Self::Members, _) | (Self::Probe(_), 2) => "ZCARD",
+            (Self::Probe(_), _) => "ZRANGE",
+        }
+    }
+}
+
+/// One key as read; fields the read did not ask for are 0 or `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct KeyRead {
+    /// Members below the cutoff.
+    pub(crate) stale: u64,
+    /// Members.
+    pub(crate) card: u64,
+    /// The lowest score, in the score unit; `None` for an empty (or missing) set.
+    pub(crate) oldest: Option<f64>,
+}
+
+/// The keys as read, `None` for a key that is no longer a sorted set (a missing key reads as an
+/// empty set), and for [`Read::Probe`] Redis's clock just before, in Unix seconds.
+#[derive(Debug)]
+pub(crate) struct Reads {
+    pub(crate) keys: Vec<Option<KeyRead>>,
+    pub(crate) time: Option<f64>,
+}
+
+/// Reads `what` of every key in one pipeline. A key whose slot moved (in a cluster) fails the
+/// whole read with the redirection, as the cluster client's own routing would: the caller asks
+/// each key where it lives now.
+pub(crate) async fn read<C>(con: &mut C, keys: &[&[u8]], what: Read<'_>) -> Result<Reads, Error>
 where
     C: SendPacked + Send,
 {
-    match what {
-        Count::Stale(cutoff) => count_stale(con, keys, cutoff).await,
-        Count::Members => cardinalities(con, keys).await,
+    if keys.is_empty() {
+        return Ok(Reads {
+            keys: Vec::new(),
+            time: None,
+        });
     }
+    let timed = matches!(what, Read::Probe(_));
+    let size: usize = keys.iter().map(|k| what.commands() * (k.len() + 64)).sum();
+    let mut batch = Packed::with_capacity(size + 16);
+    if timed {
+        batch.command(&[b"TIME"]);
+    }
+    for key in keys {
+        match what {
+            Read::Stale(cutoff) => {
+                batch.command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()]);
+            }
+            Read::Members => {
+                batch.command(&[b"ZCARD", key]);
+            }
+            Read::Probe(cutoff) => {
+                batch
+                    .command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()])
+                    .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"])
+                    .command(&[b"ZCARD", key]);
+            }
+        }
+    }
+    let expected = batch.len();
+    let replies = con.send_packed(batch).await?;
+    if replies.len() != expected {
+        return Err(
+            ReplyError::new(format!("{} replies for {expected} commands", replies.len())).into(),
+        );
+    }
+    let mut replies = replies.into_iter();
+    let time = match timed {
+        true => Some(
+            replies
+                .next()
+                .as_ref()
+                .and_then(parse_time)
+                .ok_or_else(|| ReplyError::new("TIME is not a time"))?,
+        ),
+        false => None,
+    };
+    let mut out = Vec::with_capacity(keys.len());
+    let mut key_replies = Vec::with_capacity(3);
+    for key in keys {
+        key_replies.clear();
+        key_replies.extend(replies.by_ref().take(what.commands()));
+        out.push(key_read(key, &key_replies, what)?);
+    }
+    Ok(Reads { keys: out, time })
+}
+
+/// One key's replies; `None` if any says the key is not a sorted set.
+fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<Option<KeyRead>, Error> {
+    for (i, reply) in replies.iter().enumerate() {
+        match reply {
+            Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(None),
+            Value::ServerError(e) if e.code() == "NOPERM" => {
+                return Err(Error::Permission {
+                    command: what.command(i).into(),
+                    target: String::from_utf8_lossy(key).into_owned(),
+                    detail: format!("NOPERM {}", e.details().unwrap_or_default()),
+                });
+            }
+            Value::ServerError(e) if is_redirect(e.code()) => {
+                return Err(redis::RedisError::from(e.clone()).into());
+            }
+            Value::ServerError(e) => return Err(redis::RedisError::from(e.clone()).into()),
+            _ => {}
+        }
+    }
+    let count = |v: &Value| int(v).ok_or_else(|| ReplyError::new("a count is not an integer"));
+    let mut read = KeyRead::default();
+    match (what, replies) {
+        (Read::Stale(_), [stale]) => read.stale = count(stale)?,
+        (Read::Members, [card]) => read.card = count(card)?,
+        (Read::Probe(_), [stale, oldest, card]) => {
+            read.stale = count(stale)?;
+            read.oldest = lowest_score(oldest)?;
+            read.card = count(card)?;
+        }
+        _ => return Err(ReplyError::new("a read without its replies").into()),
+    }
+    Ok(Some(read))
 }

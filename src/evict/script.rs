@@ -7,37 +7,38 @@
 
 use redis::Value;
 
-use super::{Clock, ROSTER_LIMIT, float, int, members, scored};
+use super::{Clock, ROSTER_LIMIT};
 use crate::config::ScoreUnit;
+use crate::store::reply::{ReplyError, float, int, members, scored};
 
 /// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.
 const CHUNK: usize = 500;
 
 /// What one script call is asked to do.
 #[derive(Debug, Clone, Copy)]
-pub struct Params {
+pub(crate) struct Params {
     /// Window length.
-    pub ttl: std::time::Duration,
+    pub(crate) ttl: std::time::Duration,
     /// Unit of the scores.
-    pub unit: ScoreUnit,
+    pub(crate) unit: ScoreUnit,
     /// Most members the call removes over all its keys.
-    pub budget: usize,
+    pub(crate) budget: usize,
     /// The clock.
-    pub clock: Clock,
+    pub(crate) clock: Clock,
 }
 
 /// The outcome of one call.
 #[derive(Debug)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// The instant the call judged staleness at, in Unix seconds.
-    pub now: f64,
+    pub(crate) now: f64,
     /// One entry per key, in the order the keys were given.
-    pub keys: Vec<KeyReply>,
+    pub(crate) keys: Vec<KeyReply>,
 }
 
 /// The outcome for one key.
 #[derive(Debug)]
-pub enum KeyReply {
+pub(crate) enum KeyReply {
     /// The key was swept (and may need another call if `more`).
     Swept(Swept),
     /// The budget ran out before this key; send it again.
@@ -48,41 +49,18 @@ pub enum KeyReply {
 
 /// One key's sweep.
 #[derive(Debug, Default)]
-pub struct Swept {
+pub(crate) struct Swept {
     /// Stale members are left because the budget ran out; send the key again.
-    pub more: bool,
+    pub(crate) more: bool,
     /// Members left in the set.
-    pub card: u64,
+    pub(crate) card: u64,
     /// Lowest remaining score, in the score unit.
-    pub oldest: Option<f64>,
+    pub(crate) oldest: Option<f64>,
     /// Removed members and their scores (in the score unit).
-    pub removed: Vec<(Vec<u8>, f64)>,
+    pub(crate) removed: Vec<(Vec<u8>, f64)>,
     /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first; only when members
     /// were removed.
-    pub roster: Vec<Vec<u8>>,
-}
-
-impl KeyReply {
-    /// Whether the key must be sent again.
-    pub fn pending(&self) -> bool {
-        match self {
-            Self::Swept(s) => s.more,
-            Self::NotReached => true,
-            Self::WrongType => false,
-        }
-    }
-}
-
-/// A reply did not have the expected shape.
-#[derive(Debug, thiserror::Error)]
-#[error("unexpected reply from Redis: {0}")]
-pub struct ReplyError(String);
-
-impl ReplyError {
-    /// A reply error saying what was wrong.
-    pub fn new(what: impl Into<String>) -> Self {
-        Self(what.into())
-    }
+    pub(crate) roster: Vec<Vec<u8>>,
 }
 
 /// The eviction script, identified by its SHA1 so calls send only the hash.
@@ -115,7 +93,7 @@ impl EvictScript {
 
     /// Sweeps `keys` in one call. EVALSHA, loading the script first if Redis lost it (NOSCRIPT
     /// after a restart or a `SCRIPT FLUSH`).
-    pub async fn call<C>(
+    pub(crate) async fn call<C>(
         &self,
         con: &mut C,
         keys: &[Vec<u8>],
@@ -147,7 +125,7 @@ impl EvictScript {
 }
 
 fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<Reply, ReplyError> {
-    let err = |what: &str| ReplyError(what.to_owned());
+    let err = |what: &str| ReplyError::new(what);
     let Value::Array(mut top) = value else {
         return Err(err("not an array"));
     };
@@ -160,7 +138,7 @@ fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<Reply, Re
         return Err(err("results are not an array"));
     };
     if results.len() != n_keys {
-        return Err(ReplyError(format!(
+        return Err(ReplyError::new(format!(
             "{} results for {n_keys} keys",
             results.len()
         )));
@@ -176,7 +154,7 @@ fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<Reply, Re
 }
 
 fn parse_key(value: Value) -> Result<KeyReply, ReplyError> {
-    let err = |what: &str| ReplyError(what.to_owned());
+    let err = |what: &str| ReplyError::new(what);
     let Value::Array(fields) = value else {
         return Err(err("key result is not an array"));
     };
@@ -189,7 +167,7 @@ fn parse_key(value: Value) -> Result<KeyReply, ReplyError> {
         2 => return Ok(KeyReply::NotReached),
         3 => return Ok(KeyReply::WrongType),
         0 | 1 => {}
-        other => return Err(ReplyError(format!("unknown key status {other}"))),
+        other => return Err(ReplyError::new(format!("unknown key status {other}"))),
     }
     let (Some(card), Some(oldest), Some(removed), Some(roster), Some(_count)) = (
         fields.next(),
@@ -257,9 +235,9 @@ mod tests {
         assert_eq!(s.removed, vec![(b"u7".to_vec(), 1764460000.25)]);
         assert_eq!(s.roster, vec![b"u1".to_vec(), b"u2".to_vec()]);
         assert_eq!((s.card, s.oldest, s.more), (2, Some(1764460040.0), false));
-        assert!(r.keys[1].pending());
+        assert!(matches!(r.keys[1], KeyReply::NotReached));
         assert!(matches!(r.keys[2], KeyReply::WrongType));
-        assert!(r.keys[3].pending());
+        assert!(matches!(&r.keys[3], KeyReply::Swept(s) if s.more));
     }
 
     #[test]

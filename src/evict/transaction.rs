@@ -3,8 +3,9 @@
 //!
 //! Per key, inside the transaction: `ZRANGE key -inf (cutoff BYSCORE WITHSCORES` (the zombies and
 //! their last heartbeats), `ZREMRANGEBYSCORE key -inf (cutoff` (exactly those, since nothing runs
-//! in between), and `ZRANGE key -100 -1` (the roster, which also gives the count when it holds
-//! fewer than 100). `TIME` first gives the eviction instant.
+//! in between), `ZRANGE key -100 -1` (the roster, which also gives the count when it holds fewer
+//! than 100), and for a deadline index `ZRANGE key 0 0 WITHSCORES` (the lowest remaining score:
+//! the key's next deadline). `TIME` first gives the eviction instant.
 //!
 //! The roster is read oldest first and reversed here, because walking a small set forwards costs
 //! Redis's single thread, which every other client waits on, less than walking it backwards
@@ -16,13 +17,13 @@
 use super::{Cutoff, ROSTER_LIMIT};
 use crate::Error;
 use crate::events::Roster;
-use crate::evict::ReplyError;
+use crate::store::reply::{ReplyError, is_redirect, number, time_from_parts};
 use crate::store::resp::{Item, Reader};
 use crate::store::{Packed, SendPacked};
 
 /// What the transaction did to one key.
 #[derive(Debug)]
-pub struct Evicted {
+pub(crate) struct Evicted {
     /// Removed members and their scores, in the score unit.
     pub removed: Vec<(Vec<u8>, f64)>,
     /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first, as a JSON array.
@@ -32,6 +33,9 @@ pub struct Evicted {
     /// Members left in the set; `None` if the roster is full, so it may not be the whole set and
     /// the caller must count the members with `ZCARD`.
     pub card: Option<u64>,
+    /// The lowest remaining score, in the score unit, when it was asked for and any member is
+    /// left.
+    pub oldest: Option<f64>,
 }
 
 /// Evicts the zombies of `groups` of keys, one `MULTI`/`EXEC` per group, all in one pipeline.
@@ -40,11 +44,13 @@ pub struct Evicted {
 /// `TIME` just before the transactions unless `fixed_now` is given) and, per key in group order,
 /// what was removed, or `None` if the key's group was refused (the key changed type, or in a
 /// cluster its slot moved: the next pass finds it on its new node).
-pub async fn evict<C>(
+/// With `oldest`, each key's lowest remaining score is read too.
+pub(crate) async fn evict<C>(
     con: &mut C,
     groups: &[Vec<&[u8]>],
     cutoff: &Cutoff,
     fixed_now: Option<f64>,
+    oldest: bool,
 ) -> Result<(f64, Vec<Option<Evicted>>), Error>
 where
     C: SendPacked + Send,
@@ -52,12 +58,14 @@ where
     let roster_first = format!("-{ROSTER_LIMIT}");
     let below = cutoff.below.as_bytes();
     let keys: usize = groups.iter().map(Vec::len).sum();
-    // Three commands per key, each naming it; two carry the cutoff. Generous, so that the batch
-    // is never copied as it grows: 127 bytes of fixed words, up to 10 of framing per argument.
+    let per_key = if oldest { 4 } else { 3 };
+    // Three or four commands per key, each naming it; two carry the cutoff. Generous, so that the
+    // batch is never copied as it grows: 170 bytes of fixed words, up to 10 of framing per
+    // argument.
     let size: usize = groups
         .iter()
         .flatten()
-        .map(|k| 3 * (k.len() + 10) + 2 * (below.len() + 10) + 128)
+        .map(|k| per_key * (k.len() + 10) + 2 * (below.len() + 10) + 176)
         .sum();
     let mut batch = Packed::with_capacity(64 + 32 * groups.len() + size);
     batch.command(&[b"TIME"]);
@@ -68,6 +76,9 @@ where
                 .command(&[b"ZRANGE", key, b"-inf", below, b"BYSCORE", b"WITHSCORES"])
                 .command(&[b"ZREMRANGEBYSCORE", key, b"-inf", below])
                 .command(&[b"ZRANGE", key, roster_first.as_bytes(), b"-1"]);
+            if oldest {
+                batch.command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"]);
+            }
         }
         batch.command(&[b"EXEC"]);
     }
@@ -87,10 +98,10 @@ where
     for keys in groups {
         // MULTI, one QUEUED (or a refusal) per command, then EXEC's array (or EXECABORT).
         if let Item::Error(e) = r.item()? {
-            return Err(multi_refused(&mut r, keys.len(), e));
+            return Err(multi_refused(&mut r, keys.len(), per_key, e));
         }
         let mut refusal = None;
-        for _ in 0..keys.len() * 3 {
+        for _ in 0..keys.len() * per_key {
             match r.item()? {
                 Item::Error(e) => {
                     refusal.get_or_insert(e);
@@ -99,16 +110,16 @@ where
             }
         }
         if let Some(e) = refusal
-            && !matches!(e.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+            && !is_redirect(e.code())
         {
             // READONLY (a replica), NOPERM, OOM...: nothing was removed, and the pass must say
             // why rather than skip the keys.
             return Err(redis::RedisError::from(e).into());
         }
         match r.item()? {
-            Item::Array(n) if n == keys.len() * 3 => {
+            Item::Array(n) if n == keys.len() * per_key => {
                 for _ in 0..keys.len() {
-                    out.push(read_key(&mut r, &mut ascending)?);
+                    out.push(read_key(&mut r, &mut ascending, oldest)?);
                 }
             }
             Item::Error(e) => {
@@ -124,7 +135,12 @@ where
 /// MULTI itself was refused (an ACL changed since the preflight), so the commands after it ran
 /// one by one and EXEC failed. Whatever they removed cannot be announced exactly (nothing held the
 /// read and the removal together): count it and say so, rather than report that nothing happened.
-fn multi_refused(r: &mut Reader<'_>, keys: usize, refusal: redis::ServerError) -> Error {
+fn multi_refused(
+    r: &mut Reader<'_>,
+    keys: usize,
+    per_key: usize,
+    refusal: redis::ServerError,
+) -> Error {
     let mut removed = 0;
     let mut read = || -> redis::RedisResult<()> {
         for _ in 0..keys {
@@ -133,7 +149,9 @@ fn multi_refused(r: &mut Reader<'_>, keys: usize, refusal: redis::ServerError) -
                 Item::Int(n) => removed += n,
                 other => r.skip_rest(&other)?,
             }
-            r.skip()?;
+            for _ in 2..per_key {
+                r.skip()?;
+            }
         }
         r.skip()
     };
@@ -161,19 +179,16 @@ fn read_time(r: &mut Reader<'_>) -> Result<f64, Error> {
         }
     };
     let (secs, micros) = (part()?, part()?);
-    Ok(secs + micros / 1e6)
+    Ok(time_from_parts(secs, micros))
 }
 
-fn number(bytes: &[u8]) -> Option<f64> {
-    std::str::from_utf8(bytes).ok()?.parse().ok()
-}
-
-/// One key's three replies inside EXEC: the zombies with their scores, how many were removed,
-/// and the roster. `None` if the key was refused (it changed type). `ascending` is scratch space
-/// for the roster's members, kept between keys.
+/// One key's replies inside EXEC: the zombies with their scores, how many were removed, the
+/// roster, and with `with_oldest` the lowest remaining member. `None` if the key was refused (it
+/// changed type). `ascending` is scratch space for the roster's members, kept between keys.
 fn read_key<'a>(
     r: &mut Reader<'a>,
     ascending: &mut Vec<&'a [u8]>,
+    with_oldest: bool,
 ) -> Result<Option<Evicted>, Error> {
     let mut failed = false;
     let removed = match r.item()? {
@@ -224,6 +239,26 @@ fn read_key<'a>(
         }
         _ => return Err(ReplyError::new("the roster is not an array").into()),
     };
+    let oldest = match with_oldest {
+        false => None,
+        true => match r.item()? {
+            Item::Array(0) => None,
+            Item::Array(2) => {
+                r.skip()?;
+                match r.item()? {
+                    Item::Bulk(score) => Some(
+                        number(score).ok_or_else(|| ReplyError::new("a score is not a number"))?,
+                    ),
+                    _ => return Err(ReplyError::new("a score is not a string").into()),
+                }
+            }
+            Item::Error(_) => {
+                failed = true;
+                None
+            }
+            _ => return Err(ReplyError::new("the lowest member is not a pair").into()),
+        },
+    };
     if failed {
         // Removed but not read: those members could not be announced. Say so loudly rather
         // than count the key as refused.
@@ -249,5 +284,6 @@ fn read_key<'a>(
         roster_json: roster.into_json(),
         roster_len,
         card,
+        oldest,
     }))
 }

@@ -21,7 +21,11 @@ pub enum Conn {
 impl Conn {
     /// Sends `cmd` to the primary owning `key`'s slot, for commands whose routing the cluster
     /// client does not know (`SPUBLISH` routes by its channel).
-    pub async fn query_for_key(&mut self, cmd: Cmd, key: &[u8]) -> redis::RedisResult<Value> {
+    pub(crate) async fn query_for_key(
+        &mut self,
+        cmd: Cmd,
+        key: &[u8],
+    ) -> redis::RedisResult<Value> {
         match self {
             Self::Direct(c) => c.req_packed_command(&cmd).await,
             Self::Cluster(c) => {
@@ -29,29 +33,6 @@ impl Conn {
                 c.route_command(
                     cmd,
                     RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                )
-                .await
-            }
-        }
-    }
-}
-
-impl Conn {
-    /// Sends `pipe` (not a transaction) to the primary owning `key`'s slot.
-    pub async fn pipeline_for_key(
-        &mut self,
-        pipe: &Pipeline,
-        key: &[u8],
-    ) -> redis::RedisResult<Vec<Value>> {
-        match self {
-            Self::Direct(c) => c.req_packed_commands(pipe, 0, pipe.len()).await,
-            Self::Cluster(c) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                c.route_pipeline(
-                    pipe.clone(),
-                    0,
-                    pipe.len(),
-                    SingleNodeRoutingInfo::SpecificNode(route),
                 )
                 .await
             }
@@ -87,6 +68,25 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// A primary's identity, stable across reconnections: `host:port` of a cluster primary, the
+/// address of the one server, or the name Sentinel knows the primary by. It names the primary in
+/// logs and in metric labels (a handful of values: one per primary).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(String);
+
+impl NodeId {
+    /// The identity `name`.
+    pub(crate) fn new(name: impl Into<String>) -> Self {
+        Self(name.into())
+    }
+}
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// One primary of the data path of a pass. Everything about the keys a node's SCAN returned goes
 /// to that same node: in a cluster that is where they live (a key that moved meanwhile answers
 /// MOVED and waits for the next pass), and one node may serve commands on many slots in one
@@ -97,27 +97,35 @@ impl ConnectionLike for Conn {
 #[derive(Clone)]
 pub struct Node {
     con: Conn,
+    id: NodeId,
     address: Option<(String, u16)>,
     wire: Option<Wire>,
 }
 
 impl Node {
     /// The only node of a standalone or Sentinel topology.
-    pub fn direct(con: ConnectionManager) -> Self {
+    pub(crate) fn direct(con: ConnectionManager, id: NodeId) -> Self {
         Self {
             con: Conn::Direct(con),
+            id,
             address: None,
             wire: None,
         }
     }
 
     /// A cluster primary, reached through the cluster connection.
-    pub fn cluster_primary(con: ClusterConnection, host: String, port: u16) -> Self {
+    pub(crate) fn cluster_primary(con: ClusterConnection, host: String, port: u16) -> Self {
         Self {
             con: Conn::Cluster(con),
+            id: NodeId(format!("{host}:{port}")),
             address: Some((host, port)),
             wire: None,
         }
+    }
+
+    /// The primary's identity.
+    pub(crate) fn id(&self) -> &NodeId {
+        &self.id
     }
 
     /// The node's own connection, if it has one.
@@ -132,17 +140,12 @@ impl Node {
     }
 
     /// Whether keys must be grouped by hash slot for transactions and scripts.
-    pub fn needs_slot_groups(&self) -> bool {
+    pub(crate) fn needs_slot_groups(&self) -> bool {
         self.address.is_some()
     }
 
-    /// `host:port` of a cluster primary, for logs; `None` for a single server.
-    pub fn address(&self) -> Option<String> {
-        self.address.as_ref().map(|(h, p)| format!("{h}:{p}"))
-    }
-
     /// Host and port of a cluster primary; `None` for a single server.
-    pub fn host_port(&self) -> Option<(&str, u16)> {
+    pub(crate) fn host_port(&self) -> Option<(&str, u16)> {
         self.address.as_ref().map(|(h, p)| (h.as_str(), *p))
     }
 

@@ -9,8 +9,9 @@
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 
 mod conn;
-pub mod packed;
-pub mod resp;
+pub(crate) mod packed;
+pub(crate) mod reply;
+pub(crate) mod resp;
 mod sentinel;
 mod wire;
 
@@ -25,8 +26,8 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 use tokio_util::sync::CancellationToken;
 
-pub use self::conn::{Conn, Node};
-pub use self::packed::{Packed, SendPacked, all_ok};
+pub use self::conn::{Conn, Node, NodeId};
+pub(crate) use self::packed::{Packed, SendPacked, all_ok};
 use self::sentinel::SentinelBackend;
 use self::wire::{Target, Wire};
 use crate::Error;
@@ -131,11 +132,6 @@ impl Store {
         }
     }
 
-    /// Whether this is a Redis Cluster.
-    pub fn is_cluster(&self) -> bool {
-        matches!(&*self.backend, Backend::Cluster(_))
-    }
-
     /// The primaries a pass scans, each with its own SCAN cursor: the one server, or every
     /// primary of the cluster as its own topology reports them now (so a pass after a failover
     /// or a resharding scans the new layout).
@@ -144,8 +140,17 @@ impl Store {
     /// socket: the one of the last pass while it lives, a new one otherwise.
     pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
         let nodes: Vec<(Node, Client)> = match &*self.backend {
-            Backend::Standalone(c, client) => vec![(Node::direct(c.clone()), (**client).clone())],
-            Backend::Sentinel(s) => vec![(Node::direct(s.current()), s.current_client())],
+            Backend::Standalone(c, client) => {
+                let id = NodeId::new(client.get_connection_info().addr().to_string());
+                vec![(Node::direct(c.clone(), id), (**client).clone())]
+            }
+            Backend::Sentinel(s) => {
+                let id = NodeId::new(format!(
+                    "sentinel:{}",
+                    self.cfg.master_name.as_deref().unwrap_or_default()
+                ));
+                vec![(Node::direct(s.current(), id), s.current_client())]
+            }
             Backend::Cluster(c) => {
                 let mut con = c.clone();
                 let slots = con

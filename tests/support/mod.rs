@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use presence_sweeper::config::{Config, Sources};
+use presence_sweeper::pass::{Pass, PassError, PassOptions, PassReport};
+use presence_sweeper::store::Store;
+use presence_sweeper::sweep::{NoObserver, Sweep};
+use tokio_util::sync::CancellationToken;
 
 /// Polls `f` until it holds; fails the test, naming `what`, after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
@@ -183,6 +187,33 @@ pub fn config(url: &str, toml: &str) -> Config {
         overrides: Default::default(),
     })
     .expect("valid test configuration")
+}
+
+/// One sweep's full passes, run in the test process.
+pub struct OnePass {
+    store: Store,
+    pass: Pass,
+    sweeps: Vec<Arc<Sweep>>,
+}
+
+impl OnePass {
+    /// Connects with `cfg` and readies passes of the sweep called `sweep`.
+    pub async fn connect(cfg: &Config, sweep: &str) -> Self {
+        Self {
+            store: Store::connect(&cfg.redis).await.unwrap(),
+            pass: Pass::new(cfg),
+            sweeps: vec![Arc::new(Sweep::new(cfg.sweep(sweep).unwrap(), cfg))],
+        }
+    }
+
+    /// One full pass.
+    pub async fn run(&self, opts: PassOptions) -> Result<PassReport, PassError> {
+        let cancel = CancellationToken::new();
+        self.pass
+            .run(&self.store, &self.sweeps, opts, &NoObserver, &cancel)
+            .await
+            .map(|mut reports| reports.remove(0))
+    }
 }
 
 /// Redis's clock in Unix seconds.
@@ -538,7 +569,7 @@ impl InProcessDaemon {
                     overrides: Default::default(),
                 })
             }),
-            notifier: Arc::new(presence_sweeper::notify::Notifier::disabled()),
+            notifier: Arc::new(presence_sweeper::systemd::Notifier::disabled()),
         };
         let task = tokio::spawn(daemon.run(cancel.clone()));
         Self {

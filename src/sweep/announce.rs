@@ -1,22 +1,22 @@
-//! The events of what a pass removed: one JSON message per removed member, published on the
+//! The events of what a check removed: one JSON message per removed member, published on the
 //! sweep's channel right after the eviction that removed it.
 
-use super::{BatchCounts, PassObserver, Sweeper};
+use super::{Counts, Observer, Sweep};
 use crate::Error;
 use crate::events::Event;
 use crate::store::{Conn, Node, Packed, SendPacked, all_ok};
 
 /// What one eviction call removed from one key: the transaction and the script report the same.
 pub(super) struct Removal<'a> {
-    pub key: &'a [u8],
+    pub(super) key: &'a [u8],
     /// Removed members and their scores, in the score unit.
-    pub removed: &'a [(Vec<u8>, f64)],
+    pub(super) removed: &'a [(Vec<u8>, f64)],
     /// Members left, most recently seen first, at most the roster limit, as a JSON array.
-    pub roster_json: &'a [u8],
+    pub(super) roster_json: &'a [u8],
     /// How many members are left.
-    pub card: u64,
+    pub(super) card: u64,
     /// The eviction instant on Redis's clock, in Unix seconds.
-    pub now: f64,
+    pub(super) now: f64,
 }
 
 /// Events waiting to be published, already encoded as PUBLISH (or SPUBLISH) commands.
@@ -45,7 +45,7 @@ impl Events {
 /// and the channel, generously.
 const EVENT_SIZE: usize = 400;
 
-impl Sweeper {
+impl Sweep {
     /// PUBLISH, or SPUBLISH with `redis.sharded_pubsub`.
     pub(super) fn publish_command(&self) -> &'static str {
         if self.sharded_pubsub {
@@ -56,7 +56,7 @@ impl Sweeper {
     }
 
     /// Queues one event per removed member.
-    pub(super) fn announce(&self, r: &Removal, events: &mut Events, observer: &dyn PassObserver) {
+    pub(super) fn announce(&self, r: &Removal, events: &mut Events, observer: &dyn Observer) {
         let Removal {
             key,
             removed,
@@ -67,11 +67,11 @@ impl Sweeper {
         if removed.is_empty() {
             return;
         }
-        let conversation_id = self.sweep.pattern.conversation_id(key).unwrap_or(key);
-        self.sweep
+        let conversation_id = self.config.pattern.conversation_id(key).unwrap_or(key);
+        self.config
             .channel
             .render_into(conversation_id, &mut events.channel);
-        let ttl = self.sweep.ttl.as_secs_f64();
+        let ttl = self.config.ttl.as_secs_f64();
         let command = self.publish_command().as_bytes();
         // Room for every event of the key at once: growing the batch would copy it again.
         let event_size = EVENT_SIZE + 2 * conversation_id.len() + roster_json.len();
@@ -79,10 +79,10 @@ impl Sweeper {
             .batch
             .reserve(removed.len() * (event_size + events.channel.len()));
         for (member, score) in removed {
-            let last_seen = self.sweep.score_unit.to_seconds(*score);
+            let last_seen = self.config.score_unit.to_seconds(*score);
             observer.member_evicted(now - (last_seen + ttl));
             tracing::debug!(
-                sweep = %self.sweep.name,
+                sweep = %self.config.name,
                 conversation_id = %String::from_utf8_lossy(conversation_id),
                 user_id = %String::from_utf8_lossy(member),
                 last_seen,
@@ -113,7 +113,8 @@ impl Sweeper {
         node: &mut Node,
         routed: &Conn,
         events: Events,
-        counts: &mut BatchCounts,
+        counts: &mut Counts,
+        observer: &dyn Observer,
     ) -> Result<(), Error> {
         if events.batch.is_empty() {
             return Ok(());
@@ -147,16 +148,18 @@ impl Sweeper {
         match result {
             Ok(()) => {
                 counts.events_published += n;
+                observer.published(n);
                 Ok(())
             }
             Err(e) => {
                 tracing::error!(
-                    sweep = %self.sweep.name,
+                    sweep = %self.config.name,
                     events = n,
                     error = %e,
                     "members were evicted but their events could not be published"
                 );
                 counts.events_failed += n;
+                observer.events_failed(n);
                 Err(e.into())
             }
         }

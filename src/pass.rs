@@ -1,0 +1,282 @@
+//! A full pass: every primary's keyspace walked once, and every key of the given sweeps checked
+//! and evicted. The `sweep` command runs one; the daemon checks keys at their deadlines instead
+//! and walks only to find keys it does not know.
+//!
+//! One walk per primary serves every sweep of the pass ([`crate::walk`]); primaries are walked a
+//! few at a time, each with its own cursor. Each sweep's keys are cut into batches kept in flight
+//! a few at a time, so Redis never waits for the sweeper, and at most a few batches of keys wait
+//! at once, so memory does not grow with the keyspace.
+
+use std::collections::VecDeque;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::config::{EvictConfig, ScanConfig};
+use crate::evict::Clock;
+use crate::store::{Node, Store};
+use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Sweep};
+use crate::walk;
+
+/// Primaries of a cluster walked at the same time, each with its own cursor.
+pub(crate) const MAX_PARALLEL_NODES: usize = 8;
+
+/// How a pass runs.
+#[derive(Debug, Clone, Copy)]
+pub struct PassOptions {
+    /// Count what would be evicted; change and publish nothing.
+    pub dry_run: bool,
+    /// Where "now" comes from.
+    pub clock: Clock,
+}
+
+impl Default for PassOptions {
+    fn default() -> Self {
+        Self {
+            dry_run: false,
+            clock: Clock::Redis,
+        }
+    }
+}
+
+/// What a pass did for one sweep.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PassReport {
+    /// Keys of the sweep that SCAN returned.
+    pub keys_scanned: u64,
+    /// What the checks of those keys did.
+    pub counts: Counts,
+    /// Wall time of the pass.
+    pub duration: Duration,
+    /// False if shutdown stopped the pass before it covered the keyspace.
+    pub complete: bool,
+}
+
+impl PassReport {
+    fn merge(&mut self, other: &PassReport) {
+        self.keys_scanned += other.keys_scanned;
+        self.counts.add(&other.counts);
+    }
+}
+
+/// A pass that failed part way, with what it had done until then.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct PassError {
+    /// The first error.
+    pub error: Error,
+    /// Work done before (and, for batches already in flight, after) the error, per sweep.
+    pub partial: Vec<PassReport>,
+}
+
+/// The settings of a pass besides its sweeps.
+#[derive(Debug, Clone)]
+pub struct Pass {
+    /// `[scan]`.
+    pub scan: ScanConfig,
+    /// `[evict]`.
+    pub evict: EvictConfig,
+}
+
+impl Pass {
+    /// A pass with the `[scan]` and `[evict]` settings of `config`.
+    pub fn new(config: &crate::config::Config) -> Self {
+        Self {
+            scan: config.scan.clone(),
+            evict: config.evict.clone(),
+        }
+    }
+
+    /// Walks every primary once and checks every key of `sweeps`: one report per sweep, in
+    /// order. On `cancel`, no new eviction starts; calls in flight finish and their events are
+    /// published. The pass fails if any primary's part of it failed, after all of them ended.
+    pub async fn run(
+        &self,
+        store: &Store,
+        sweeps: &[Arc<Sweep>],
+        opts: PassOptions,
+        observer: &dyn Observer,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<PassReport>, PassError> {
+        let started = Instant::now();
+        let empty = || vec![PassReport::default(); sweeps.len()];
+        let nodes = store.nodes().await.map_err(|error| PassError {
+            error,
+            partial: empty(),
+        })?;
+        let routed = store.connection();
+        let ctx = CheckCtx {
+            store,
+            routed: &routed,
+            observer,
+            cancel,
+        };
+        // `scan.max_keys_per_second` caps the whole pass: each node gets its share.
+        let rate = match self.scan.max_keys_per_second {
+            0 => None,
+            total => Some(f64::from(total) / nodes.len().max(1) as f64),
+        };
+        let mut parts = futures_util::stream::iter(nodes)
+            .map(|node| self.node_pass(node, sweeps, rate, opts, ctx))
+            .buffer_unordered(MAX_PARALLEL_NODES);
+        let mut reports = empty();
+        for r in &mut reports {
+            r.complete = true;
+        }
+        let mut failure = None;
+        while let Some((part, complete, error)) = parts.next().await {
+            for (report, part) in reports.iter_mut().zip(&part) {
+                report.merge(part);
+                report.complete &= complete;
+            }
+            if let Some(e) = error {
+                failure.get_or_insert(e);
+            }
+        }
+        for r in &mut reports {
+            r.duration = started.elapsed();
+        }
+        match failure {
+            None => Ok(reports),
+            Some(error) => {
+                for r in &mut reports {
+                    r.complete = false;
+                }
+                Err(PassError {
+                    error,
+                    partial: reports,
+                })
+            }
+        }
+    }
+
+    /// One primary's part of a pass: its SCAN pages, each key handed to the sweeps it belongs
+    /// to, cut into batches kept in flight a few at a time. Returns what was done per sweep,
+    /// whether the walk covered the keyspace, and the first error if any.
+    async fn node_pass(
+        &self,
+        node: Node,
+        sweeps: &[Arc<Sweep>],
+        rate: Option<f64>,
+        opts: PassOptions,
+        ctx: CheckCtx<'_>,
+    ) -> (Vec<PassReport>, bool, Option<Error>) {
+        let started = Instant::now();
+        let batch_size = self.evict.batch_keys;
+        let depth = self.evict.pipeline_depth;
+        let glob = walk::common_glob(sweeps.iter().map(|s| &s.config().pattern));
+        let mut pages = pin!(walk::pages(node.clone(), glob, self.scan.count));
+        // Keys waiting for a batch, per sweep, each with the Redis time of the page it came in.
+        let mut queues: Vec<VecDeque<(Vec<u8>, f64)>> = vec![VecDeque::new(); sweeps.len()];
+        let mut in_flight = FuturesUnordered::new();
+        let mut reports = vec![PassReport::default(); sweeps.len()];
+        let mut failure: Option<Error> = None;
+        let mut scanned = 0u64;
+        let mut scan_done = false;
+        let mut stopping = false;
+        // With `scan.max_keys_per_second`, the next SCAN waits until the pass is back on pace.
+        let mut next_page_at: Option<tokio::time::Instant> = None;
+
+        loop {
+            for (s, queue) in queues.iter_mut().enumerate() {
+                while !stopping
+                    && in_flight.len() < depth
+                    && (queue.len() >= batch_size || (scan_done && !queue.is_empty()))
+                {
+                    let n = batch_size.min(queue.len());
+                    // A batch spanning two pages judges by the older page's time: a cutoff a
+                    // little early only spares members, it never evicts a fresh one.
+                    let mut time = f64::INFINITY;
+                    let batch: Vec<Vec<u8>> = queue
+                        .drain(..n)
+                        .map(|(key, t)| {
+                            time = time.min(t);
+                            key
+                        })
+                        .collect();
+                    let check_opts = CheckOpts {
+                        now: time,
+                        fixed: opts.clock.fixed(),
+                        dry_run: opts.dry_run,
+                        track: false,
+                    };
+                    let sweep = &sweeps[s];
+                    let node = node.clone();
+                    in_flight
+                        .push(async move { (s, sweep.check(node, batch, check_opts, ctx).await) });
+                }
+            }
+            let waiting: usize = queues.iter().map(VecDeque::len).sum();
+            if in_flight.is_empty() && (stopping || (scan_done && waiting == 0)) {
+                break;
+            }
+            // Keep at most a few batches of keys waiting: memory stays flat however many
+            // keys match.
+            let paced = next_page_at.is_some_and(|t| t > tokio::time::Instant::now());
+            let want_page = !stopping && !scan_done && !paced && waiting < batch_size * depth;
+            tokio::select! {
+                Some((s, checked)) = in_flight.next(), if !in_flight.is_empty() => {
+                    reports[s].counts.add(&checked.counts);
+                    if let Some(e) = checked.error {
+                        stopping = true;
+                        failure.get_or_insert(e);
+                    }
+                }
+                page = pages.next(), if want_page => match page {
+                    Some(Ok(page)) => {
+                        ctx.observer.progress();
+                        scanned += page.keys.len() as u64;
+                        for key in page.keys {
+                            route(sweeps, key, page.time, &mut queues, &mut reports);
+                        }
+                        if let Some(rate) = rate {
+                            let due = scanned as f64 / rate;
+                            next_page_at = Some(
+                                tokio::time::Instant::from_std(started)
+                                    + Duration::from_secs_f64(due),
+                            );
+                        }
+                    }
+                    Some(Err(e)) => {
+                        stopping = true;
+                        failure.get_or_insert(e);
+                    }
+                    None => scan_done = true,
+                },
+                () = tokio::time::sleep_until(next_page_at.unwrap_or_else(tokio::time::Instant::now)),
+                    if paced && !stopping && !scan_done => {}
+                () = ctx.cancel.cancelled(), if !stopping => stopping = true,
+            }
+        }
+        if let Some(e) = &failure {
+            tracing::debug!(node = %node.id(), error = %e, "a primary's part of the pass failed");
+        }
+        let complete = scan_done && queues.iter().all(VecDeque::is_empty) && failure.is_none();
+        (reports, complete, failure)
+    }
+}
+
+/// Queues `key` for every sweep whose pattern it fits.
+fn route(
+    sweeps: &[Arc<Sweep>],
+    key: Vec<u8>,
+    time: f64,
+    queues: &mut [VecDeque<(Vec<u8>, f64)>],
+    reports: &mut [PassReport],
+) {
+    let fits = |s: &Arc<Sweep>| s.config().pattern.conversation_id(&key).is_some();
+    let Some(last) = sweeps.iter().rposition(fits) else {
+        return;
+    };
+    for i in (0..last).filter(|&i| fits(&sweeps[i])) {
+        reports[i].keys_scanned += 1;
+        queues[i].push_back((key.clone(), time));
+    }
+    reports[last].keys_scanned += 1;
+    queues[last].push_back((key, time));
+}

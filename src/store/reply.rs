@@ -1,0 +1,148 @@
+//! What Redis answers, below every user of it: the error for a reply of the wrong shape, the
+//! cluster redirection codes, Redis `TIME`, and the small conversions of reply values.
+
+use redis::Value;
+use redis::aio::ConnectionLike;
+
+/// A reply did not have the expected shape.
+#[derive(Debug, thiserror::Error)]
+#[error("unexpected reply from Redis: {0}")]
+pub struct ReplyError(String);
+
+impl ReplyError {
+    /// A reply error saying what was wrong.
+    pub(crate) fn new(what: impl Into<String>) -> Self {
+        Self(what.into())
+    }
+}
+
+/// Whether an error code means the key's slot is served elsewhere (or is moving) in a cluster:
+/// nothing ran, and the key can be asked where it lives now.
+pub(crate) fn is_redirect(code: &str) -> bool {
+    matches!(code, "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+}
+
+/// Redis `TIME` from its two parts (seconds, microseconds) as Unix seconds.
+pub(crate) fn time_from_parts(secs: f64, micros: f64) -> f64 {
+    secs + micros / 1e6
+}
+
+/// Reads a Redis `TIME` reply as Unix seconds.
+pub(crate) fn parse_time(v: &Value) -> Option<f64> {
+    let Value::Array(parts) = v else {
+        return None;
+    };
+    let [secs, micros] = parts.as_slice() else {
+        return None;
+    };
+    Some(time_from_parts(int(secs)? as f64, int(micros)? as f64))
+}
+
+/// Redis's clock now, in Unix seconds, by one `TIME` round trip.
+pub(crate) async fn redis_time<C>(con: &mut C) -> Result<f64, crate::Error>
+where
+    C: ConnectionLike + Send,
+{
+    let v: Value = redis::cmd("TIME").query_async(con).await?;
+    Ok(parse_time(&v).ok_or_else(|| ReplyError::new("TIME is not a time"))?)
+}
+
+/// An integer reply (or a bulk or status string holding one).
+pub(crate) fn int(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A score: a bulk string as Redis formats doubles (`inf` and `-inf` included).
+pub(crate) fn float(v: &Value) -> Option<f64> {
+    match v {
+        Value::BulkString(b) => number(b),
+        Value::Double(d) => Some(*d),
+        Value::Int(n) => Some(*n as f64),
+        _ => None,
+    }
+}
+
+/// A number as Redis writes it in a reply.
+pub(crate) fn number(bytes: &[u8]) -> Option<f64> {
+    std::str::from_utf8(bytes).ok()?.parse().ok()
+}
+
+fn bytes(v: Value) -> Option<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.into_bytes()),
+        _ => None,
+    }
+}
+
+/// A flat `[member, score, ...]` reply (`WITHSCORES`) as (member, score) pairs.
+pub(crate) fn scored(v: Value) -> Result<Vec<(Vec<u8>, f64)>, ReplyError> {
+    let Value::Array(flat) = v else {
+        return Err(ReplyError::new("members with scores are not an array"));
+    };
+    if flat.len() % 2 != 0 {
+        return Err(ReplyError::new("members with scores have an odd length"));
+    }
+    let mut pairs = Vec::with_capacity(flat.len() / 2);
+    let mut it = flat.into_iter();
+    while let (Some(member), Some(score)) = (it.next(), it.next()) {
+        let score = float(&score).ok_or_else(|| ReplyError::new("a score is not a number"))?;
+        let member = bytes(member).ok_or_else(|| ReplyError::new("a member is not a string"))?;
+        pairs.push((member, score));
+    }
+    Ok(pairs)
+}
+
+/// An array reply of members.
+pub(crate) fn members(v: Value) -> Result<Vec<Vec<u8>>, ReplyError> {
+    let Value::Array(items) = v else {
+        return Err(ReplyError::new("members are not an array"));
+    };
+    items
+        .into_iter()
+        .map(|m| bytes(m).ok_or_else(|| ReplyError::new("a member is not a string")))
+        .collect()
+}
+
+/// The score of a `ZRANGE key 0 0 WITHSCORES` reply: `Ok(None)` for an empty (or missing) set.
+pub(crate) fn lowest_score(v: &Value) -> Result<Option<f64>, ReplyError> {
+    match v {
+        Value::Array(pair) if pair.is_empty() => Ok(None),
+        Value::Array(pair) if pair.len() == 2 => float(&pair[1])
+            .map(Some)
+            .ok_or_else(|| ReplyError::new("a score is not a number")),
+        _ => Err(ReplyError::new("the lowest member is not a pair")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn time_reply() {
+        let v = Value::Array(vec![bulk("1764460046"), bulk("500000")]);
+        assert_eq!(parse_time(&v), Some(1_764_460_046.5));
+        assert_eq!(parse_time(&Value::Nil), None);
+    }
+
+    #[test]
+    fn scores_of_every_shape() {
+        assert_eq!(float(&bulk("-inf")), Some(f64::NEG_INFINITY));
+        assert_eq!(float(&bulk("1.5")), Some(1.5));
+        let pair = Value::Array(vec![bulk("u1"), bulk("17.25")]);
+        assert_eq!(lowest_score(&pair).unwrap(), Some(17.25));
+        assert_eq!(lowest_score(&Value::Array(vec![])).unwrap(), None);
+        assert!(lowest_score(&Value::Int(1)).is_err());
+        assert!(is_redirect("MOVED") && !is_redirect("WRONGTYPE"));
+    }
+}

@@ -1,0 +1,535 @@
+//! One batch of a sweep's keys on one primary: read every key, evict the keys with a few zombies
+//! in transactions and those with many through the bounded script, announce what was removed,
+//! and report per key what is left (its size and, for a deadline index, its lowest score).
+//!
+//! Every source of work goes through here: a full pass, a key whose deadline came, a key that
+//! reconciliation or a keyspace notification found.
+
+use std::collections::HashMap;
+
+use redis::cluster_routing::Slot;
+use tokio_util::sync::CancellationToken;
+
+use super::announce::{Events, Removal};
+use super::{Counts, Observer, Sweep};
+use crate::Error;
+use crate::events::EventEncoder;
+use crate::evict::precheck::{self, KeyRead, Read, Reads};
+use crate::evict::script::{KeyReply, Params};
+use crate::evict::transaction::{self, Evicted};
+use crate::evict::{Clock, Cutoff};
+use crate::store::{Conn, Node, Store};
+use crate::walk::FIRST_PAGE_SHARE;
+
+/// How one check runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CheckOpts {
+    /// The instant staleness is judged at, on Redis's clock, in Unix seconds: read from Redis a
+    /// moment before, never ahead of it.
+    pub(crate) now: f64,
+    /// Tests: judge and stamp events at this instant instead of Redis `TIME`.
+    pub(crate) fixed: Option<f64>,
+    /// Count what would be evicted; change and publish nothing.
+    pub(crate) dry_run: bool,
+    /// Read each key's lowest remaining score, for a deadline index.
+    pub(crate) track: bool,
+}
+
+/// What a check works with besides its node.
+#[derive(Clone, Copy)]
+pub(crate) struct CheckCtx<'a> {
+    /// For the preflight's connections of its own.
+    pub(crate) store: &'a Store,
+    /// The store's routed connection: in a cluster it follows keys whose slot moved, and
+    /// publishes.
+    pub(crate) routed: &'a Conn,
+    pub(crate) observer: &'a dyn Observer,
+    /// No new eviction starts once it fires.
+    pub(crate) cancel: &'a CancellationToken,
+}
+
+/// What a check learned about one key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum KeyState {
+    /// Not checked to the end (a refused transaction, a failure, shutdown): look again soon.
+    Unknown,
+    /// The key is gone, empty, or no longer a sorted set.
+    Gone,
+    /// Members remain: `card` of them, the oldest scoring `oldest` (in Unix seconds, when it
+    /// was read).
+    Live { card: u64, oldest: Option<f64> },
+}
+
+/// The outcome of one check.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    pub(crate) counts: Counts,
+    /// One per key, in the order given.
+    pub(crate) states: Vec<KeyState>,
+    /// Redis's clock at the read, when the read asked for it (a tracking check does).
+    pub(crate) time: Option<f64>,
+    /// The first failure; what was done before it is counted and announced all the same.
+    pub(crate) error: Option<Error>,
+}
+
+/// The keys of one transaction (as indices into the batch) and what it did.
+type Outcome = (Vec<usize>, Result<(f64, Vec<Option<Evicted>>), Error>);
+
+impl Sweep {
+    /// Checks `keys` on `node`. Returns what was done even when a step fails, so evictions are
+    /// always counted and announced. Once `ctx.cancel` fires no new eviction starts.
+    pub(crate) async fn check(
+        &self,
+        mut node: Node,
+        keys: Vec<Vec<u8>>,
+        opts: CheckOpts,
+        ctx: CheckCtx<'_>,
+    ) -> Checked {
+        let mut out = Checked {
+            counts: Counts::default(),
+            states: vec![KeyState::Unknown; keys.len()],
+            time: None,
+            error: None,
+        };
+        if let Err(e) = self
+            .check_inner(&mut node, &keys, opts, ctx, &mut out)
+            .await
+        {
+            // Check the permissions again next time: the failure may be a changed ACL.
+            self.forget_preflight(&node);
+            out.error = Some(e);
+        }
+        out
+    }
+
+    async fn check_inner(
+        &self,
+        node: &mut Node,
+        keys: &[Vec<u8>],
+        opts: CheckOpts,
+        ctx: CheckCtx<'_>,
+        out: &mut Checked,
+    ) -> Result<(), Error> {
+        let cutoff = Cutoff::new(
+            opts.fixed.unwrap_or(opts.now),
+            self.config.ttl,
+            self.config.score_unit,
+        );
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let what = match opts.track {
+            true => Read::Probe(&cutoff),
+            false => Read::Stale(&cutoff),
+        };
+        let reads = read_keys(node, ctx.routed, &refs, what).await?;
+        out.time = reads.time;
+        ctx.observer.progress();
+        if opts.dry_run {
+            return self.dry_run(node, &refs, reads.keys, ctx, out).await;
+        }
+        let budget = self.evict.max_members_per_call as u64;
+        // Clean keys whose size is still to be read (a full pass reads it only for them).
+        let mut clean: Vec<usize> = Vec::new();
+        // Transactions of at most `budget` zombies each; keys with more go to the script.
+        let mut transactions: Vec<Vec<usize>> = Vec::new();
+        let mut in_last = 0;
+        let mut big: Vec<usize> = Vec::new();
+        for (i, read) in reads.keys.into_iter().enumerate() {
+            match read {
+                None => out.states[i] = KeyState::Gone,
+                Some(KeyRead {
+                    stale: 0,
+                    card,
+                    oldest,
+                }) if opts.track => {
+                    out.states[i] = self.live(card, oldest);
+                    self.count_clean(card, out, ctx.observer);
+                }
+                Some(KeyRead { stale: 0, .. }) => clean.push(i),
+                Some(KeyRead { stale, .. }) if stale > budget => big.push(i),
+                Some(KeyRead { stale, .. }) => {
+                    if transactions.is_empty() || in_last + stale > budget {
+                        transactions.push(Vec::new());
+                        in_last = 0;
+                    }
+                    in_last += stale;
+                    transactions.last_mut().expect("pushed above").push(i);
+                }
+            }
+        }
+        let first_zombie = transactions.first().and_then(|g| g.first()).or(big.first());
+        if let Some(&i) = first_zombie {
+            // Before anything is removed: may this user do all a check does?
+            self.preflight(ctx.store, node, refs[i]).await?;
+        }
+        let mut transactions = transactions.into_iter();
+        // The clean keys' sizes and the first transactions go out together: one round trip.
+        let first = transactions.next().unwrap_or_default();
+        let mut card_node = node.clone();
+        let clean_refs: Vec<&[u8]> = clean.iter().map(|&i| refs[i]).collect();
+        let (cards, outcomes) = tokio::join!(
+            read_keys(&mut card_node, ctx.routed, &clean_refs, Read::Members),
+            self.evict_keys(node, &refs, &first, &cutoff, opts)
+        );
+        // Whatever a transaction removed is announced first, even if another read failed.
+        let mut failure = self.finish_outcomes(node, &refs, outcomes, ctx, out).await;
+        match cards {
+            Ok(cards) => {
+                for (i, read) in clean.into_iter().zip(cards.keys) {
+                    let card = read.map_or(0, |r| r.card);
+                    out.states[i] = self.live(card, None);
+                    self.count_clean(card, out, ctx.observer);
+                }
+            }
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+        for group in transactions {
+            // On shutdown no new call starts; what the calls before removed was announced.
+            if failure.is_some() || ctx.cancel.is_cancelled() {
+                break;
+            }
+            let outcomes = self.evict_keys(node, &refs, &group, &cutoff, opts).await;
+            failure = self.finish_outcomes(node, &refs, outcomes, ctx, out).await;
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if !big.is_empty() && !ctx.cancel.is_cancelled() {
+            self.sweep_big(node, &refs, big, opts, ctx, out).await?;
+        }
+        Ok(())
+    }
+
+    /// What is left of a key of `card` members whose lowest score is `oldest` (score unit).
+    fn live(&self, card: u64, oldest: Option<f64>) -> KeyState {
+        match card {
+            0 => KeyState::Gone,
+            card => KeyState::Live {
+                card,
+                oldest: oldest.map(|s| self.config.score_unit.to_seconds(s)),
+            },
+        }
+    }
+
+    fn count_clean(&self, card: u64, out: &mut Checked, observer: &dyn Observer) {
+        if card > 0 {
+            out.counts.keys += 1;
+            out.counts.members += card;
+            observer.key_checked(card);
+        }
+    }
+
+    /// Counts what a dry run would evict: the zombies per key and what would be left.
+    async fn dry_run(
+        &self,
+        node: &mut Node,
+        keys: &[&[u8]],
+        reads: Vec<Option<KeyRead>>,
+        ctx: CheckCtx<'_>,
+        out: &mut Checked,
+    ) -> Result<(), Error> {
+        let (sets, stale): (Vec<&[u8]>, Vec<u64>) = keys
+            .iter()
+            .zip(reads)
+            .filter_map(|(key, read)| Some((*key, read?.stale)))
+            .unzip();
+        let cards = read_keys(node, ctx.routed, &sets, Read::Members).await?;
+        for (read, stale) in cards.keys.into_iter().zip(stale) {
+            let Some(card) = read.map(|r| r.card).filter(|&c| c > 0) else {
+                continue;
+            };
+            let left = card.saturating_sub(stale);
+            out.counts.keys += 1;
+            out.counts.evicted += stale;
+            out.counts.members += left;
+            ctx.observer.key_checked(left);
+        }
+        Ok(())
+    }
+
+    /// Evicts the keys `group` (indices into `keys`) in transactions: one for all of them on a
+    /// single server; in a cluster one per hash slot, each in its own pipeline, so that a slot
+    /// that moved redirects only its own transaction (the cluster client resends a whole
+    /// pipeline to where a MOVED points, which is safe for a transaction refused at queue time,
+    /// and only for that).
+    async fn evict_keys(
+        &self,
+        node: &Node,
+        keys: &[&[u8]],
+        group: &[usize],
+        cutoff: &Cutoff,
+        opts: CheckOpts,
+    ) -> Vec<Outcome> {
+        if group.is_empty() {
+            return Vec::new();
+        }
+        let groups = slot_groups(keys, group, node.needs_slot_groups());
+        let runs = groups.into_iter().map(|group| {
+            let mut node = node.clone();
+            async move {
+                let refs: Vec<&[u8]> = group.iter().map(|&i| keys[i]).collect();
+                let outcome = transaction::evict(
+                    &mut node,
+                    std::slice::from_ref(&refs),
+                    cutoff,
+                    opts.fixed,
+                    opts.track,
+                )
+                .await;
+                (group, outcome)
+            }
+        });
+        futures_util::future::join_all(runs).await
+    }
+
+    /// Counts and announces the transactions that went through; returns the first failure.
+    async fn finish_outcomes(
+        &self,
+        node: &mut Node,
+        keys: &[&[u8]],
+        outcomes: Vec<Outcome>,
+        ctx: CheckCtx<'_>,
+        out: &mut Checked,
+    ) -> Option<Error> {
+        let mut failure = None;
+        for (group, outcome) in outcomes {
+            let result = match outcome {
+                Ok(evicted) => {
+                    self.finish_transaction(node, keys, &group, evicted, ctx, out)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                failure.get_or_insert(e);
+            }
+        }
+        failure
+    }
+
+    /// Counts and announces what the transaction of `group` removed.
+    async fn finish_transaction(
+        &self,
+        node: &mut Node,
+        keys: &[&[u8]],
+        group: &[usize],
+        (now, results): (f64, Vec<Option<Evicted>>),
+        ctx: CheckCtx<'_>,
+        out: &mut Checked,
+    ) -> Result<(), Error> {
+        ctx.observer.progress();
+        let mut events = Events::for_removals(
+            results
+                .iter()
+                .flatten()
+                .map(|e| (e.removed.len(), e.roster_json.as_slice())),
+        );
+        let mut uncounted = Vec::new();
+        for (&i, evicted) in group.iter().zip(results) {
+            // A refused transaction (the key changed type, or its slot moved) is left for later.
+            let Some(evicted) = evicted else {
+                continue;
+            };
+            match evicted.card {
+                Some(card) => {
+                    self.account(keys[i], &evicted, card, now, &mut events, out, ctx.observer);
+                    out.states[i] = self.live(card, evicted.oldest);
+                }
+                None => uncounted.push((i, evicted)),
+            }
+        }
+        if !uncounted.is_empty() {
+            // Full rosters: the sets may be bigger, so count them (just after the eviction).
+            let refs: Vec<&[u8]> = uncounted.iter().map(|(i, _)| keys[*i]).collect();
+            let cards = match read_keys(node, ctx.routed, &refs, Read::Members).await {
+                Ok(reads) => reads.keys.into_iter().map(|r| r.map(|r| r.card)).collect(),
+                Err(e) => {
+                    // The members are gone either way: announce them with the count we know
+                    // (at least the roster) rather than not at all.
+                    tracing::warn!(error = %e, "could not count full rosters; announcing at least the roster size");
+                    vec![None; refs.len()]
+                }
+            };
+            for ((i, evicted), card) in uncounted.into_iter().zip(cards) {
+                let card = card.unwrap_or(evicted.roster_len as u64);
+                self.account(keys[i], &evicted, card, now, &mut events, out, ctx.observer);
+                out.states[i] = self.live(card, evicted.oldest);
+            }
+        }
+        self.publish(node, ctx.routed, events, &mut out.counts, ctx.observer)
+            .await
+    }
+
+    /// Counts a key a transaction swept and queues the events of what was removed from it.
+    #[allow(clippy::too_many_arguments)]
+    fn account(
+        &self,
+        key: &[u8],
+        evicted: &Evicted,
+        card: u64,
+        now: f64,
+        events: &mut Events,
+        out: &mut Checked,
+        observer: &dyn Observer,
+    ) {
+        let removal = Removal {
+            key,
+            removed: &evicted.removed,
+            roster_json: &evicted.roster_json,
+            card,
+            now,
+        };
+        self.count_removal(&removal, true, events, out, observer);
+    }
+
+    /// Counts a removal (the key too if it is `finished`) and queues its events.
+    fn count_removal(
+        &self,
+        r: &Removal,
+        finished: bool,
+        events: &mut Events,
+        out: &mut Checked,
+        observer: &dyn Observer,
+    ) {
+        if finished {
+            out.counts.keys += 1;
+            out.counts.members += r.card;
+            observer.key_checked(r.card);
+        }
+        out.counts.evicted += r.removed.len() as u64;
+        self.announce(r, events, observer);
+    }
+
+    /// Keys holding more zombies than one call may remove: the bounded script, called again for
+    /// keys its budget did not finish. In a cluster each call holds the keys of one slot.
+    async fn sweep_big(
+        &self,
+        node: &mut Node,
+        keys: &[&[u8]],
+        big: Vec<usize>,
+        opts: CheckOpts,
+        ctx: CheckCtx<'_>,
+        out: &mut Checked,
+    ) -> Result<(), Error> {
+        // The first call may remove a sixteenth of the budget and each next one twice as many as
+        // the last, like the SCAN pages ([`FIRST_PAGE_SHARE`]): a key this big is often met first
+        // thing in a pass, by a Redis that has been idle and runs every command slow for a while.
+        let most = self.evict.max_members_per_call;
+        let mut params = Params {
+            ttl: self.config.ttl,
+            unit: self.config.score_unit,
+            budget: (most / FIRST_PAGE_SHARE as usize).max(1),
+            clock: opts.fixed.map_or(Clock::Redis, Clock::Fixed),
+        };
+        for group in slot_groups(keys, &big, node.needs_slot_groups()) {
+            let mut pending: Vec<usize> = group;
+            // On shutdown no new call starts; what the calls before removed was announced.
+            while !pending.is_empty() && !ctx.cancel.is_cancelled() {
+                let call_keys: Vec<Vec<u8>> = pending.iter().map(|&i| keys[i].to_vec()).collect();
+                let reply = self.script.call(node, &call_keys, &params).await?;
+                params.budget = (params.budget * 2).min(most);
+                ctx.observer.progress();
+                let mut events = Events::default();
+                let mut next = Vec::new();
+                for (i, result) in pending.into_iter().zip(reply.keys) {
+                    let swept = match result {
+                        KeyReply::Swept(s) => s,
+                        KeyReply::NotReached => {
+                            next.push(i);
+                            continue;
+                        }
+                        KeyReply::WrongType => {
+                            out.states[i] = KeyState::Gone;
+                            continue;
+                        }
+                    };
+                    let roster_json = EventEncoder::roster_json(&swept.roster);
+                    let removal = Removal {
+                        key: keys[i],
+                        removed: &swept.removed,
+                        roster_json: &roster_json,
+                        card: swept.card,
+                        now: reply.now,
+                    };
+                    // A key the budget did not finish is counted once finished.
+                    self.count_removal(&removal, !swept.more, &mut events, out, ctx.observer);
+                    if swept.more {
+                        next.push(i);
+                    } else {
+                        out.states[i] = self.live(swept.card, swept.oldest);
+                    }
+                }
+                self.publish(node, ctx.routed, events, &mut out.counts, ctx.observer)
+                    .await?;
+                pending = next;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`precheck::read`] of `keys` on their node, in one pipeline. In a cluster, if a slot moved
+/// since the key was found (the whole pipeline then fails on the redirection), each key is asked
+/// where it lives now instead.
+async fn read_keys(
+    node: &mut Node,
+    routed: &Conn,
+    keys: &[&[u8]],
+    what: Read<'_>,
+) -> Result<Reads, Error> {
+    match precheck::read(node, keys, what).await {
+        Err(e) if node.needs_slot_groups() && e.is_redirect() => {
+            let reads = keys.iter().map(|key| {
+                let mut con = routed.clone();
+                async move { precheck::read(&mut con, &[key], what).await }
+            });
+            let mut out = Reads {
+                keys: Vec::with_capacity(keys.len()),
+                time: None,
+            };
+            for read in futures_util::future::join_all(reads).await {
+                let read = read?;
+                out.time = out.time.or(read.time);
+                out.keys.extend(read.keys);
+            }
+            Ok(out)
+        }
+        other => other,
+    }
+}
+
+/// The indices `group` of `keys` split into the groups one transaction or script call may hold:
+/// everything at once on a single server, one hash slot per group in a cluster.
+fn slot_groups(keys: &[&[u8]], group: &[usize], by_slot: bool) -> Vec<Vec<usize>> {
+    if !by_slot {
+        return vec![group.to_vec()];
+    }
+    let mut index: HashMap<Slot, usize> = HashMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for &i in group {
+        let g = *index.entry(Slot::for_key(keys[i])).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_by_slot_only_in_a_cluster() {
+        let keys: Vec<&[u8]> = vec![
+            b"presence:{a}:online",
+            b"presence:b:online",
+            b"presence:{a}:typing",
+        ];
+        assert_eq!(slot_groups(&keys, &[0, 1, 2], false), vec![vec![0, 1, 2]]);
+        let groups = slot_groups(&keys, &[0, 1, 2], true);
+        assert_eq!(groups, vec![vec![0, 2], vec![1]], "hash tags share a slot");
+    }
+}

@@ -1,0 +1,171 @@
+//! One sweep at run time: its settings, event encoder and eviction script, and the check of a
+//! batch of its keys on one primary.
+//!
+//! - this module: [`Sweep`], what every check of it shares, and what checks report to;
+//! - `check`: one batch of keys, read, evicted and announced: the one evictor every source of
+//!   work (a full pass, a deadline, reconciliation) goes through;
+//! - `announce`: the events of what was removed, and publishing them.
+//!
+//! The daemon publishes the events from the eviction's reply instead of a script publishing
+//! them. Why: ids that are not valid UTF-8 cannot be encoded as JSON in Lua (cjson passes the
+//! bytes through); encoding JSON in Lua costs Redis's single thread several times what PUBLISH
+//! of a ready payload does; and in a cluster a script may only touch its own slot, which a
+//! `{conversation_id}` channel need not hash to. Exactly-once holds either way: only the call
+//! whose removal took a member gets it back, so only that sweeper announces it. The cost is a
+//! window between the reply and the PUBLISH in which a crash loses events, never duplicates
+//! them. Redis pub/sub is at-most-once to subscribers anyway, and every event carries the
+//! roster, so consumers already resynchronise from the next one.
+
+mod announce;
+mod check;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::Error;
+use crate::config::{Config, EvictConfig, SweepConfig};
+use crate::events::EventEncoder;
+use crate::evict::EvictScript;
+use crate::preflight;
+use crate::store::{Node, Store};
+
+pub(crate) use check::{CheckCtx, CheckOpts};
+
+/// How long a node's successful preflight stands: ACLs rarely change, and a failed check forgets
+/// it at once.
+const PREFLIGHT_VALID: Duration = Duration::from_secs(60);
+
+/// One configured sweep, ready to check keys. Shared by every primary's work.
+#[derive(Debug)]
+pub struct Sweep {
+    config: SweepConfig,
+    encoder: EventEncoder,
+    script: EvictScript,
+    evict: EvictConfig,
+    sharded_pubsub: bool,
+    /// When each node (by its id) last passed its preflight.
+    preflights: Mutex<HashMap<String, Instant>>,
+}
+
+impl Sweep {
+    /// The sweep `config` with the eviction and publishing settings of `settings`.
+    pub fn new(config: &SweepConfig, settings: &Config) -> Self {
+        Self::with_settings(config, &settings.evict, settings.redis.sharded_pubsub)
+    }
+
+    /// The sweep `config` with explicit settings.
+    pub(crate) fn with_settings(
+        config: &SweepConfig,
+        evict: &EvictConfig,
+        sharded_pubsub: bool,
+    ) -> Self {
+        Self {
+            encoder: EventEncoder::new(&config.event, &config.name),
+            config: config.clone(),
+            script: EvictScript::new(),
+            evict: evict.clone(),
+            sharded_pubsub,
+            preflights: Mutex::default(),
+        }
+    }
+
+    /// The sweep's configuration.
+    pub fn config(&self) -> &SweepConfig {
+        &self.config
+    }
+
+    /// Proves, once per [`PREFLIGHT_VALID`] per node, that the Redis user may do everything a
+    /// check does with `key`, before anything is evicted. On connections of its own.
+    async fn preflight(&self, store: &Store, node: &Node, key: &[u8]) -> Result<(), Error> {
+        let id = node.id().to_string();
+        let fresh = self
+            .preflights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .is_some_and(|at| at.elapsed() < PREFLIGHT_VALID);
+        if fresh {
+            return Ok(());
+        }
+        let channel = self
+            .config
+            .channel
+            .render(self.config.pattern.conversation_id(key).unwrap_or(key));
+        // A sharded publish in a cluster goes to the channel's own shard: probe it there.
+        let routed_publish = self.sharded_pubsub && node.needs_slot_groups();
+        let publish = (!routed_publish).then(|| self.publish_command());
+        let mut con = store.dedicated(node).await?;
+        preflight::check(&mut con, key, &channel, publish, &self.script).await?;
+        if routed_publish {
+            let mut con = store.dedicated_for_key(&channel).await?;
+            preflight::check_sharded_publish(&mut con, &channel).await?;
+        }
+        self.preflights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Instant::now());
+        Ok(())
+    }
+
+    /// Checks the permissions again before the next eviction on `node`: a failure may be a
+    /// changed ACL.
+    pub(crate) fn forget_preflight(&self, node: &Node) {
+        self.preflights
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&node.id().to_string());
+    }
+}
+
+/// Per-key and per-member observations of checks, for metrics and liveness. Ids never reach it.
+pub trait Observer: Send + Sync {
+    /// A key was checked; `cardinality` members remain in it.
+    fn key_checked(&self, cardinality: u64) {
+        let _ = cardinality;
+    }
+    /// Work moved on (a SCAN page or a reply came back); feeds liveness.
+    fn progress(&self) {}
+    /// A member was evicted `lag_seconds` after its window closed.
+    fn member_evicted(&self, lag_seconds: f64) {
+        let _ = lag_seconds;
+    }
+    /// Events were published.
+    fn published(&self, events: u64) {
+        let _ = events;
+    }
+    /// Members were removed whose events could not be published.
+    fn events_failed(&self, events: u64) {
+        let _ = events;
+    }
+}
+
+/// An observer that ignores everything.
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// What checks did, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counts {
+    /// Sorted sets checked (keys that vanished or changed type are not counted).
+    pub keys: u64,
+    /// Members left in them.
+    pub members: u64,
+    /// Members removed (on a dry run: that would have been).
+    pub evicted: u64,
+    /// Events published.
+    pub events_published: u64,
+    /// Members removed whose events could not be published (Redis failed in between).
+    pub events_failed: u64,
+}
+
+impl Counts {
+    /// Adds `other` to these counts.
+    pub(crate) fn add(&mut self, other: &Counts) {
+        self.keys += other.keys;
+        self.members += other.members;
+        self.evicted += other.evicted;
+        self.events_published += other.events_published;
+        self.events_failed += other.events_failed;
+    }
+}
