@@ -3,7 +3,7 @@
 
 use crate::config::ConfigError;
 use crate::schedule::ScheduleError;
-use crate::store::reply::{ReplyError, is_redirect};
+use crate::store::reply::ReplyError;
 
 /// Everything that can fail in presence-sweeper.
 #[derive(Debug, thiserror::Error)]
@@ -48,14 +48,4 @@ pub enum Error {
         /// Why it failed.
         source: std::io::Error,
     },
-}
-
-impl Error {
-    /// Whether Redis answered with a cluster redirection (the key's slot moved or is moving).
-    pub(crate) fn is_redirect(&self) -> bool {
-        match self {
-            Self::Redis(e) => e.code().is_some_and(is_redirect),
-            _ => false,
-        }
-    }
 }

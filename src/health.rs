@@ -1,16 +1,19 @@
-//! Liveness and readiness, decided from what the sweep loops report.
+//! Liveness and readiness, decided from what the daemon's loops report.
 //!
 //! Liveness never depends on Redis: a Redis outage must not get the sweeper restarted in a loop.
-//! It fails only when a sweep loop died or a pass stopped making progress (no SCAN page and no
-//! script reply for a long time, which every Redis call's timeout rules out unless something is
-//! stuck). Readiness needs Redis and one completed pass of every sweep.
+//! It fails only when a loop died or a walk stopped making progress (no SCAN page and no reply
+//! for a long time, which every Redis call's timeout rules out unless something is stuck).
+//! Readiness needs Redis, every loop running, and every sweep walked once on every primary (or
+//! standing by while another replica holds its lease).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::store::NodeId;
 
 /// Shared health state of the daemon.
 #[derive(Debug)]
@@ -18,53 +21,98 @@ pub struct Health {
     redis_up: AtomicBool,
     shutting_down: AtomicBool,
     stall_after: Duration,
-    sweeps: Mutex<BTreeMap<String, SweepState>>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sweeps: BTreeMap<String, SweepState>,
+    nodes: BTreeSet<NodeId>,
+    loops: BTreeMap<String, LoopState>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct SweepState {
+    walked: BTreeSet<NodeId>,
+    standby: bool,
+    /// Once ready, a sweep stays ready: a reload or a failover must not make readiness flap.
+    ready_once: bool,
 }
 
 #[derive(Debug, Clone)]
-struct SweepState {
-    passed_once: bool,
+struct LoopState {
+    last_alive: Instant,
     busy: bool,
     last_progress: Instant,
-    last_alive: Instant,
     stopped: bool,
 }
 
 impl Health {
-    /// A pass that made no progress for `stall_after` counts as stuck.
+    /// A walk that made no progress for `stall_after` counts as stuck.
     pub fn new(stall_after: Duration) -> Arc<Self> {
         Arc::new(Self {
             redis_up: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             stall_after,
-            sweeps: Mutex::new(BTreeMap::new()),
+            state: Mutex::default(),
         })
     }
 
-    /// Registers a sweep and returns its handle. A sweep registered again (its settings changed
-    /// on reload) keeps counting as having passed once, so readiness does not flap.
-    pub fn sweep(self: &Arc<Self>, name: &str) -> SweepHealth {
-        let now = Instant::now();
-        let passed_once = self.state().get(name).is_some_and(|s| s.passed_once);
-        self.state().insert(
-            name.to_owned(),
-            SweepState {
-                passed_once,
-                busy: false,
-                last_progress: now,
-                last_alive: now,
-                stopped: false,
-            },
-        );
-        SweepHealth {
-            health: self.clone(),
-            name: name.to_owned(),
-        }
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the maps inconsistent: recover it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a sweep, not ready until it has walked every primary. A sweep registered again
+    /// (its settings changed on reload) stays ready if it was.
+    pub fn sweep(&self, name: &str) {
+        self.state().sweeps.entry(name.to_owned()).or_default();
     }
 
     /// Forgets a sweep that is no longer configured.
     pub fn forget_sweep(&self, name: &str) {
-        self.state().remove(name);
+        self.state().sweeps.remove(name);
+    }
+
+    /// The primaries every sweep must have walked to be ready.
+    pub(crate) fn set_nodes(&self, nodes: impl IntoIterator<Item = NodeId>) {
+        self.state().nodes = nodes.into_iter().collect();
+    }
+
+    /// `sweep` finished a walk of `node`.
+    pub(crate) fn walked(&self, sweep: &str, node: &NodeId) {
+        let mut state = self.state();
+        let nodes = state.nodes.clone();
+        if let Some(s) = state.sweeps.get_mut(sweep) {
+            s.walked.insert(node.clone());
+            s.ready_once |= !nodes.is_empty() && nodes.is_subset(&s.walked);
+        }
+    }
+
+    /// Whether `sweep` stands by while another replica holds its lease: its job then.
+    pub(crate) fn standby(&self, sweep: &str, standby: bool) {
+        if let Some(s) = self.state().sweeps.get_mut(sweep) {
+            s.standby = standby;
+        }
+    }
+
+    /// Registers a loop that must keep turning; it is watched until [`LoopHealth::retire`].
+    pub(crate) fn register_loop(self: &Arc<Self>, name: &str) -> LoopHealth {
+        let now = Instant::now();
+        self.state().loops.insert(
+            name.to_owned(),
+            LoopState {
+                last_alive: now,
+                busy: false,
+                last_progress: now,
+                stopped: false,
+            },
+        );
+        LoopHealth {
+            health: self.clone(),
+            name: name.to_owned(),
+            retired: AtomicBool::new(false),
+        }
     }
 
     /// Records whether the last Redis round trip succeeded.
@@ -82,104 +130,115 @@ impl Health {
         self.shutting_down.store(true, Ordering::Relaxed);
     }
 
-    /// `Ok` while every sweep loop is alive and no pass is stuck; else why not.
+    fn shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Relaxed)
+    }
+
+    /// `Ok` while every loop is alive and no walk is stuck; else why not.
     pub fn liveness(&self) -> Result<(), String> {
         let now = Instant::now();
-        for (name, s) in self.state().iter() {
-            if s.stopped && !self.shutting_down.load(Ordering::Relaxed) {
-                return Err(format!("sweep {name}: its loop stopped"));
+        for (name, l) in self.state().loops.iter() {
+            if l.stopped && !self.shutting_down() {
+                return Err(format!("{name}: its loop stopped"));
             }
-            let quiet = now.saturating_duration_since(s.last_progress);
-            if s.busy && quiet > self.stall_after {
-                return Err(format!(
-                    "sweep {name}: pass made no progress for {}s",
-                    quiet.as_secs()
-                ));
+            let quiet = now.saturating_duration_since(l.last_progress);
+            if l.busy && quiet > self.stall_after {
+                return Err(format!("{name}: no progress for {}s", quiet.as_secs()));
             }
         }
         Ok(())
     }
 
-    /// `Ok` once Redis answers and every sweep completed a pass, until shutdown; else why not.
+    /// `Ok` once Redis answers, every loop runs and every sweep walked every primary, until
+    /// shutdown; else why not.
     pub fn readiness(&self) -> Result<(), String> {
-        if self.shutting_down.load(Ordering::Relaxed) {
+        if self.shutting_down() {
             return Err("shutting down".into());
         }
+        let state = self.state();
         if !self.redis_up() {
             return Err("Redis is unreachable".into());
         }
-        let waiting: Vec<String> = self
-            .state()
+        if let Some((name, _)) = state.loops.iter().find(|(_, l)| l.stopped) {
+            return Err(format!("{name}: its loop stopped"));
+        }
+        let waiting: Vec<&str> = state
+            .sweeps
             .iter()
-            .filter(|(_, s)| !s.passed_once)
-            .map(|(n, _)| n.clone())
+            .filter(|(_, s)| {
+                !s.ready_once
+                    && !s.standby
+                    && (state.nodes.is_empty() || !state.nodes.is_subset(&s.walked))
+            })
+            .map(|(n, _)| n.as_str())
             .collect();
         if waiting.is_empty() {
             Ok(())
         } else {
-            Err(format!("no completed pass yet: {}", waiting.join(", ")))
+            Err(format!(
+                "not every primary walked yet: {}",
+                waiting.join(", ")
+            ))
         }
     }
 
-    /// Whether every sweep loop reported itself alive within `within` (for the systemd
-    /// watchdog: a loop that stopped turning stops the pings).
+    /// Whether every loop reported itself alive within `within` (for the systemd watchdog: a
+    /// loop that stopped turning stops the pings).
     pub fn loops_alive_within(&self, within: Duration) -> bool {
         let now = Instant::now();
         self.state()
+            .loops
             .values()
-            .all(|s| now.saturating_duration_since(s.last_alive) <= within)
-    }
-
-    fn state(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, SweepState>> {
-        // A panic while holding this lock cannot leave the map inconsistent: recover it.
-        self.sweeps.lock().unwrap_or_else(|e| e.into_inner())
+            .all(|l| now.saturating_duration_since(l.last_alive) <= within)
     }
 }
 
-/// A sweep loop's handle on the shared health state.
-#[derive(Debug, Clone)]
-pub struct SweepHealth {
+/// A loop's handle on the shared health state. Dropping it without [`LoopHealth::retire`] (the
+/// loop panicked or returned early) marks the loop stopped.
+#[derive(Debug)]
+pub(crate) struct LoopHealth {
     health: Arc<Health>,
     name: String,
+    retired: AtomicBool,
 }
 
-impl SweepHealth {
-    fn update(&self, f: impl FnOnce(&mut SweepState)) {
-        if let Some(s) = self.health.state().get_mut(&self.name) {
-            f(s);
+impl LoopHealth {
+    fn update(&self, f: impl FnOnce(&mut LoopState)) {
+        if let Some(l) = self.health.state().loops.get_mut(&self.name) {
+            f(l);
         }
     }
 
-    /// The sweep loop turned (it reacts to ticks and to its pass).
-    pub fn alive(&self) {
-        self.update(|s| s.last_alive = Instant::now());
+    /// The loop turned.
+    pub(crate) fn alive(&self) {
+        self.update(|l| l.last_alive = Instant::now());
     }
 
-    /// A pass starts.
-    pub fn pass_started(&self) {
-        self.update(|s| {
-            s.busy = true;
-            s.last_progress = Instant::now();
+    /// A walk starts (`true`) or ends (`false`): while busy, the loop must show progress.
+    pub(crate) fn busy(&self, busy: bool) {
+        self.update(|l| {
+            l.busy = busy;
+            l.last_progress = Instant::now();
         });
     }
 
-    /// The pass in flight moved on.
-    pub fn progress(&self) {
-        self.update(|s| s.last_progress = Instant::now());
+    /// The walk in flight moved on.
+    pub(crate) fn progress(&self) {
+        self.update(|l| l.last_progress = Instant::now());
     }
 
-    /// A pass ended; `success` if it covered the whole keyspace.
-    pub fn pass_finished(&self, success: bool) {
-        self.update(|s| {
-            s.busy = false;
-            s.passed_once |= success;
-            s.last_progress = Instant::now();
-        });
+    /// The loop ends as asked: it is no longer watched.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+        self.health.state().loops.remove(&self.name);
     }
+}
 
-    /// The loop ended without being asked to (it panicked).
-    pub fn stopped(&self) {
-        self.update(|s| s.stopped = true);
+impl Drop for LoopHealth {
+    fn drop(&mut self) {
+        if !self.retired.load(Ordering::Relaxed) {
+            self.update(|l| l.stopped = true);
+        }
     }
 }
 
@@ -187,22 +246,35 @@ impl SweepHealth {
 mod tests {
     use super::*;
 
+    fn node(n: &str) -> NodeId {
+        NodeId::new(n)
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn ready_after_redis_and_a_pass_of_every_sweep() {
+    async fn ready_after_redis_and_a_walk_of_every_primary() {
         let h = Health::new(Duration::from_secs(60));
-        let a = h.sweep("online");
-        let b = h.sweep("typing");
+        h.sweep("online");
+        h.sweep("typing");
+        h.set_nodes([node("a"), node("b")]);
         assert_eq!(h.readiness().unwrap_err(), "Redis is unreachable");
         h.set_redis_up(true);
-        a.pass_started();
-        a.pass_finished(true);
-        assert_eq!(h.readiness().unwrap_err(), "no completed pass yet: typing");
-        b.pass_started();
-        b.pass_finished(false);
-        assert!(h.readiness().is_err(), "a failed pass does not count");
-        b.pass_started();
-        b.pass_finished(true);
+        h.walked("online", &node("a"));
+        h.walked("online", &node("b"));
+        h.walked("typing", &node("a"));
+        assert_eq!(
+            h.readiness().unwrap_err(),
+            "not every primary walked yet: typing"
+        );
+        h.standby("typing", true);
+        assert!(h.readiness().is_ok(), "standing by is its job");
+        h.standby("typing", false);
+        h.walked("typing", &node("b"));
         assert!(h.readiness().is_ok());
+        h.set_nodes([node("a"), node("c")]);
+        assert!(
+            h.readiness().is_ok(),
+            "a failover does not make readiness flap"
+        );
         h.set_redis_up(false);
         assert!(h.readiness().is_err());
         h.set_redis_up(true);
@@ -212,48 +284,43 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn live_unless_a_pass_is_stuck_or_a_loop_died() {
+    async fn live_unless_a_walk_is_stuck_or_a_loop_died() {
         let h = Health::new(Duration::from_secs(60));
-        let a = h.sweep("online");
+        h.set_redis_up(true);
+        let a = h.register_loop("primary a");
         // Idle for an hour (a cron schedule) is fine; Redis down is fine.
         tokio::time::advance(Duration::from_secs(3600)).await;
         assert!(h.liveness().is_ok());
-        a.pass_started();
+        a.busy(true);
         tokio::time::advance(Duration::from_secs(50)).await;
         a.progress();
         tokio::time::advance(Duration::from_secs(50)).await;
         assert!(h.liveness().is_ok());
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(h.liveness().unwrap_err().contains("no progress for 61s"));
-        a.pass_finished(false);
+        a.busy(false);
         assert!(h.liveness().is_ok());
-        a.stopped();
+        drop(a);
         assert!(h.liveness().unwrap_err().contains("loop stopped"));
-        h.forget_sweep("online");
+        assert!(h.readiness().unwrap_err().contains("loop stopped"));
+        let b = h.register_loop("primary b");
+        b.retire();
+        drop(b);
+        h.register_loop("primary a").retire();
         assert!(h.liveness().is_ok());
     }
 
     #[tokio::test(start_paused = true)]
     async fn watchdog_needs_every_loop_alive() {
         let h = Health::new(Duration::from_secs(60));
-        let a = h.sweep("online");
-        let b = h.sweep("typing");
+        let a = h.register_loop("a");
+        let b = h.register_loop("b");
         tokio::time::advance(Duration::from_secs(10)).await;
         a.alive();
         assert!(!h.loops_alive_within(Duration::from_secs(5)));
         b.alive();
         assert!(h.loops_alive_within(Duration::from_secs(5)));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_changed_sweep_stays_ready() {
-        let h = Health::new(Duration::from_secs(60));
-        h.set_redis_up(true);
-        let a = h.sweep("online");
-        a.pass_started();
-        a.pass_finished(true);
-        assert!(h.readiness().is_ok());
-        let _again = h.sweep("online");
-        assert!(h.readiness().is_ok());
+        a.retire();
+        b.retire();
     }
 }

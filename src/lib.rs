@@ -6,15 +6,17 @@
 //!
 //! Map of the crate:
 //! - [`config`]: layered configuration (defaults < file < environment < flags) and validation;
-//!   [`pattern`]: key globs and channel templates; [`schedule`]: when sweeps run.
+//!   [`pattern`]: key globs and channel templates; [`schedule`]: when sweeps walk.
 //! - [`store`]: the Redis connections (standalone, cluster or Sentinel, and the data path's own
-//!   pipelined connection per primary); [`discover`]: SCAN, streamed page by page.
-//! - [`evict`]: the precheck, the eviction transactions and the bounded script (`evict.lua`);
+//!   pipelined connection per primary); [`walk`]: SCAN, one walk per primary for every sweep.
+//! - [`evict`]: the reads, the eviction transactions and the bounded script (`evict.lua`);
 //!   [`preflight`]: proving the Redis user may do all that, before anything is evicted.
-//! - [`events`]: the JSON event payload.
-//! - [`sweeper`]: one pass of one sweep; [`daemon`]: every sweep on its schedule, reloads,
-//!   drain; [`lease`]: one replica at a time per sweep, optionally; [`oneshot`]: the `sweep`
-//!   command.
+//! - [`sweep`]: one sweep at run time, and the check of a batch of its keys (read, evict,
+//!   announce): the one evictor every source of work goes through; [`events`]: the payload.
+//! - Where work comes from: `index`, each key's deadline; [`keyspace`]: notifications of new
+//!   keys; `primary`: one primary's loop joining both with walks; `engine`: every sweep on every
+//!   primary, following the topology, reloads and leases ([`lease`]); [`daemon`]: the process
+//!   around it; [`pass`] and [`oneshot`]: a full pass, the `sweep` command.
 //! - Tools: [`seed`] (+ `seed.lua`): a synthetic keyspace, fast; [`stats`]: a read-only report of
 //!   the keyspace; [`simulate`] (+ `heartbeat.lua`; `worker`s write the traffic, a `tracker`
 //!   judges every event): live traffic that measures a running sweeper; [`loopback`]: keeps the
@@ -27,11 +29,14 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub(crate) mod engine;
 pub mod error;
 pub mod events;
 pub mod evict;
 pub mod health;
 pub mod http;
+pub(crate) mod index;
+pub mod keyspace;
 pub mod lease;
 pub mod logging;
 pub mod loopback;
@@ -40,6 +45,7 @@ pub mod oneshot;
 pub mod pass;
 pub mod pattern;
 pub mod preflight;
+pub(crate) mod primary;
 pub mod schedule;
 pub mod seed;
 pub mod signals;

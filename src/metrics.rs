@@ -1,8 +1,12 @@
 //! Prometheus metrics, held in an explicit registry (no globals) and only ever read by a scrape:
 //! a scrape never touches Redis, so a slow or absent Redis cannot make it hang.
 //!
-//! Labels are the sweep's configured name and small enums only; no user id, conversation id or
-//! key ever becomes a label value.
+//! Labels are the sweep's configured name, a primary's address (one per primary) and small enums
+//! only; no user id, conversation id or key ever becomes a label value.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -11,7 +15,7 @@ use prometheus::{
 };
 
 use crate::config::SweepConfig;
-use crate::pass::PassReport;
+use crate::store::NodeId;
 use crate::sweep::Observer;
 
 const NAMESPACE: &str = "presence_sweeper";
@@ -42,12 +46,19 @@ pub struct Metrics {
     keys_scanned: IntCounterVec,
     keys: IntGaugeVec,
     members: IntGaugeVec,
+    tracked: IntGaugeVec,
+    untracked: IntGaugeVec,
+    missed: IntCounterVec,
+    checks: IntCounterVec,
+    check_errors: IntCounterVec,
     cardinality: HistogramVec,
     evicted: IntCounterVec,
     published: IntCounterVec,
     lost: IntCounterVec,
     lag: HistogramVec,
     redis_up: IntGauge,
+    notifications_in_use: IntGaugeVec,
+    notifications_expected: IntGauge,
     config_reloads: IntCounterVec,
     lease_held: IntGaugeVec,
 }
@@ -57,29 +68,38 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let by_sweep = &["sweep"];
+        let counter = |name: &str, help: &str| {
+            IntCounterVec::new(opts(name, help), by_sweep).expect("valid metric")
+        };
+        let gauge = |name: &str, help: &str| {
+            IntGaugeVec::new(opts(name, help), by_sweep).expect("valid metric")
+        };
         let m = Self {
             sweeps: IntCounterVec::new(
-                opts("sweeps_total", "Passes finished, by result (success or error)."),
+                opts(
+                    "sweeps_total",
+                    "Walks of a primary's keyspace finished (passes), by result (success or error).",
+                ),
                 &["sweep", "result"],
             )
             .expect("valid metric"),
-            overruns: IntCounterVec::new(
-                opts(
-                    "sweep_overruns_total",
-                    "Ticks skipped because the previous pass was still running.",
-                ),
-                by_sweep,
-            )
-            .expect("valid metric"),
+            overruns: counter(
+                "sweep_overruns_total",
+                "Schedule ticks skipped because a walk was still running.",
+            ),
             duration: HistogramVec::new(
-                histogram("sweep_duration_seconds", "Wall time of a pass.", DURATION_BUCKETS),
+                histogram(
+                    "sweep_duration_seconds",
+                    "Wall time of a walk of one primary's keyspace.",
+                    DURATION_BUCKETS,
+                ),
                 by_sweep,
             )
             .expect("valid metric"),
             last_success: GaugeVec::new(
                 opts(
                     "last_success_timestamp_seconds",
-                    "Unix time of the last successful pass.",
+                    "Unix time of the last successful walk; the oldest over the primaries.",
                 ),
                 by_sweep,
             )
@@ -87,53 +107,55 @@ impl Metrics {
             interval: GaugeVec::new(
                 opts(
                     "sweep_interval_seconds",
-                    "Configured time between passes (for cron schedules, between the next two runs).",
+                    "Time between walks: tracking.reconcile_interval where keyspace notifications are in use on every primary, else the schedule (for cron schedules, between the next two runs).",
                 ),
                 by_sweep,
             )
             .expect("valid metric"),
-            keys_scanned: IntCounterVec::new(
-                opts("keys_scanned_total", "Keys returned by SCAN."),
-                by_sweep,
-            )
-            .expect("valid metric"),
-            keys: IntGaugeVec::new(
-                opts("keys", "Matching keys seen by the last completed pass."),
-                by_sweep,
-            )
-            .expect("valid metric"),
-            members: IntGaugeVec::new(
-                opts(
-                    "members",
-                    "Members remaining after the last completed pass (the roster size).",
-                ),
-                by_sweep,
-            )
-            .expect("valid metric"),
+            keys_scanned: counter("keys_scanned_total", "Keys returned by SCAN."),
+            keys: gauge(
+                "keys",
+                "Keys of the sweep found by the last walk of each primary, summed.",
+            ),
+            members: gauge(
+                "members",
+                "Members of the sweep's keys (the roster size), as of their last checks.",
+            ),
+            tracked: gauge(
+                "tracked_keys",
+                "Keys in the deadline index: checked when their oldest member's window closes.",
+            ),
+            untracked: gauge(
+                "untracked_keys",
+                "Keys the last walks found but could not track (tracking.max_keys reached): they are checked by walks on the sweep's schedule.",
+            ),
+            missed: counter(
+                "missed_notifications_total",
+                "Keys a reconciliation walk found untracked while keyspace notifications were in use: notifications that were missed.",
+            ),
+            checks: counter(
+                "deadline_checks_total",
+                "Keys checked because their deadline came or they were new to the index.",
+            ),
+            check_errors: counter(
+                "check_errors_total",
+                "Key checks that failed (Redis away, refused); the keys are checked again.",
+            ),
             cardinality: HistogramVec::new(
                 histogram(
                     "key_cardinality",
-                    "Members per key, observed once per key per pass.",
+                    "Members per key, observed at every check of a key.",
                     CARDINALITY_BUCKETS,
                 ),
                 by_sweep,
             )
             .expect("valid metric"),
-            evicted: IntCounterVec::new(opts("evicted_total", "Members removed."), by_sweep)
-                .expect("valid metric"),
-            published: IntCounterVec::new(
-                opts("events_published_total", "Events published."),
-                by_sweep,
-            )
-            .expect("valid metric"),
-            lost: IntCounterVec::new(
-                opts(
-                    "events_failed_total",
-                    "Members removed whose event could not be published (Redis failed in between).",
-                ),
-                by_sweep,
-            )
-            .expect("valid metric"),
+            evicted: counter("evicted_total", "Members removed."),
+            published: counter("events_published_total", "Events published."),
+            lost: counter(
+                "events_failed_total",
+                "Members removed whose event could not be published (Redis failed in between).",
+            ),
             lag: HistogramVec::new(
                 histogram(
                     "eviction_lag_seconds",
@@ -148,14 +170,23 @@ impl Metrics {
                 "1 if the last Redis round trip succeeded, else 0.",
             ))
             .expect("valid metric"),
-            lease_held: IntGaugeVec::new(
+            notifications_in_use: IntGaugeVec::new(
                 opts(
-                    "lease_held",
-                    "1 while this replica holds the sweep's lease and sweeps it (coordination.lease).",
+                    "notifications_in_use",
+                    "1 while the daemon is subscribed to the keyspace notifications of this primary, else 0.",
                 ),
-                by_sweep,
+                &["node"],
             )
             .expect("valid metric"),
+            notifications_expected: IntGauge::with_opts(opts(
+                "notifications_expected",
+                "1 if the configuration expects keyspace notifications on every primary (tracking.notifications = \"on\", or tracking.configure_notifications), else 0.",
+            ))
+            .expect("valid metric"),
+            lease_held: gauge(
+                "lease_held",
+                "1 while this replica holds the sweep's lease and sweeps it (coordination.lease).",
+            ),
             config_reloads: IntCounterVec::new(
                 opts(
                     "config_reloads_total",
@@ -186,12 +217,19 @@ impl Metrics {
             Box::new(m.keys_scanned.clone()),
             Box::new(m.keys.clone()),
             Box::new(m.members.clone()),
+            Box::new(m.tracked.clone()),
+            Box::new(m.untracked.clone()),
+            Box::new(m.missed.clone()),
+            Box::new(m.checks.clone()),
+            Box::new(m.check_errors.clone()),
             Box::new(m.cardinality.clone()),
             Box::new(m.evicted.clone()),
             Box::new(m.published.clone()),
             Box::new(m.lost.clone()),
             Box::new(m.lag.clone()),
             Box::new(m.redis_up.clone()),
+            Box::new(m.notifications_in_use.clone()),
+            Box::new(m.notifications_expected.clone()),
             Box::new(m.config_reloads.clone()),
             Box::new(m.lease_held.clone()),
             Box::new(build_info),
@@ -211,10 +249,7 @@ impl Metrics {
     pub fn sweep(&self, sweep: &SweepConfig) -> SweepMetrics {
         let name = sweep.name.as_str();
         let l = &[name];
-        let interval = sweep.schedule.interval().unwrap_or_default();
-        self.interval
-            .with_label_values(l)
-            .set(interval.as_secs_f64());
+        self.set_interval(name, sweep.schedule.interval().unwrap_or_default());
         SweepMetrics {
             success: self.sweeps.with_label_values(&[name, "success"]),
             error: self.sweeps.with_label_values(&[name, "error"]),
@@ -224,40 +259,87 @@ impl Metrics {
             keys_scanned: self.keys_scanned.with_label_values(l),
             keys: self.keys.with_label_values(l),
             members: self.members.with_label_values(l),
+            tracked: self.tracked.with_label_values(l),
+            untracked: self.untracked.with_label_values(l),
+            missed: self.missed.with_label_values(l),
+            checks: self.checks.with_label_values(l),
+            check_errors: self.check_errors.with_label_values(l),
             cardinality: self.cardinality.with_label_values(l),
             evicted: self.evicted.with_label_values(l),
             published: self.published.with_label_values(l),
             lost: self.lost.with_label_values(l),
             lag: self.lag.with_label_values(l),
+            nodes: Arc::default(),
         }
     }
 
-    /// The lease gauge of a sweep that uses a lease (created at 0).
+    /// Sets the time between walks a sweep's alerts measure it against.
+    pub(crate) fn set_interval(&self, sweep: &str, interval: Duration) {
+        self.interval
+            .with_label_values(&[sweep])
+            .set(interval.as_secs_f64());
+    }
+
+    /// The lease gauge of a sweep (created at 0).
     pub fn lease_gauge(&self, sweep: &str) -> IntGauge {
         let g = self.lease_held.with_label_values(&[sweep]);
         g.set(0);
         g
     }
 
+    /// Whether notifications are in use on `node` (created at 0).
+    pub(crate) fn notifications_gauge(&self, node: &NodeId) -> IntGauge {
+        let g = self
+            .notifications_in_use
+            .with_label_values(&[node.to_string()]);
+        g.set(0);
+        g
+    }
+
+    /// Drops the series of a primary that left the topology.
+    pub(crate) fn forget_node(&self, node: &NodeId) {
+        let _ = self
+            .notifications_in_use
+            .remove_label_values(&[node.to_string().as_str()]);
+    }
+
+    /// Records whether the configuration expects notifications everywhere.
+    pub(crate) fn set_notifications_expected(&self, expected: bool) {
+        self.notifications_expected.set(i64::from(expected));
+    }
+
     /// Drops every series of a sweep that is no longer configured.
     pub fn forget_sweep(&self, name: &str) {
-        let _ = self.lease_held.remove_label_values(&[name]);
         for result in ["success", "error"] {
             let _ = self.sweeps.remove_label_values(&[name, result]);
         }
         let l = &[name];
-        let _ = self.overruns.remove_label_values(l);
+        for g in [
+            &self.lease_held,
+            &self.keys,
+            &self.members,
+            &self.tracked,
+            &self.untracked,
+        ] {
+            let _ = g.remove_label_values(l);
+        }
+        for c in [
+            &self.overruns,
+            &self.keys_scanned,
+            &self.missed,
+            &self.checks,
+            &self.check_errors,
+            &self.evicted,
+            &self.published,
+            &self.lost,
+        ] {
+            let _ = c.remove_label_values(l);
+        }
         let _ = self.duration.remove_label_values(l);
+        let _ = self.cardinality.remove_label_values(l);
+        let _ = self.lag.remove_label_values(l);
         let _ = self.last_success.remove_label_values(l);
         let _ = self.interval.remove_label_values(l);
-        let _ = self.keys_scanned.remove_label_values(l);
-        let _ = self.keys.remove_label_values(l);
-        let _ = self.members.remove_label_values(l);
-        let _ = self.cardinality.remove_label_values(l);
-        let _ = self.evicted.remove_label_values(l);
-        let _ = self.published.remove_label_values(l);
-        let _ = self.lost.remove_label_values(l);
-        let _ = self.lag.remove_label_values(l);
     }
 
     /// Records whether the last Redis round trip succeeded.
@@ -270,11 +352,6 @@ impl Metrics {
         self.config_reloads
             .with_label_values(&[if ok { "success" } else { "error" }])
             .inc();
-    }
-
-    /// The registry, for collectors added by other modules.
-    pub fn registry(&self) -> &Registry {
-        &self.registry
     }
 
     /// Everything, in the Prometheus text format.
@@ -314,40 +391,101 @@ pub struct SweepMetrics {
     keys_scanned: prometheus::IntCounter,
     keys: prometheus::IntGauge,
     members: prometheus::IntGauge,
+    tracked: prometheus::IntGauge,
+    untracked: prometheus::IntGauge,
+    missed: prometheus::IntCounter,
+    checks: prometheus::IntCounter,
+    check_errors: prometheus::IntCounter,
     cardinality: prometheus::Histogram,
     evicted: prometheus::IntCounter,
     published: prometheus::IntCounter,
     lost: prometheus::IntCounter,
     lag: prometheus::Histogram,
+    /// What each primary contributes to the sweep's gauges.
+    nodes: Arc<Mutex<BTreeMap<NodeId, NodeFigures>>>,
+}
+
+/// One primary's share of a sweep's gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct NodeFigures {
+    /// Keys found by its last walk.
+    pub(crate) keys: u64,
+    /// Members of its keys, as of their last checks.
+    pub(crate) members: u64,
+    /// Keys in its index.
+    pub(crate) tracked: u64,
+    /// Keys its last walk could not track.
+    pub(crate) untracked: u64,
+    /// Unix time of its last successful walk; 0 before the first.
+    pub(crate) last_success: f64,
 }
 
 impl SweepMetrics {
-    /// Records a pass that covered the whole keyspace, finished at `unix_now`. Evictions and
-    /// events were counted as they happened.
-    pub fn pass_succeeded(&self, report: &PassReport, unix_now: f64) {
-        self.keys_scanned.inc_by(report.keys_scanned);
-        self.duration.observe(report.duration.as_secs_f64());
+    /// Records a walk of one primary that covered its keyspace. Evictions and events were
+    /// counted as they happened.
+    pub(crate) fn walk_succeeded(&self, keys_scanned: u64, duration: Duration) {
+        self.keys_scanned.inc_by(keys_scanned);
+        self.duration.observe(duration.as_secs_f64());
         self.success.inc();
-        self.last_success.set(unix_now);
-        self.keys.set(report.counts.keys as i64);
-        self.members.set(report.counts.members as i64);
     }
 
-    /// Records a failed pass.
-    pub fn pass_failed(&self, partial: &PassReport) {
-        self.keys_scanned.inc_by(partial.keys_scanned);
-        self.duration.observe(partial.duration.as_secs_f64());
+    /// Records a failed walk.
+    pub(crate) fn walk_failed(&self, keys_scanned: u64, duration: Duration) {
+        self.keys_scanned.inc_by(keys_scanned);
+        self.duration.observe(duration.as_secs_f64());
         self.error.inc();
     }
 
-    /// Records a pass cut short by shutdown (neither a success nor an error).
-    pub fn pass_interrupted(&self, partial: &PassReport) {
-        self.keys_scanned.inc_by(partial.keys_scanned);
+    /// Records a walk cut short by shutdown (neither a success nor an error).
+    pub(crate) fn walk_interrupted(&self, keys_scanned: u64) {
+        self.keys_scanned.inc_by(keys_scanned);
     }
 
-    /// Counts a tick skipped because the previous pass was still running.
-    pub fn overrun(&self) {
+    /// Sets `node`'s share of the gauges (changes only what changed).
+    pub(crate) fn node_figures(&self, node: &NodeId, figures: impl FnOnce(&mut NodeFigures)) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        figures(nodes.entry(node.clone()).or_default());
+        self.publish_figures(&nodes);
+    }
+
+    /// Drops `node`'s share (it left the topology, or the sweep left it).
+    pub(crate) fn forget_node(&self, node: &NodeId) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        nodes.remove(node);
+        self.publish_figures(&nodes);
+    }
+
+    fn publish_figures(&self, nodes: &BTreeMap<NodeId, NodeFigures>) {
+        let sum = |f: fn(&NodeFigures) -> u64| nodes.values().map(f).sum::<u64>() as i64;
+        self.keys.set(sum(|n| n.keys));
+        self.members.set(sum(|n| n.members));
+        self.tracked.set(sum(|n| n.tracked));
+        self.untracked.set(sum(|n| n.untracked));
+        // The oldest primary's: a primary that has not walked yet holds the gauge at 0.
+        let oldest = nodes
+            .values()
+            .map(|n| n.last_success)
+            .fold(f64::INFINITY, f64::min);
+        self.last_success
+            .set(if oldest.is_finite() { oldest } else { 0.0 });
+    }
+
+    /// Counts a tick skipped because a walk was still running.
+    pub(crate) fn overrun(&self) {
         self.overruns.inc();
+    }
+
+    /// Counts keys a reconciliation walk found untracked while notifications were in use.
+    pub(crate) fn missed_notifications(&self, keys: u64) {
+        self.missed.inc_by(keys);
+    }
+
+    /// Counts keys checked for the index, and failed checks.
+    pub(crate) fn deadline_checks(&self, keys: u64, failed: bool) {
+        self.checks.inc_by(keys);
+        if failed {
+            self.check_errors.inc_by(keys);
+        }
     }
 }
 

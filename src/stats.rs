@@ -1,6 +1,6 @@
 //! `presence-sweeper stats`: a read-only report of the presence keyspace of each sweep.
 //!
-//! Keys are streamed with the sweeper's own SCAN ([`crate::walk::pages`]); per page one
+//! Keys are streamed with the sweeper's own SCAN (`walk::pages`); per page one
 //! pipeline asks `ZCARD`, `ZCOUNT -inf (cutoff` and `ZRANGE 0 0 WITHSCORES` of every key. Nothing
 //! else is sent (plus one `TIME`), so the report never changes what it measures. Memory is
 //! bounded whatever the keyspace: the members-per-key distribution is a fixed histogram

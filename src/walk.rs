@@ -2,7 +2,7 @@
 //!
 //! SCAN visits every key of the database whatever its `MATCH`, which only filters after the
 //! walk, so two sweeps walking separately cost Redis two walks. One walk serves them all: its
-//! `MATCH` is what every sweep's pattern has in common ([`common_glob`]), `TYPE zset` lets Redis
+//! `MATCH` is what every sweep's pattern has in common (`common_glob`), `TYPE zset` lets Redis
 //! skip keys of other types before they reach us, and each key returned goes to the sweeps whose
 //! pattern it fits. Only the current page is held, so memory does not grow with the keyspace.
 

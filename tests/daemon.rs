@@ -12,13 +12,18 @@ fn toml(extra: &str) -> String {
 }
 
 fn seed_zombies(con: &mut redis::Connection, conversations: usize) {
+    let keys: Vec<String> = (0..conversations)
+        .map(|c| format!("presence:c{c}:typing"))
+        .collect();
+    seed_keys(con, &keys);
+}
+
+/// A zombie and a live member in each key.
+fn seed_keys(con: &mut redis::Connection, keys: &[String]) {
     let now = redis_now(con);
-    for c in 0..conversations {
+    for key in keys {
         let _: () = con
-            .zadd_multiple(
-                format!("presence:c{c}:typing"),
-                &[(now - 60.0, "zombie"), (now + 60.0, "live")],
-            )
+            .zadd_multiple(key, &[(now - 60.0, "zombie"), (now + 60.0, "live")])
             .unwrap();
     }
 }
@@ -36,20 +41,25 @@ fn sub_second_schedule_sweeps_continuously() {
         &["--redis-url", &server.url()],
         &[],
     );
-    d.wait_for_log("pass finished", 1, Duration::from_secs(10));
+    d.wait_ready(Duration::from_secs(10));
+    // Each round's keys are new: the schedule's walks find them.
     for round in 0..3 {
-        seed_zombies(&mut con, 5);
+        let keys: Vec<String> = (0..5)
+            .map(|c| format!("presence:r{round}c{c}:typing"))
+            .collect();
+        seed_keys(&mut con, &keys);
         wait_until(
             &format!("round {round} swept"),
             Duration::from_secs(3),
-            || (0..5).all(|c| zcard(&mut con, &format!("presence:c{c}:typing")) == 1),
+            || keys.iter().all(|k| zcard(&mut con, k) == 1),
         );
     }
-    // 100 ms apart: well over 10 passes in 2 s.
-    let before = d.count("pass finished");
+    // Without keyspace notifications the schedule drives the walks: 100 ms apart, well over
+    // 10 in 2 s.
+    let before = d.walks("typing");
     std::thread::sleep(Duration::from_secs(2));
-    let passes = d.count("pass finished") - before;
-    assert!((12..=22).contains(&passes), "{passes} passes in 2 s");
+    let walks = d.walks("typing") - before;
+    assert!((12..=22).contains(&walks), "{walks} walks in 2 s");
 }
 
 #[test]
@@ -60,8 +70,8 @@ fn cron_schedule_runs_through_the_cron_scheduler() {
         &["--redis-url", &server.url()],
         &[],
     );
-    // The start-up pass, then one a second.
-    d.wait_for_log("pass finished", 4, Duration::from_secs(10));
+    // The start-up walk, then one a second.
+    d.wait_walks("online", 4, Duration::from_secs(10));
 }
 
 #[test]
@@ -115,11 +125,7 @@ fn survives_a_redis_restart_and_reloads_its_script() {
     });
 
     server.stop();
-    d.wait_for_log(
-        "pass failed; the next one will retry",
-        1,
-        Duration::from_secs(10),
-    );
+    d.wait_for_log("Redis stopped answering", 1, Duration::from_secs(10));
     server.restart();
     // A fresh server has an empty script cache: the next calls get NOSCRIPT and must reload.
     let mut con = server.con();
@@ -139,7 +145,7 @@ fn survives_a_redis_restart_and_reloads_its_script() {
 fn sigterm_exits_0_promptly() {
     let server = RedisServer::start();
     let mut d = Binary::spawn(&toml(""), &["--redis-url", &server.url()], &[]);
-    d.wait_for_log("pass finished", 2, Duration::from_secs(10));
+    d.wait_ready(Duration::from_secs(10));
     let asked = Instant::now();
     d.signal("TERM");
     let status = d
@@ -167,7 +173,7 @@ fn sigterm_while_redis_is_down_exits_0() {
     assert_eq!(status.code(), Some(0));
 }
 
-/// SIGTERM in the middle of a long pass: calls in flight finish and are announced, no new call
+/// SIGTERM in the middle of long work: calls in flight finish and are announced, no new call
 /// starts, and every member removed has its event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
@@ -185,8 +191,7 @@ async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
     let _: () = pipe.query(&mut con).unwrap();
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
 
-    // One key per call, one call at a time: a pass long enough to interrupt, and a schedule
-    // much shorter than it, so ticks overrun.
+    // One key per call, one call at a time: work long enough to interrupt.
     let mut d = Binary::spawn(
         &toml(
             "[sweeps.typing]\nenabled = false\n[sweeps.online]\nschedule = \"100ms\"\n\
@@ -201,11 +206,6 @@ async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
         assert!(Instant::now() < deadline, "no progress: {}", d.log());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    d.wait_for_log(
-        "previous pass still running; skipping this tick",
-        1,
-        Duration::from_secs(10),
-    );
     d.signal("TERM");
     let status = d
         .wait_exit(Duration::from_secs(5))
@@ -219,7 +219,7 @@ async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
     let removed = 2 * keys as u64 - remaining;
     assert!(
         removed < keys as u64,
-        "the pass was interrupted, not finished"
+        "the work was interrupted, not finished"
     );
     let events = sub.wait_for(removed as usize, Duration::from_secs(5)).await;
     assert_eq!(

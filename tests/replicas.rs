@@ -60,7 +60,7 @@ async fn share_the_work(n: usize) {
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
     let daemons = replicas(&server, n, "");
     for d in &daemons {
-        d.wait_for_log("pass finished", 1, Duration::from_secs(10));
+        d.wait_ready(Duration::from_secs(10));
     }
     for wave in 0..3 {
         seed_wave(&server, wave, 100);
@@ -75,7 +75,7 @@ async fn share_the_work(n: usize) {
     assert_each_once(&events, 300);
     for d in &daemons {
         assert!(
-            d.count("pass finished") > 3,
+            d.walks("typing") > 3,
             "every replica sweeps without a lease"
         );
     }

@@ -82,7 +82,7 @@ fn a_readonly_reply_sends_the_sweeper_to_the_new_primary() {
         setup.redis_toml()
     );
     let d = Binary::spawn(&toml, &[], &[]);
-    d.wait_for_log("pass finished", 1, Duration::from_secs(15));
+    d.wait_ready(Duration::from_secs(15));
     setup.failover();
     swept_on_the_promoted_replica(&setup, "presence:c3:typing");
     assert!(

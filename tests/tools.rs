@@ -416,7 +416,7 @@ fn simulate_against_a_running_sweeper_is_clean() {
         &["run"],
         &[("PRESENCE_SWEEPER__REDIS__URL", &server.url())],
     );
-    daemon.wait_for_log("pass finished sweep=sim", 1, Duration::from_secs(10));
+    daemon.wait_ready(Duration::from_secs(10));
 
     let (code, stdout, stderr) =
         simulate(&server.url(), &["--duration", "8s", "--typing", "--json"]);

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use config::{FileFormat, Map};
 
+use crate::keyspace::NotificationMode;
+
 pub use self::redis::{RedisConfig, RedisMode, Secret, TlsConfig, redact_url};
 pub use self::sweep::{ScoreUnit, SweepConfig};
 use self::tree::{Table, one_line, q};
@@ -47,6 +49,8 @@ pub struct Config {
     pub scan: ScanConfig,
     /// How eviction work is cut into bounded script calls.
     pub evict: EvictConfig,
+    /// How keys are tracked between walks.
+    pub tracking: TrackingConfig,
     /// How several replicas share the work.
     pub coordination: CoordinationConfig,
     /// The metrics and health server.
@@ -79,6 +83,25 @@ pub struct EvictConfig {
     pub max_members_per_call: usize,
     /// `evict.pipeline_depth`: script calls in flight at once per sweep.
     pub pipeline_depth: usize,
+}
+
+/// `[tracking]`: the deadline index, and how it learns of keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackingConfig {
+    /// `tracking.notifications`: use keyspace notifications to learn of new keys at once:
+    /// `auto` (where the server has them on), `on` (expected everywhere: warn and alert where
+    /// not), `off`.
+    pub notifications: NotificationMode,
+    /// `tracking.configure_notifications`: turn keyspace notifications on where they are off
+    /// (`CONFIG SET notify-keyspace-events`, adding `Kzg` to what the server has). Off by
+    /// default: the daemon never changes the server's configuration unless told to.
+    pub configure_notifications: bool,
+    /// `tracking.reconcile_interval`: with notifications in use, how often a walk of each
+    /// primary checks the index against the keyspace (notifications are fire-and-forget).
+    pub reconcile_interval: Duration,
+    /// `tracking.max_keys`: most keys tracked in all; past it, keys are left to walks on each
+    /// sweep's schedule. 0 tracks nothing: every walk checks every key, as a full pass.
+    pub max_keys: usize,
 }
 
 /// `[coordination]`: several sweeper replicas on one Redis.
@@ -281,6 +304,29 @@ impl Config {
         };
         evict.finish()?;
 
+        let mut tracking = root.table("tracking")?;
+        let notifications = tracking.string("notifications")?;
+        let tracking_cfg = TrackingConfig {
+            notifications: match notifications.value.as_str() {
+                "auto" => NotificationMode::Auto,
+                "on" => NotificationMode::On,
+                "off" => NotificationMode::Off,
+                _ => return Err(notifications.invalid("must be \"auto\", \"on\" or \"off\"")),
+            },
+            configure_notifications: tracking
+                .optional_bool("configure_notifications")?
+                .unwrap_or(false),
+            reconcile_interval: {
+                let d = tracking.duration_field("reconcile_interval")?;
+                if d.value < Duration::from_secs(1) {
+                    return Err(d.invalid("must be at least 1s"));
+                }
+                d.value
+            },
+            max_keys: tracking.integer("max_keys", 0, 1_000_000_000)? as usize,
+        };
+        tracking.finish()?;
+
         let mut coordination = root.table("coordination")?;
         let lease = coordination.optional_bool("lease")?.unwrap_or(false);
         let lease_ttl = coordination.duration_field("lease_ttl")?;
@@ -356,6 +402,7 @@ impl Config {
             redis,
             scan: scan_cfg,
             evict: evict_cfg,
+            tracking: tracking_cfg,
             coordination: coordination_cfg,
             http: http_cfg,
             log: log_cfg,
@@ -392,6 +439,15 @@ impl Config {
             out,
             "[evict]\nbatch_keys = {}\nmax_members_per_call = {}\npipeline_depth = {}\n",
             e.batch_keys, e.max_members_per_call, e.pipeline_depth
+        );
+        let t = &self.tracking;
+        let _ = writeln!(
+            out,
+            "[tracking]\nnotifications = {}\nconfigure_notifications = {}\nreconcile_interval = {}\nmax_keys = {}\n",
+            q(t.notifications.as_str()),
+            t.configure_notifications,
+            d(t.reconcile_interval),
+            t.max_keys
         );
         let c = &self.coordination;
         let _ = writeln!(

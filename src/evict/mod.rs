@@ -2,14 +2,14 @@
 //!
 //! A batch of keys goes through three steps, cheapest first, because Redis's single thread is the
 //! limit of any sweep:
-//! - [`precheck`]: one pipeline of native reads per key (`ZCOUNT -inf (cutoff`, and where a
+//! - `precheck`: one pipeline of native reads per key (`ZCOUNT -inf (cutoff`, and where a
 //!   deadline index needs it the lowest score and `ZCARD`). Most keys are clean; for them this
 //!   is all the work there is.
-//! - [`transaction`]: keys with a few zombies are evicted in one `MULTI`/`EXEC` per batch: read the
+//! - `transaction`: keys with a few zombies are evicted in one `MULTI`/`EXEC` per batch: read the
 //!   stale range with scores, remove that same range, read the roster (and the new lowest score).
 //!   Nothing can interleave inside the transaction, so what is read is exactly what is removed.
 //!   Native commands cost Redis about half what the same work costs through Lua.
-//! - [`script`] (`evict.lua`): keys with more zombies than one call may remove go to a Lua
+//! - `script` (`evict.lua`): keys with more zombies than one call may remove go to a Lua
 //!   script that takes the time itself and removes in bounded chunks, a budget per call.
 //!
 //! Both eviction paths judge staleness against Redis's clock: the script reads `TIME` inside

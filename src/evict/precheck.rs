@@ -12,7 +12,7 @@ use redis::Value;
 
 use super::Cutoff;
 use crate::Error;
-use crate::store::reply::{ReplyError, int, is_redirect, lowest_score, parse_time};
+use crate::store::reply::{ReplyError, int, is_moved, lowest_score, parse_time};
 use crate::store::{Packed, SendPacked};
 
 /// What [`read`] asks of each key.
@@ -24,6 +24,8 @@ pub(crate) enum Read<'c> {
     Members,
     /// `ZCOUNT -inf (cutoff`, `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs.
     Probe(&'c Cutoff),
+    /// `ZRANGE key 0 0 WITHSCORES`: the lowest score alone (reconciliation of a tracked key).
+    Oldest,
 }
 
 impl Read<'_> {
@@ -39,7 +41,7 @@ impl Read<'_> {
         match (self, i) {
             (Self::Stale(_), _) | (Self::Probe(_), 0) => "ZCOUNT",
             (Self::Members, _) | (Self::Probe(_), 2) => "ZCARD",
-            (Self::Probe(_), _) => "ZRANGE",
+            (Self::Probe(_), _) | (Self::Oldest, _) => "ZRANGE",
         }
     }
 }
@@ -55,17 +57,37 @@ pub(crate) struct KeyRead {
     pub(crate) oldest: Option<f64>,
 }
 
-/// The keys as read, `None` for a key that is no longer a sorted set (a missing key reads as an
-/// empty set), and for [`Read::Probe`] Redis's clock just before, in Unix seconds.
+/// What became of one key's read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum KeyStatus {
+    /// A sorted set (a missing key reads as an empty one).
+    Set(KeyRead),
+    /// No longer a sorted set.
+    NotZset,
+    /// In a cluster, the key's slot is served by another primary now (MOVED, ASK).
+    Moved,
+}
+
+impl KeyStatus {
+    /// The read, if the key is a sorted set here.
+    pub(crate) fn set(self) -> Option<KeyRead> {
+        match self {
+            Self::Set(read) => Some(read),
+            _ => None,
+        }
+    }
+}
+
+/// The keys as read, and for [`Read::Probe`] Redis's clock just before, in Unix seconds.
 #[derive(Debug)]
 pub(crate) struct Reads {
-    pub(crate) keys: Vec<Option<KeyRead>>,
+    pub(crate) keys: Vec<KeyStatus>,
     pub(crate) time: Option<f64>,
 }
 
-/// Reads `what` of every key in one pipeline. A key whose slot moved (in a cluster) fails the
-/// whole read with the redirection, as the cluster client's own routing would: the caller asks
-/// each key where it lives now.
+/// Reads `what` of every key in one pipeline. In a cluster each key answers for itself: one
+/// whose slot moved reads as [`KeyStatus::Moved`]; a slot that cannot serve now (`TRYAGAIN`,
+/// `CLUSTERDOWN`) fails the read.
 pub(crate) async fn read<C>(con: &mut C, keys: &[&[u8]], what: Read<'_>) -> Result<Reads, Error>
 where
     C: SendPacked + Send,
@@ -95,6 +117,9 @@ where
                     .command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()])
                     .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"])
                     .command(&[b"ZCARD", key]);
+            }
+            Read::Oldest => {
+                batch.command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"]);
             }
         }
     }
@@ -126,20 +151,18 @@ where
     Ok(Reads { keys: out, time })
 }
 
-/// One key's replies; `None` if any says the key is not a sorted set.
-fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<Option<KeyRead>, Error> {
+/// One key's replies.
+fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, Error> {
     for (i, reply) in replies.iter().enumerate() {
         match reply {
-            Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(None),
+            Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(KeyStatus::NotZset),
+            Value::ServerError(e) if is_moved(e.code()) => return Ok(KeyStatus::Moved),
             Value::ServerError(e) if e.code() == "NOPERM" => {
                 return Err(Error::Permission {
                     command: what.command(i).into(),
                     target: String::from_utf8_lossy(key).into_owned(),
                     detail: format!("NOPERM {}", e.details().unwrap_or_default()),
                 });
-            }
-            Value::ServerError(e) if is_redirect(e.code()) => {
-                return Err(redis::RedisError::from(e.clone()).into());
             }
             Value::ServerError(e) => return Err(redis::RedisError::from(e.clone()).into()),
             _ => {}
@@ -150,6 +173,7 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<Option<KeyR
     match (what, replies) {
         (Read::Stale(_), [stale]) => read.stale = count(stale)?,
         (Read::Members, [card]) => read.card = count(card)?,
+        (Read::Oldest, [oldest]) => read.oldest = lowest_score(oldest)?,
         (Read::Probe(_), [stale, oldest, card]) => {
             read.stale = count(stale)?;
             read.oldest = lowest_score(oldest)?;
@@ -157,5 +181,5 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<Option<KeyR
         }
         _ => return Err(ReplyError::new("a read without its replies").into()),
     }
-    Ok(Some(read))
+    Ok(KeyStatus::Set(read))
 }

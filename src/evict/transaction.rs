@@ -17,9 +17,20 @@
 use super::{Cutoff, ROSTER_LIMIT};
 use crate::Error;
 use crate::events::Roster;
-use crate::store::reply::{ReplyError, is_redirect, number, time_from_parts};
+use crate::store::reply::{ReplyError, is_moved, number, time_from_parts};
 use crate::store::resp::{Item, Reader};
 use crate::store::{Packed, SendPacked};
+
+/// What became of one key of a transaction.
+#[derive(Debug)]
+pub(crate) enum TxKey {
+    /// It went through.
+    Done(Evicted),
+    /// The key is no longer a sorted set.
+    NotZset,
+    /// In a cluster, its slot is served by another primary now: nothing ran.
+    Moved,
+}
 
 /// What the transaction did to one key.
 #[derive(Debug)]
@@ -42,8 +53,8 @@ pub(crate) struct Evicted {
 /// A group is the whole batch on a single server; in a cluster it is the keys of one hash slot,
 /// since a transaction may not span slots. Returns the eviction instant (Unix seconds, from a
 /// `TIME` just before the transactions unless `fixed_now` is given) and, per key in group order,
-/// what was removed, or `None` if the key's group was refused (the key changed type, or in a
-/// cluster its slot moved: the next pass finds it on its new node).
+/// what was removed (a key whose slot moved in a cluster is found on its new node by that node's
+/// walk).
 /// With `oldest`, each key's lowest remaining score is read too.
 pub(crate) async fn evict<C>(
     con: &mut C,
@@ -51,7 +62,7 @@ pub(crate) async fn evict<C>(
     cutoff: &Cutoff,
     fixed_now: Option<f64>,
     oldest: bool,
-) -> Result<(f64, Vec<Option<Evicted>>), Error>
+) -> Result<(f64, Vec<TxKey>), Error>
 where
     C: SendPacked + Send,
 {
@@ -110,21 +121,24 @@ where
             }
         }
         if let Some(e) = refusal
-            && !is_redirect(e.code())
+            && !is_moved(e.code())
         {
-            // READONLY (a replica), NOPERM, OOM...: nothing was removed, and the pass must say
-            // why rather than skip the keys.
+            // READONLY (a replica), NOPERM, OOM, a slot that cannot serve now: nothing was
+            // removed, and the check must say why rather than skip the keys.
             return Err(redis::RedisError::from(e).into());
         }
         match r.item()? {
             Item::Array(n) if n == keys.len() * per_key => {
                 for _ in 0..keys.len() {
-                    out.push(read_key(&mut r, &mut ascending, oldest)?);
+                    out.push(match read_key(&mut r, &mut ascending, oldest)? {
+                        Some(evicted) => TxKey::Done(evicted),
+                        None => TxKey::NotZset,
+                    });
                 }
             }
             Item::Error(e) => {
-                tracing::debug!(error = %e.details().unwrap_or(e.code()), keys = keys.len(), "transaction refused; its keys wait for the next pass");
-                out.extend(keys.iter().map(|_| None));
+                tracing::debug!(error = %e.details().unwrap_or(e.code()), keys = keys.len(), "transaction refused: its slot moved");
+                out.extend(keys.iter().map(|_| TxKey::Moved));
             }
             _ => return Err(ReplyError::new("EXEC did not answer an array").into()),
         }

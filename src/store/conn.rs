@@ -98,16 +98,19 @@ impl std::fmt::Display for NodeId {
 pub struct Node {
     con: Conn,
     id: NodeId,
+    /// The server's address now (behind Sentinel it changes with a failover).
+    server: String,
     address: Option<(String, u16)>,
     wire: Option<Wire>,
 }
 
 impl Node {
     /// The only node of a standalone or Sentinel topology.
-    pub(crate) fn direct(con: ConnectionManager, id: NodeId) -> Self {
+    pub(crate) fn direct(con: ConnectionManager, id: NodeId, server: String) -> Self {
         Self {
             con: Conn::Direct(con),
             id,
+            server,
             address: None,
             wire: None,
         }
@@ -118,6 +121,7 @@ impl Node {
         Self {
             con: Conn::Cluster(con),
             id: NodeId(format!("{host}:{port}")),
+            server: format!("{host}:{port}"),
             address: Some((host, port)),
             wire: None,
         }
@@ -126,6 +130,23 @@ impl Node {
     /// The primary's identity.
     pub(crate) fn id(&self) -> &NodeId {
         &self.id
+    }
+
+    /// The server's address now.
+    pub(crate) fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The database its keys live in (always 0 in a cluster).
+    pub(crate) fn db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    /// Whether its data-path connection failed: the store opens a new one ([`Store::node`]).
+    ///
+    /// [`Store::node`]: super::Store::node
+    pub(crate) fn is_broken(&self) -> bool {
+        self.wire.as_ref().is_some_and(Wire::is_closed)
     }
 
     /// The node's own connection, if it has one.

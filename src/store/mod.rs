@@ -1,11 +1,11 @@
 //! The connection to Redis, whatever its topology: one server, a Redis Cluster, or a primary
 //! behind Sentinel. Shared by every sweep; reconnects on its own after restarts and failovers.
 //!
-//! - [`conn`]: [`Conn`], the one connection type the rest of the crate uses, and [`Node`], a
+//! - `conn`: [`Conn`], the one connection type the rest of the crate uses, and [`Node`], a
 //!   primary of the data path of a pass.
 //! - `sentinel`: following the primary across failovers.
-//! - [`packed`]: the data path's commands, encoded once as RESP.
-//! - [`resp`]: reading replies in place, as bytes.
+//! - `packed`: the data path's commands, encoded once as RESP.
+//! - `resp`: reading replies in place, as bytes.
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 
 mod conn;
@@ -141,15 +141,18 @@ impl Store {
     pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
         let nodes: Vec<(Node, Client)> = match &*self.backend {
             Backend::Standalone(c, client) => {
-                let id = NodeId::new(client.get_connection_info().addr().to_string());
-                vec![(Node::direct(c.clone(), id), (**client).clone())]
+                let server = client.get_connection_info().addr().to_string();
+                let node = Node::direct(c.clone(), NodeId::new(server.clone()), server);
+                vec![(node, (**client).clone())]
             }
             Backend::Sentinel(s) => {
                 let id = NodeId::new(format!(
                     "sentinel:{}",
                     self.cfg.master_name.as_deref().unwrap_or_default()
                 ));
-                vec![(Node::direct(s.current(), id), s.current_client())]
+                let client = s.current_client();
+                let server = client.get_connection_info().addr().to_string();
+                vec![(Node::direct(s.current(), id, server), client)]
             }
             Backend::Cluster(c) => {
                 let mut con = c.clone();
@@ -232,7 +235,29 @@ impl Store {
     /// A connection of its own to `node`, that no other request can share: for a `MULTI` that
     /// must contain exactly what its caller sends.
     pub async fn dedicated(&self, node: &Node) -> Result<MultiplexedConnection, Error> {
-        let client = match (&*self.backend, node.host_port()) {
+        let client = self.client_for(node)?;
+        Ok(self.open(client).await?)
+    }
+
+    /// A pub/sub connection of its own to `node` (a subscribed connection carries nothing
+    /// else), within `redis.connect_timeout`.
+    pub(crate) async fn subscriber(&self, node: &Node) -> Result<redis::aio::PubSub, Error> {
+        let client = self.client_for(node)?;
+        tokio::time::timeout(self.cfg.connect_timeout, client.get_async_pubsub())
+            .await
+            .unwrap_or_else(|_| Err(timed_out("connect timed out")))
+            .map_err(Error::from)
+    }
+
+    /// The primary `id` as the topology is now, with a data-path connection that works if one
+    /// can be opened; `None` if it is no longer a primary.
+    pub(crate) async fn node(&self, id: &NodeId) -> Result<Option<Node>, Error> {
+        Ok(self.nodes().await?.into_iter().find(|n| n.id() == id))
+    }
+
+    /// A client for `node`'s server, with the configured credentials.
+    fn client_for(&self, node: &Node) -> Result<Client, Error> {
+        Ok(match (&*self.backend, node.host_port()) {
             (Backend::Standalone(_, client), _) => (**client).clone(),
             (Backend::Sentinel(s), _) => s.current_client(),
             (Backend::Cluster(_), Some((host, port))) => self.node_client(host, port)?,
@@ -242,8 +267,7 @@ impl Store {
                     "a cluster node without an address",
                 ))));
             }
-        };
-        Ok(self.open(client).await?)
+        })
     }
 
     /// A connection of its own to the primary owning `key`'s slot (the one server outside a

@@ -16,10 +16,10 @@ impl ReplyError {
     }
 }
 
-/// Whether an error code means the key's slot is served elsewhere (or is moving) in a cluster:
-/// nothing ran, and the key can be asked where it lives now.
-pub(crate) fn is_redirect(code: &str) -> bool {
-    matches!(code, "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+/// Whether an error code means the key lives on another node now (it moved, or is moving):
+/// that node's walk finds it.
+pub(crate) fn is_moved(code: &str) -> bool {
+    matches!(code, "MOVED" | "ASK")
 }
 
 /// Redis `TIME` from its two parts (seconds, microseconds) as Unix seconds.
@@ -143,6 +143,6 @@ mod tests {
         assert_eq!(lowest_score(&pair).unwrap(), Some(17.25));
         assert_eq!(lowest_score(&Value::Array(vec![])).unwrap(), None);
         assert!(lowest_score(&Value::Int(1)).is_err());
-        assert!(is_redirect("MOVED") && !is_redirect("WRONGTYPE"));
+        assert!(is_moved("MOVED") && is_moved("ASK") && !is_moved("TRYAGAIN"));
     }
 }

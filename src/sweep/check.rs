@@ -14,9 +14,9 @@ use super::announce::{Events, Removal};
 use super::{Counts, Observer, Sweep};
 use crate::Error;
 use crate::events::EventEncoder;
-use crate::evict::precheck::{self, KeyRead, Read, Reads};
+use crate::evict::precheck::{self, KeyRead, KeyStatus, Read};
 use crate::evict::script::{KeyReply, Params};
-use crate::evict::transaction::{self, Evicted};
+use crate::evict::transaction::{self, Evicted, TxKey};
 use crate::evict::{Clock, Cutoff};
 use crate::store::{Conn, Node, Store};
 use crate::walk::FIRST_PAGE_SHARE;
@@ -55,6 +55,8 @@ pub(crate) enum KeyState {
     Unknown,
     /// The key is gone, empty, or no longer a sorted set.
     Gone,
+    /// In a cluster, the key's slot is served by another primary now.
+    Moved,
     /// Members remain: `card` of them, the oldest scoring `oldest` (in Unix seconds, when it
     /// was read).
     Live { card: u64, oldest: Option<f64> },
@@ -73,7 +75,7 @@ pub(crate) struct Checked {
 }
 
 /// The keys of one transaction (as indices into the batch) and what it did.
-type Outcome = (Vec<usize>, Result<(f64, Vec<Option<Evicted>>), Error>);
+type Outcome = (Vec<usize>, Result<(f64, Vec<TxKey>), Error>);
 
 impl Sweep {
     /// Checks `keys` on `node`. Returns what was done even when a step fails, so evictions are
@@ -120,7 +122,7 @@ impl Sweep {
             true => Read::Probe(&cutoff),
             false => Read::Stale(&cutoff),
         };
-        let reads = read_keys(node, ctx.routed, &refs, what).await?;
+        let reads = precheck::read(node, &refs, what).await?;
         out.time = reads.time;
         ctx.observer.progress();
         if opts.dry_run {
@@ -134,19 +136,29 @@ impl Sweep {
         let mut in_last = 0;
         let mut big: Vec<usize> = Vec::new();
         for (i, read) in reads.keys.into_iter().enumerate() {
+            let read = match read {
+                KeyStatus::NotZset => {
+                    out.states[i] = KeyState::Gone;
+                    continue;
+                }
+                KeyStatus::Moved => {
+                    out.states[i] = KeyState::Moved;
+                    continue;
+                }
+                KeyStatus::Set(read) => read,
+            };
             match read {
-                None => out.states[i] = KeyState::Gone,
-                Some(KeyRead {
+                KeyRead {
                     stale: 0,
                     card,
                     oldest,
-                }) if opts.track => {
+                } if opts.track => {
                     out.states[i] = self.live(card, oldest);
                     self.count_clean(card, out, ctx.observer);
                 }
-                Some(KeyRead { stale: 0, .. }) => clean.push(i),
-                Some(KeyRead { stale, .. }) if stale > budget => big.push(i),
-                Some(KeyRead { stale, .. }) => {
+                KeyRead { stale: 0, .. } => clean.push(i),
+                KeyRead { stale, .. } if stale > budget => big.push(i),
+                KeyRead { stale, .. } => {
                     if transactions.is_empty() || in_last + stale > budget {
                         transactions.push(Vec::new());
                         in_last = 0;
@@ -167,7 +179,7 @@ impl Sweep {
         let mut card_node = node.clone();
         let clean_refs: Vec<&[u8]> = clean.iter().map(|&i| refs[i]).collect();
         let (cards, outcomes) = tokio::join!(
-            read_keys(&mut card_node, ctx.routed, &clean_refs, Read::Members),
+            precheck::read(&mut card_node, &clean_refs, Read::Members),
             self.evict_keys(node, &refs, &first, &cutoff, opts)
         );
         // Whatever a transaction removed is announced first, even if another read failed.
@@ -175,9 +187,14 @@ impl Sweep {
         match cards {
             Ok(cards) => {
                 for (i, read) in clean.into_iter().zip(cards.keys) {
-                    let card = read.map_or(0, |r| r.card);
-                    out.states[i] = self.live(card, None);
-                    self.count_clean(card, out, ctx.observer);
+                    match read {
+                        KeyStatus::Set(read) => {
+                            out.states[i] = self.live(read.card, None);
+                            self.count_clean(read.card, out, ctx.observer);
+                        }
+                        KeyStatus::NotZset => out.states[i] = KeyState::Gone,
+                        KeyStatus::Moved => out.states[i] = KeyState::Moved,
+                    }
                 }
             }
             Err(e) => {
@@ -225,18 +242,18 @@ impl Sweep {
         &self,
         node: &mut Node,
         keys: &[&[u8]],
-        reads: Vec<Option<KeyRead>>,
+        reads: Vec<KeyStatus>,
         ctx: CheckCtx<'_>,
         out: &mut Checked,
     ) -> Result<(), Error> {
         let (sets, stale): (Vec<&[u8]>, Vec<u64>) = keys
             .iter()
             .zip(reads)
-            .filter_map(|(key, read)| Some((*key, read?.stale)))
+            .filter_map(|(key, read)| Some((*key, read.set()?.stale)))
             .unzip();
-        let cards = read_keys(node, ctx.routed, &sets, Read::Members).await?;
+        let cards = precheck::read(node, &sets, Read::Members).await?;
         for (read, stale) in cards.keys.into_iter().zip(stale) {
-            let Some(card) = read.map(|r| r.card).filter(|&c| c > 0) else {
+            let Some(card) = read.set().map(|r| r.card).filter(|&c| c > 0) else {
                 continue;
             };
             let left = card.saturating_sub(stale);
@@ -314,22 +331,27 @@ impl Sweep {
         node: &mut Node,
         keys: &[&[u8]],
         group: &[usize],
-        (now, results): (f64, Vec<Option<Evicted>>),
+        (now, results): (f64, Vec<TxKey>),
         ctx: CheckCtx<'_>,
         out: &mut Checked,
     ) -> Result<(), Error> {
         ctx.observer.progress();
-        let mut events = Events::for_removals(
-            results
-                .iter()
-                .flatten()
-                .map(|e| (e.removed.len(), e.roster_json.as_slice())),
-        );
+        let mut events = Events::for_removals(results.iter().filter_map(|r| match r {
+            TxKey::Done(e) => Some((e.removed.len(), e.roster_json.as_slice())),
+            _ => None,
+        }));
         let mut uncounted = Vec::new();
-        for (&i, evicted) in group.iter().zip(results) {
-            // A refused transaction (the key changed type, or its slot moved) is left for later.
-            let Some(evicted) = evicted else {
-                continue;
+        for (&i, result) in group.iter().zip(results) {
+            let evicted = match result {
+                TxKey::Done(evicted) => evicted,
+                TxKey::NotZset => {
+                    out.states[i] = KeyState::Gone;
+                    continue;
+                }
+                TxKey::Moved => {
+                    out.states[i] = KeyState::Moved;
+                    continue;
+                }
             };
             match evicted.card {
                 Some(card) => {
@@ -342,8 +364,12 @@ impl Sweep {
         if !uncounted.is_empty() {
             // Full rosters: the sets may be bigger, so count them (just after the eviction).
             let refs: Vec<&[u8]> = uncounted.iter().map(|(i, _)| keys[*i]).collect();
-            let cards = match read_keys(node, ctx.routed, &refs, Read::Members).await {
-                Ok(reads) => reads.keys.into_iter().map(|r| r.map(|r| r.card)).collect(),
+            let cards = match precheck::read(node, &refs, Read::Members).await {
+                Ok(reads) => reads
+                    .keys
+                    .into_iter()
+                    .map(|r| r.set().map(|r| r.card))
+                    .collect(),
                 Err(e) => {
                     // The members are gone either way: announce them with the count we know
                     // (at least the roster) rather than not at all.
@@ -466,36 +492,6 @@ impl Sweep {
             }
         }
         Ok(())
-    }
-}
-
-/// [`precheck::read`] of `keys` on their node, in one pipeline. In a cluster, if a slot moved
-/// since the key was found (the whole pipeline then fails on the redirection), each key is asked
-/// where it lives now instead.
-async fn read_keys(
-    node: &mut Node,
-    routed: &Conn,
-    keys: &[&[u8]],
-    what: Read<'_>,
-) -> Result<Reads, Error> {
-    match precheck::read(node, keys, what).await {
-        Err(e) if node.needs_slot_groups() && e.is_redirect() => {
-            let reads = keys.iter().map(|key| {
-                let mut con = routed.clone();
-                async move { precheck::read(&mut con, &[key], what).await }
-            });
-            let mut out = Reads {
-                keys: Vec::with_capacity(keys.len()),
-                time: None,
-            };
-            for read in futures_util::future::join_all(reads).await {
-                let read = read?;
-                out.time = out.time.or(read.time);
-                out.keys.extend(read.keys);
-            }
-            Ok(out)
-        }
-        other => other,
     }
 }
 

@@ -30,7 +30,7 @@ use crate::evict::EvictScript;
 use crate::preflight;
 use crate::store::{Node, Store};
 
-pub(crate) use check::{CheckCtx, CheckOpts};
+pub(crate) use check::{CheckCtx, CheckOpts, Checked, KeyState};
 
 /// How long a node's successful preflight stands: ACLs rarely change, and a failed check forgets
 /// it at once.

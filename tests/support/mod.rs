@@ -634,6 +634,48 @@ pub fn config_file(dir: &Path, url: &str, toml: &str) -> (Config, PathBuf) {
 }
 
 impl Binary {
+    /// Waits until `/readyz` answers 200: Redis answers and every sweep walked every primary.
+    pub fn wait_ready(&self, timeout: Duration) {
+        let addr = self.http_addr();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (status, body) = http_get(addr, "/readyz");
+            if status == 200 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready after {timeout:?} ({body}); log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Successful walks of `sweep` so far (`presence_sweeper_sweeps_total{result="success"}`).
+    pub fn walks(&self, sweep: &str) -> u64 {
+        let s = scrape(self.http_addr());
+        metric(
+            &s,
+            "presence_sweeper_sweeps_total",
+            &[("sweep", sweep), ("result", "success")],
+        )
+        .unwrap_or(0.0) as u64
+    }
+
+    /// Waits until `sweep` has walked at least `n` times.
+    pub fn wait_walks(&self, sweep: &str, n: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.walks(sweep) < n {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {n} walks of {sweep} after {timeout:?}; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The metrics server's address, from the start-up log line.
     pub fn http_addr(&self) -> std::net::SocketAddr {
         self.wait_for_log(

@@ -1,0 +1,489 @@
+//! Every enabled sweep on every primary: one loop per primary ([`crate::primary`]), kept in step
+//! with the topology (a failover, a resharding), the configuration (reloads) and the leases; and
+//! for each sweep its schedule and, optionally, its lease.
+//!
+//! A sweep's schedule no longer drives eviction: keys are checked at their deadlines. It drives
+//! the walks that find new keys where keyspace notifications are not in use.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::config::{Config, CoordinationConfig, EvictConfig, SweepConfig};
+use crate::health::{Health, LoopHealth};
+use crate::index::Capacity;
+use crate::keyspace::NotificationMode;
+use crate::lease::Lease;
+use crate::metrics::Metrics;
+use crate::primary::{self, Command, Job, Primary};
+use crate::schedule::{CronClock, Ticker};
+use crate::store::{NodeId, Store};
+use crate::sweep::Sweep;
+use crate::systemd::Notifier;
+
+/// How often the topology is read again (a cluster's primaries after a failover or a
+/// resharding).
+const TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
+/// How often the engine itself turns, at most: sweeps' intervals, the watchdog.
+const TURN_EVERY: Duration = Duration::from_secs(1);
+
+/// What a sweep's settings are made of; a change of any of it replaces the sweep (its index is
+/// rebuilt by a walk).
+#[derive(Clone, PartialEq)]
+struct SweepSettings {
+    sweep: SweepConfig,
+    evict: EvictConfig,
+    sharded_pubsub: bool,
+    coordination: CoordinationConfig,
+}
+
+impl SweepSettings {
+    fn of(config: &Config) -> Vec<Self> {
+        config
+            .enabled_sweeps()
+            .map(|s| Self {
+                sweep: s.clone(),
+                evict: config.evict.clone(),
+                sharded_pubsub: config.redis.sharded_pubsub,
+                coordination: config.coordination.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A configured sweep.
+struct Entry {
+    settings: SweepSettings,
+    job: Arc<Job>,
+    /// Without a lease, always; with one, while this replica holds it.
+    active: bool,
+    clock: JoinHandle<()>,
+    retire: CancellationToken,
+    cron_job: Option<uuid::Uuid>,
+}
+
+struct PrimaryHandle {
+    commands: mpsc::Sender<Command>,
+    task: JoinHandle<()>,
+    subscribed: Arc<AtomicBool>,
+    stop: CancellationToken,
+}
+
+/// What sweep clocks tell the engine.
+enum Msg {
+    Tick(String),
+    Lease(String, bool),
+}
+
+/// The sweeps and the primaries' loops.
+pub(crate) struct Engine {
+    store: Store,
+    settings: Arc<primary::Settings>,
+    capacity: Arc<Capacity>,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    notifier: Arc<Notifier>,
+    cancel: CancellationToken,
+    sweeps: BTreeMap<String, Entry>,
+    /// Sweep loops told to stop, finishing what they do (releasing a lease).
+    retiring: Vec<JoinHandle<()>>,
+    primaries: BTreeMap<NodeId, PrimaryHandle>,
+    cron: CronClock,
+    inbox: mpsc::Receiver<Msg>,
+    outbox: mpsc::Sender<Msg>,
+    topology: tokio::time::Interval,
+    turn: tokio::time::Interval,
+    loop_health: LoopHealth,
+}
+
+impl Engine {
+    /// An engine with nothing running yet; [`Engine::apply`] starts the sweeps.
+    pub(crate) fn new(
+        store: Store,
+        config: &Config,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+        notifier: Arc<Notifier>,
+        cancel: CancellationToken,
+    ) -> Self {
+        let (outbox, inbox) = mpsc::channel(64);
+        let mut topology = tokio::time::interval(TOPOLOGY_EVERY);
+        topology.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let alive_every = alive_every(&notifier);
+        let mut turn = tokio::time::interval(TURN_EVERY.min(alive_every));
+        turn.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let tracking = &config.tracking;
+        metrics.set_notifications_expected(
+            tracking.notifications == NotificationMode::On
+                || (tracking.notifications == NotificationMode::Auto
+                    && tracking.configure_notifications),
+        );
+        Self {
+            settings: Arc::new(settings_of(config, alive_every)),
+            capacity: Capacity::new(tracking.max_keys),
+            loop_health: health.register_loop("engine"),
+            store,
+            metrics,
+            health,
+            notifier,
+            cancel,
+            sweeps: BTreeMap::new(),
+            retiring: Vec::new(),
+            primaries: BTreeMap::new(),
+            cron: CronClock::default(),
+            inbox,
+            outbox,
+            topology,
+            turn,
+        }
+    }
+
+    /// Makes the running sweeps match `config`: unchanged ones carry on untouched (their
+    /// indexes too), changed ones are replaced, removed ones stop, new ones start. Settings
+    /// that every primary's loop works by (`[scan]`, `[evict]`, `[tracking]`) restart the loops.
+    pub(crate) async fn apply(&mut self, config: &Config) -> Result<(), Error> {
+        let settings = settings_of(config, self.settings.alive_every);
+        if *self.settings != settings {
+            self.settings = Arc::new(settings);
+            self.capacity = Capacity::new(config.tracking.max_keys);
+            self.stop_primaries().await;
+        }
+        let wanted = SweepSettings::of(config);
+        let names: Vec<String> = self.sweeps.keys().cloned().collect();
+        for name in names {
+            let keep = wanted
+                .iter()
+                .any(|w| w.sweep.name == name && self.sweeps[&name].settings == *w);
+            if keep {
+                continue;
+            }
+            let old = self.sweeps.remove(&name).expect("listed above");
+            old.retire.cancel();
+            if let Some(job) = old.cron_job {
+                self.cron.remove(job).await;
+            }
+            self.retiring.push(old.clock);
+            if !wanted.iter().any(|w| w.sweep.name == name) {
+                self.metrics.forget_sweep(&name);
+                self.health.forget_sweep(&name);
+                tracing::info!(sweep = %name, "sweep removed");
+            }
+        }
+        for settings in wanted {
+            if self.sweeps.contains_key(&settings.sweep.name) {
+                continue;
+            }
+            let entry = self.start_sweep(settings).await?;
+            self.sweeps.insert(entry.settings.sweep.name.clone(), entry);
+        }
+        self.retiring.retain(|task| !task.is_finished());
+        self.refresh_topology().await;
+        self.broadcast_jobs().await;
+        Ok(())
+    }
+
+    async fn start_sweep(&mut self, settings: SweepSettings) -> Result<Entry, Error> {
+        let config = &settings.sweep;
+        let ticker = Ticker::start(&config.schedule, &mut self.cron).await?;
+        let cron_job = ticker.cron_job();
+        let sweep = Arc::new(Sweep::with_settings(
+            config,
+            &settings.evict,
+            settings.sharded_pubsub,
+        ));
+        let job = Arc::new(Job {
+            sweep,
+            metrics: self.metrics.sweep(config),
+        });
+        self.health.sweep(&config.name);
+        let lease = settings.coordination.lease.then(|| {
+            (
+                Lease::new(
+                    &settings.coordination.key_prefix,
+                    &config.name,
+                    settings.coordination.lease_ttl,
+                ),
+                self.metrics.lease_gauge(&config.name),
+            )
+        });
+        let retire = self.cancel.child_token();
+        let clock = tokio::spawn(sweep_clock(SweepClock {
+            name: config.name.clone(),
+            ticker,
+            lease,
+            store: self.store.clone(),
+            outbox: self.outbox.clone(),
+            health: self
+                .health
+                .register_loop(&format!("schedule {}", config.name)),
+            alive_every: self.settings.alive_every,
+            retire: retire.clone(),
+        }));
+        tracing::info!(
+            sweep = %config.name,
+            schedule = %config.schedule,
+            ttl = %humantime::format_duration(config.ttl),
+            "sweep scheduled"
+        );
+        Ok(Entry {
+            active: !settings.coordination.lease,
+            settings,
+            job,
+            clock,
+            retire,
+            cron_job,
+        })
+    }
+
+    /// Waits for the next thing to do and does it: a tick, a lease change, a look at the
+    /// topology. Call it in a loop.
+    pub(crate) async fn step(&mut self) {
+        enum Next {
+            Msg(Msg),
+            Topology,
+            Turn,
+        }
+        let next = tokio::select! {
+            Some(msg) = self.inbox.recv() => Next::Msg(msg),
+            _ = self.topology.tick() => Next::Topology,
+            _ = self.turn.tick() => Next::Turn,
+        };
+        match next {
+            Next::Msg(Msg::Tick(name)) => {
+                for p in self.primaries.values() {
+                    let _ = p.commands.try_send(Command::Tick(name.clone()));
+                }
+            }
+            Next::Msg(Msg::Lease(name, held)) => {
+                if let Some(entry) = self.sweeps.get_mut(&name) {
+                    entry.active = held;
+                    self.health.standby(&name, !held);
+                    self.broadcast_jobs().await;
+                }
+            }
+            Next::Topology => self.refresh_topology().await,
+            Next::Turn => self.turn(),
+        }
+        self.loop_health.alive();
+        self.watchdog();
+    }
+
+    /// The sweeps' intervals (the time between walks), from whether every primary uses
+    /// notifications now.
+    fn turn(&mut self) {
+        let everywhere = !self.primaries.is_empty()
+            && self
+                .primaries
+                .values()
+                .all(|p| p.subscribed.load(Ordering::Relaxed));
+        for (name, entry) in &self.sweeps {
+            let interval = match everywhere {
+                true => self.settings.tracking.reconcile_interval,
+                false => entry.settings.sweep.schedule.interval().unwrap_or_default(),
+            };
+            self.metrics.set_interval(name, interval);
+        }
+        self.retiring.retain(|task| !task.is_finished());
+    }
+
+    /// Pings the systemd watchdog if every loop turned recently and none is stuck.
+    fn watchdog(&self) {
+        if let Some(period) = self.notifier.watchdog_period()
+            && self.health.loops_alive_within(period / 2)
+            && self.health.liveness().is_ok()
+        {
+            self.notifier.watchdog();
+        }
+    }
+
+    /// The jobs every primary runs now.
+    fn active_jobs(&self) -> Vec<Arc<Job>> {
+        self.sweeps
+            .values()
+            .filter(|e| e.active)
+            .map(|e| e.job.clone())
+            .collect()
+    }
+
+    async fn broadcast_jobs(&mut self) {
+        let jobs = self.active_jobs();
+        for p in self.primaries.values() {
+            let _ = p.commands.send(Command::Jobs(jobs.clone())).await;
+        }
+    }
+
+    /// Starts a loop for every primary of the topology now, and stops those of servers that
+    /// are no longer primaries.
+    async fn refresh_topology(&mut self) {
+        let nodes = match self.store.nodes().await {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the topology; keeping the primaries as they were");
+                return;
+            }
+        };
+        let ids: Vec<NodeId> = nodes.iter().map(|n| n.id().clone()).collect();
+        let gone: Vec<NodeId> = self
+            .primaries
+            .keys()
+            .filter(|id| !ids.contains(id))
+            .cloned()
+            .collect();
+        for id in gone {
+            let p = self.primaries.remove(&id).expect("listed above");
+            tracing::info!(node = %id, "no longer a primary; its loop stops");
+            p.stop.cancel();
+            self.retiring.push(p.task);
+        }
+        let jobs = self.active_jobs();
+        for node in nodes {
+            let id = node.id().clone();
+            if self.primaries.contains_key(&id) {
+                continue;
+            }
+            let (commands, inbox) = mpsc::channel(64);
+            let _ = commands.try_send(Command::Jobs(jobs.clone()));
+            let stop = self.cancel.child_token();
+            let subscribed = Arc::new(AtomicBool::new(false));
+            let primary = Primary {
+                node,
+                store: self.store.clone(),
+                settings: self.settings.clone(),
+                capacity: self.capacity.clone(),
+                metrics: self.metrics.clone(),
+                health: self.health.clone(),
+                subscribed: subscribed.clone(),
+            };
+            let task = tokio::spawn(primary.run(inbox, stop.clone()));
+            tracing::debug!(node = %id, "primary loop started");
+            self.primaries.insert(
+                id,
+                PrimaryHandle {
+                    commands,
+                    task,
+                    subscribed,
+                    stop,
+                },
+            );
+        }
+        self.health.set_nodes(self.primaries.keys().cloned());
+    }
+
+    async fn stop_primaries(&mut self) {
+        for (_, p) in std::mem::take(&mut self.primaries) {
+            p.stop.cancel();
+            let _ = p.task.await;
+        }
+    }
+
+    /// After cancellation: every loop finishes what is in flight (checks publish their events,
+    /// leases are released). The caller bounds the wait.
+    pub(crate) async fn drain(&mut self) {
+        for p in self.primaries.values_mut() {
+            let _ = (&mut p.task).await;
+        }
+        for e in self.sweeps.values_mut() {
+            let _ = (&mut e.clock).await;
+        }
+        for task in &mut self.retiring {
+            let _ = task.await;
+        }
+    }
+
+    /// Stops whatever the drain left running.
+    pub(crate) async fn abort(&mut self) {
+        for p in self.primaries.values() {
+            p.task.abort();
+        }
+        for e in self.sweeps.values() {
+            e.clock.abort();
+        }
+        for task in &self.retiring {
+            task.abort();
+        }
+        self.cron.shutdown().await;
+    }
+
+    /// How many sweeps run.
+    pub(crate) fn sweep_count(&self) -> usize {
+        self.sweeps.len()
+    }
+
+    /// The engine's own loop is done.
+    pub(crate) fn retire(&self) {
+        self.loop_health.retire();
+    }
+}
+
+fn settings_of(config: &Config, alive_every: Duration) -> primary::Settings {
+    primary::Settings {
+        scan: config.scan.clone(),
+        evict: config.evict.clone(),
+        tracking: config.tracking.clone(),
+        command_timeout: config.redis.command_timeout,
+        alive_every,
+    }
+}
+
+/// How often every loop turns at least: a quarter of the systemd watchdog's period, so that a
+/// wedged loop stops the pings in time, and at most [`primary::ALIVE_EVERY`].
+fn alive_every(notifier: &Notifier) -> Duration {
+    notifier
+        .watchdog_period()
+        .map_or(primary::ALIVE_EVERY, |p| (p / 4).min(primary::ALIVE_EVERY))
+}
+
+/// One sweep's clock: its schedule's ticks, and its lease.
+struct SweepClock {
+    name: String,
+    ticker: Ticker,
+    lease: Option<(Lease, prometheus::IntGauge)>,
+    store: Store,
+    outbox: mpsc::Sender<Msg>,
+    health: LoopHealth,
+    alive_every: Duration,
+    /// Ends the loop (the sweep was removed or changed); shutdown cancels it too.
+    retire: CancellationToken,
+}
+
+/// Sends the sweep's ticks, and whether this replica holds its lease, until retired; then
+/// releases the lease so a standby can take over at once.
+async fn sweep_clock(mut c: SweepClock) {
+    let mut alive = tokio::time::interval(c.alive_every);
+    let mut next_lease_attempt = c.lease.as_ref().map(|_| tokio::time::Instant::now());
+    let mut held = false;
+    loop {
+        tokio::select! {
+            () = c.retire.cancelled() => break,
+            () = c.ticker.tick() => {
+                let _ = c.outbox.send(Msg::Tick(c.name.clone())).await;
+            }
+            () = async { tokio::time::sleep_until(next_lease_attempt.expect("guarded")).await },
+                if next_lease_attempt.is_some() => {
+                let (lease, gauge) = c.lease.as_ref().expect("guarded");
+                if let Err(e) = lease.try_hold(&mut c.store.connection()).await {
+                    tracing::warn!(sweep = %c.name, error = %e, "could not take or renew the lease");
+                }
+                gauge.set(i64::from(lease.held()));
+                if lease.held() != held {
+                    held = lease.held();
+                    let _ = c.outbox.send(Msg::Lease(c.name.clone(), held)).await;
+                }
+                next_lease_attempt = Some(tokio::time::Instant::now() + lease.attempt_every());
+            }
+            _ = alive.tick() => {}
+        }
+        c.health.alive();
+    }
+    if let Some((lease, gauge)) = &c.lease {
+        lease.release(&mut c.store.connection()).await;
+        gauge.set(0);
+    }
+    c.health.retire();
+}

@@ -1,0 +1,416 @@
+//! The deadline index of one sweep on one primary: every known presence key and the instant its
+//! oldest member's window closes (its lowest score + ttl, on Redis's clock).
+//!
+//! The daemon checks a key when its deadline comes, not because a timer fired for the whole
+//! keyspace: Redis's work follows presence activity. A check's reply names the key's new lowest
+//! score, which schedules it again, or says it is gone, which forgets it. Apps write scores from
+//! Redis `TIME`, and a heartbeat only raises a score, so a tracked deadline is never later than
+//! the key's true earliest one; the rare score written in the past is found by reconciliation.
+//!
+//! Memory is what bounds it, so keys are stored compactly: the conversation id only (the sweep's
+//! pattern rebuilds the key), inline when it fits in 16 bytes; a slab of fixed-size slots; a
+//! hash table of 4-byte slot numbers; and the deadlines in a B-tree of (deadline, slot). The
+//! figures per key are in the README (`python3 benches/bench.py --stages index`). A cap shared
+//! by every index ([`Capacity`]) bounds the total; keys past it are left to scheduled walks.
+
+use std::collections::BTreeSet;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use smallvec::SmallVec;
+
+/// A deadline that never comes: a key whose lowest score is `+inf`, kept but never checked
+/// except by reconciliation.
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// How many keys every index together may track.
+#[derive(Debug)]
+pub(crate) struct Capacity {
+    max: usize,
+    used: AtomicUsize,
+}
+
+impl Capacity {
+    /// Room for `max` keys in all.
+    pub(crate) fn new(max: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Keys tracked now, over every index.
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn take(&self) -> bool {
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// What [`Index::track`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Track {
+    /// The key is new to the index, due at once.
+    Added,
+    /// The index knew it already.
+    Known,
+    /// The index is full: the key is left to scheduled walks.
+    Full,
+}
+
+/// A key handed out for a check, until [`Index::checked`] gives it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    slot: u32,
+}
+
+#[derive(Debug)]
+struct Slot {
+    id: SmallVec<[u8; 16]>,
+    /// Milliseconds on Redis's clock; [`NEVER`] for no deadline.
+    deadline: u64,
+    /// Members at the last check.
+    card: u32,
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Free,
+    /// Waiting for its deadline (in the B-tree unless [`NEVER`]).
+    Scheduled,
+    /// Handed out for a check; `rewritten` if the key was written meanwhile, so that a check
+    /// that found it gone looks again (it may have been created anew).
+    InFlight {
+        rewritten: bool,
+    },
+}
+
+/// The deadline index of one sweep on one primary.
+#[derive(Debug)]
+pub(crate) struct Index {
+    hasher: DefaultHashBuilder,
+    table: HashTable<u32>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    due: BTreeSet<(u64, u32)>,
+    members: u64,
+    capacity: Arc<Capacity>,
+}
+
+impl Index {
+    /// An empty index whose keys count against `capacity`.
+    pub(crate) fn new(capacity: Arc<Capacity>) -> Self {
+        Self {
+            hasher: DefaultHashBuilder::default(),
+            table: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            due: BTreeSet::new(),
+            members: 0,
+            capacity,
+        }
+    }
+
+    /// Keys tracked.
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Members of the tracked keys, as of their last checks.
+    pub(crate) fn members(&self) -> u64 {
+        self.members
+    }
+
+    fn find(&self, id: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(id);
+        self.table
+            .find(hash, |&s| self.slots[s as usize].id.as_slice() == id)
+            .copied()
+    }
+
+    /// Whether `id` is tracked.
+    pub(crate) fn contains(&self, id: &[u8]) -> bool {
+        self.find(id).is_some()
+    }
+
+    /// Tracks `id`, due at `due` (milliseconds on Redis's clock), unless it is known already or
+    /// every index together is full.
+    pub(crate) fn track(&mut self, id: &[u8], due: u64) -> Track {
+        if self.find(id).is_some() {
+            return Track::Known;
+        }
+        if !self.capacity.take() {
+            return Track::Full;
+        }
+        let slot = Slot {
+            id: SmallVec::from_slice(id),
+            deadline: NEVER,
+            card: 0,
+            state: State::Scheduled,
+        };
+        let s = match self.free.pop() {
+            Some(s) => {
+                self.slots[s as usize] = slot;
+                s
+            }
+            None => {
+                self.slots.push(slot);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let hash = self.hasher.hash_one(id);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.table.insert_unique(hash, s, |&t| {
+            hasher.hash_one(slots[t as usize].id.as_slice())
+        });
+        self.schedule(s, due);
+        Track::Added
+    }
+
+    fn schedule(&mut self, s: u32, deadline: u64) {
+        let slot = &mut self.slots[s as usize];
+        if slot.state == State::Scheduled && slot.deadline != NEVER {
+            self.due.remove(&(slot.deadline, s));
+        }
+        slot.deadline = deadline;
+        slot.state = State::Scheduled;
+        if deadline != NEVER {
+            self.due.insert((deadline, s));
+        }
+    }
+
+    /// The earliest deadline of a key waiting for one.
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        self.due.first().map(|&(d, _)| d)
+    }
+
+    /// Hands out up to `max` keys due at or before `now` for a check: `(ticket, id)` pairs are
+    /// appended to `out`. They wait for no deadline until [`Index::checked`] gives them back.
+    pub(crate) fn take_due(&mut self, now: u64, max: usize, out: &mut Vec<(Ticket, Vec<u8>)>) {
+        for _ in 0..max {
+            let Some(&(deadline, s)) = self.due.first() else {
+                return;
+            };
+            if deadline > now {
+                return;
+            }
+            self.due.pop_first();
+            let slot = &mut self.slots[s as usize];
+            slot.state = State::InFlight { rewritten: false };
+            out.push((Ticket { slot: s }, slot.id.to_vec()));
+        }
+    }
+
+    /// A check of `ticket` came back: the key is due again at `next` (milliseconds on Redis's
+    /// clock, [`NEVER`] for no deadline) with `card` members, or gone (`None`) and forgotten.
+    pub(crate) fn checked(&mut self, ticket: Ticket, next: Option<(u64, u64)>) {
+        let s = ticket.slot;
+        let slot = &mut self.slots[s as usize];
+        let State::InFlight { rewritten } = slot.state else {
+            return;
+        };
+        match next {
+            Some((deadline, card)) => {
+                let card = u32::try_from(card).unwrap_or(u32::MAX);
+                self.members = self.members + u64::from(card) - u64::from(slot.card);
+                slot.card = card;
+                self.schedule(s, deadline);
+            }
+            // Written while the check ran: it may exist anew. Look again at once.
+            None if rewritten => {
+                self.members -= u64::from(slot.card);
+                slot.card = 0;
+                self.schedule(s, 0);
+            }
+            None => self.remove(s),
+        }
+    }
+
+    /// A check of `ticket` failed: look again at `retry`.
+    pub(crate) fn retry(&mut self, ticket: Ticket, retry: u64) {
+        if matches!(
+            self.slots[ticket.slot as usize].state,
+            State::InFlight { .. }
+        ) {
+            self.schedule(ticket.slot, retry);
+        }
+    }
+
+    /// A keyspace notification said `id` was written. Returns whether it is tracked; a key in
+    /// flight is marked, so that a check that finds it gone looks again.
+    pub(crate) fn written(&mut self, id: &[u8]) -> bool {
+        let Some(s) = self.find(id) else {
+            return false;
+        };
+        if let State::InFlight { rewritten } = &mut self.slots[s as usize].state {
+            *rewritten = true;
+        }
+        true
+    }
+
+    /// A keyspace notification said `id` was deleted: forget it, unless a check is in flight
+    /// (its reply decides).
+    pub(crate) fn deleted(&mut self, id: &[u8]) {
+        if let Some(s) = self.find(id)
+            && self.slots[s as usize].state == State::Scheduled
+        {
+            self.remove(s);
+        }
+    }
+
+    /// Reconciliation read `id`'s lowest score: due at `deadline` if that is earlier than the
+    /// deadline it waits for (a score written in the past). Returns whether it moved.
+    pub(crate) fn due_by(&mut self, id: &[u8], deadline: u64) -> bool {
+        let Some(s) = self.find(id) else {
+            return false;
+        };
+        let slot = &self.slots[s as usize];
+        if slot.state != State::Scheduled || slot.deadline <= deadline {
+            return false;
+        }
+        self.schedule(s, deadline);
+        true
+    }
+
+    fn remove(&mut self, s: u32) {
+        let slot = &mut self.slots[s as usize];
+        if slot.state == State::Scheduled && slot.deadline != NEVER {
+            self.due.remove(&(slot.deadline, s));
+        }
+        self.members -= u64::from(slot.card);
+        let id = std::mem::take(&mut slot.id);
+        slot.state = State::Free;
+        slot.card = 0;
+        let hash = self.hasher.hash_one(id.as_slice());
+        if let Ok(entry) = self.table.find_entry(hash, |&t| t == s) {
+            entry.remove();
+        }
+        self.free.push(s);
+        self.capacity.give_back(1);
+    }
+}
+
+impl Drop for Index {
+    fn drop(&mut self) {
+        self.capacity.give_back(self.table.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(max: usize) -> Index {
+        Index::new(Capacity::new(max))
+    }
+
+    fn due(i: &mut Index, now: u64) -> Vec<(Ticket, Vec<u8>)> {
+        let mut out = Vec::new();
+        i.take_due(now, usize::MAX, &mut out);
+        out
+    }
+
+    #[test]
+    fn keys_come_due_in_deadline_order_and_are_rescheduled_or_forgotten() {
+        let mut i = index(10);
+        assert_eq!(i.track(b"c1", 300), Track::Added);
+        assert_eq!(i.track(b"c2", 100), Track::Added);
+        assert_eq!(
+            i.track(b"a-long-conversation-id-of-40-bytes.......", 200),
+            Track::Added
+        );
+        assert_eq!(i.track(b"c1", 0), Track::Known);
+        assert_eq!(i.next_due(), Some(100));
+        assert!(due(&mut i, 99).is_empty());
+        let first = due(&mut i, 250);
+        let ids: Vec<&[u8]> = first.iter().map(|(_, id)| id.as_slice()).collect();
+        assert_eq!(
+            ids,
+            [&b"c2"[..], b"a-long-conversation-id-of-40-bytes......."]
+        );
+        assert_eq!(
+            i.next_due(),
+            Some(300),
+            "keys in flight wait for no deadline"
+        );
+        i.checked(first[0].0, Some((1000, 4)));
+        i.checked(first[1].0, None);
+        assert_eq!((i.len(), i.members()), (2, 4));
+        assert!(!i.contains(b"a-long-conversation-id-of-40-bytes......."));
+        let next = due(&mut i, 1000);
+        assert_eq!(next.len(), 2);
+        i.checked(next[0].0, Some((NEVER, 2)));
+        i.retry(next[1].0, 5000);
+        assert_eq!(i.next_due(), Some(5000));
+        assert_eq!(i.members(), 6);
+    }
+
+    #[test]
+    fn the_cap_is_shared_and_given_back() {
+        let cap = Capacity::new(2);
+        let mut a = Index::new(cap.clone());
+        let mut b = Index::new(cap.clone());
+        assert_eq!(a.track(b"1", 0), Track::Added);
+        assert_eq!(b.track(b"2", 0), Track::Added);
+        assert_eq!(b.track(b"3", 0), Track::Full);
+        a.deleted(b"1");
+        assert_eq!(cap.used(), 1);
+        assert_eq!(b.track(b"3", 0), Track::Added);
+        drop(b);
+        assert_eq!(cap.used(), 0);
+        drop(a);
+        assert_eq!(cap.used(), 0);
+    }
+
+    #[test]
+    fn a_key_written_while_checked_is_looked_at_again_if_found_gone() {
+        let mut i = index(10);
+        i.track(b"c1", 0);
+        let [(ticket, _)] = due(&mut i, 0).try_into().unwrap();
+        i.deleted(b"c1");
+        assert!(i.contains(b"c1"), "a key in flight is decided by its check");
+        assert!(i.written(b"c1"));
+        i.checked(ticket, None);
+        assert!(i.contains(b"c1"));
+        assert_eq!(i.next_due(), Some(0));
+        assert!(!i.written(b"other"));
+    }
+
+    #[test]
+    fn reconciliation_only_moves_deadlines_earlier() {
+        let mut i = index(10);
+        i.track(b"c1", 500);
+        assert!(!i.due_by(b"c1", 600));
+        assert!(i.due_by(b"c1", 400));
+        assert_eq!(i.next_due(), Some(400));
+        assert!(!i.due_by(b"unknown", 0));
+    }
+
+    #[test]
+    fn slots_are_reused() {
+        let mut i = index(100);
+        for round in 0..5u64 {
+            for k in 0..50u64 {
+                i.track(format!("c{k}").as_bytes(), round);
+            }
+            for (t, _) in due(&mut i, round) {
+                i.checked(t, None);
+            }
+        }
+        assert_eq!((i.len(), i.slots.len()), (0, 50));
+    }
+}
