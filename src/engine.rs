@@ -28,8 +28,9 @@ use crate::sweep::Sweep;
 use crate::systemd::Notifier;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
-/// resharding).
+/// resharding); sooner when a primary's work fails, but at most once per [`TOPOLOGY_AFTER`].
 const TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
+const TOPOLOGY_AFTER: Duration = Duration::from_secs(1);
 /// How often the engine itself turns, at most: sweeps' intervals, the watchdog.
 const TURN_EVERY: Duration = Duration::from_secs(1);
 
@@ -98,6 +99,9 @@ pub(crate) struct Engine {
     inbox: mpsc::Receiver<Msg>,
     outbox: mpsc::Sender<Msg>,
     topology: tokio::time::Interval,
+    /// Primaries' loops say when their work fails.
+    suspect: Arc<tokio::sync::Notify>,
+    last_topology: tokio::time::Instant,
     turn: tokio::time::Interval,
     loop_health: LoopHealth,
 }
@@ -140,6 +144,8 @@ impl Engine {
             inbox,
             outbox,
             topology,
+            suspect: Arc::default(),
+            last_topology: tokio::time::Instant::now(),
             turn,
         }
     }
@@ -249,9 +255,14 @@ impl Engine {
             Topology,
             Turn,
         }
+        let soon = self.last_topology + TOPOLOGY_AFTER;
         let next = tokio::select! {
             Some(msg) = self.inbox.recv() => Next::Msg(msg),
             _ = self.topology.tick() => Next::Topology,
+            () = async {
+                self.suspect.notified().await;
+                tokio::time::sleep_until(soon).await;
+            } => Next::Topology,
             _ = self.turn.tick() => Next::Turn,
         };
         match next {
@@ -321,6 +332,7 @@ impl Engine {
     /// Starts a loop for every primary of the topology now, and stops those of servers that
     /// are no longer primaries.
     async fn refresh_topology(&mut self) {
+        self.last_topology = tokio::time::Instant::now();
         let nodes = match self.store.nodes().await {
             Ok(nodes) => nodes,
             Err(e) => {
@@ -359,6 +371,7 @@ impl Engine {
                 metrics: self.metrics.clone(),
                 health: self.health.clone(),
                 subscribed: subscribed.clone(),
+                suspect: self.suspect.clone(),
             };
             let task = tokio::spawn(primary.run(inbox, stop.clone()));
             tracing::debug!(node = %id, "primary loop started");

@@ -88,7 +88,7 @@ where
     let flags = match reply {
         Err(e) if e.code() == Some("NOPERM") => {
             return Ok(Availability::Unknown(
-                "the Redis user may not run CONFIG GET".into(),
+                "the Redis user may not run CONFIG GET (add +config|get to its ACL)".into(),
             ));
         }
         Err(e) => return Err(e.into()),

@@ -103,6 +103,8 @@ pub(crate) struct Primary {
     pub(crate) health: Arc<Health>,
     /// Set while notifications are in use here (the engine reads it for the sweeps' intervals).
     pub(crate) subscribed: Arc<AtomicBool>,
+    /// Told when work fails here: the topology may have changed (a failover).
+    pub(crate) suspect: Arc<tokio::sync::Notify>,
 }
 
 impl Primary {
@@ -144,6 +146,7 @@ impl Primary {
             notify_op: None,
             subscribed: false,
             subscribed_flag: self.subscribed,
+            suspect: self.suspect,
             subscribing: false,
             next_ping: Instant::now() + SUBSCRIPTION_PING,
             last_error_log: None,
@@ -319,6 +322,7 @@ struct Run {
     /// Subscribed now: notifications are in use.
     subscribed: bool,
     subscribed_flag: Arc<AtomicBool>,
+    suspect: Arc<tokio::sync::Notify>,
     /// A subscription is being made: the sync walk waits for it.
     subscribing: bool,
     notifications: prometheus::IntGauge,
@@ -927,6 +931,7 @@ impl Run {
     /// After a failure: Redis may have restarted (keys gone, or created anew), so the index is
     /// reconciled once Redis answers again; and behind Sentinel the primary may have moved.
     fn failed(&mut self, e: Error) {
+        self.suspect.notify_one();
         self.sync_wanted = true;
         self.sync_after = Instant::now() + RETRY;
         self.failure = Some(e);
@@ -1210,9 +1215,15 @@ async fn subscribe(
             Availability::Unknown(why) => return Ok(Err(why)),
         }
         let pubsub = store.subscriber(&node).await?;
-        let sub =
-            Subscription::start(pubsub, node.db(), &patterns, settings.command_timeout).await?;
-        Ok::<_, Error>(Ok(sub))
+        match Subscription::start(pubsub, node.db(), &patterns, settings.command_timeout).await {
+            Ok(sub) => Ok::<_, Error>(Ok(sub)),
+            Err(Error::Redis(e)) if e.code() == Some("NOPERM") => Ok(Err(format!(
+                "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
+                patterns.join(", "),
+                patterns.join(" &")
+            ))),
+            Err(e) => Err(e),
+        }
     };
     match attempt.await {
         Ok(Ok(sub)) => NotifyOutcome::Subscribed(Box::new(sub)),

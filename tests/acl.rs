@@ -195,3 +195,45 @@ async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
         "{message}"
     );
 }
+
+/// Keyspace notifications need two more permissions: `+config|get` (is the server publishing
+/// them?) and `+psubscribe` on each sweep's keyspace channel, literally. Without them the daemon
+/// says why and walks on the schedule instead.
+#[test]
+fn notifications_need_config_get_and_the_keyspace_channels() {
+    let server = RedisServer::start_with(&["--notify-keyspace-events", "KEA"]);
+    create_user(&server, "sweeper", MINIMAL);
+    create_user(
+        &server,
+        "listener",
+        &format!("{MINIMAL} +config|get +psubscribe &__keyspace@0__:presence:*:online"),
+    );
+    let port = server.port;
+    let node = format!("127.0.0.1:{port}");
+    for (user, in_use, says) in [
+        ("sweeper", 0.0, "may not run CONFIG GET"),
+        ("listener", 1.0, "keyspace notifications in use"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = write_file(dir.path(), "pw", "user-secret\n");
+        let toml = format!(
+            "[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+             [redis]\nusername = \"{user}\"\npassword_file = {:?}\n",
+            pw.to_str().unwrap()
+        );
+        let d = support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
+        d.wait_ready(Duration::from_secs(10));
+        d.wait_for_log(says, 1, Duration::from_secs(5));
+        let s = support::scrape(d.http_addr());
+        assert_eq!(
+            support::metric(
+                &s,
+                "presence_sweeper_notifications_in_use",
+                &[("node", &node)]
+            ),
+            Some(in_use),
+            "{user}: {}",
+            d.log()
+        );
+    }
+}

@@ -356,3 +356,82 @@ fn a_password_in_the_seed_urls_reaches_every_node() {
         "{stdout}"
     );
 }
+
+/// Keyspace notifications on every primary: each primary's loop subscribes to its own node's
+/// events (a node publishes only its own keys'), zombies leave at their deadlines, and after a
+/// failover the promoted replica is subscribed to in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_on_every_primary_through_a_failover() {
+    let mut cluster = RedisCluster::start_with(3, 1, &["--notify-keyspace-events", "KEA"]);
+    let sub = Subscriber::start(
+        &format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port),
+        "presence:*",
+    )
+    .await;
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+         [sweeps.online]\nttl = \"2s\"\nschedule = \"1h\"\n",
+        cluster.redis_toml()
+    );
+    let d = Binary::spawn(&toml, &[], &[]);
+    d.wait_ready(Duration::from_secs(20));
+    let subscribed = |cluster: &RedisCluster| {
+        let s = support::scrape(d.http_addr());
+        cluster.primaries().iter().all(|(_, port)| {
+            let node = format!("127.0.0.1:{port}");
+            support::metric(
+                &s,
+                "presence_sweeper_notifications_in_use",
+                &[("node", &node)],
+            ) == Some(1.0)
+        })
+    };
+    wait_until("every primary subscribed", Duration::from_secs(10), || {
+        subscribed(&cluster)
+    });
+
+    // Members that go stale in 2 s, in keys all over the slots, written after the walks: only
+    // notifications tell the daemon of them.
+    let due = |cluster: &RedisCluster, prefix: &str| {
+        let now = cluster_now(cluster);
+        let mut con = cluster.con();
+        for c in 0..30 {
+            let key = format!("presence:{prefix}{c}:online");
+            let _: () = con
+                .zadd_multiple(&key, &[(now, "zombie"), (now + 600.0, "live")])
+                .unwrap();
+        }
+    };
+    due(&cluster, "a");
+    let events = sub.wait_for(30, Duration::from_secs(6)).await;
+    assert_eq!(tally(&events).len(), 30, "{}", d.log());
+    for e in &events {
+        let v = e.json();
+        let lag = v["timestamp"].as_f64().unwrap() - v["last_seen"].as_f64().unwrap() - 2.0;
+        assert!((0.0..0.25).contains(&lag), "lag {lag:.3} s: {v}");
+    }
+
+    let listener = cluster.nodes[0].port;
+    let victim = cluster
+        .primaries()
+        .into_iter()
+        .map(|(_, port)| port)
+        .find(|&port| port != listener)
+        .unwrap();
+    cluster.node(victim).stop();
+    wait_until("the replica promoted", Duration::from_secs(30), || {
+        let primaries = cluster.primaries();
+        primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
+    });
+    cluster.wait_ok(Duration::from_secs(30));
+    wait_until(
+        "the promoted replica subscribed",
+        Duration::from_secs(15),
+        || subscribed(&cluster),
+    );
+    due(&cluster, "b");
+    let events = sub.wait_for(60, Duration::from_secs(8)).await;
+    let seen = tally(&events);
+    assert_eq!(seen.len(), 60, "every zombie announced: {}", d.log());
+    assert!(seen.values().all(|&n| n == 1), "nothing announced twice");
+}

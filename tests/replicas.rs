@@ -56,7 +56,18 @@ fn assert_each_once(events: &[support::Received], expected: usize) {
 }
 
 async fn share_the_work(n: usize) {
-    let server = RedisServer::start();
+    let daemons = share_the_work_on(RedisServer::start(), n).await;
+    // Without notifications each replica walks on the schedule.
+    for d in &daemons {
+        assert!(
+            d.walks("typing") > 3,
+            "every replica sweeps without a lease"
+        );
+    }
+}
+
+/// Zombies in fresh keys, swept by `n` replicas without a lease: each announced once.
+async fn share_the_work_on(server: RedisServer, n: usize) -> Vec<Binary> {
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
     let daemons = replicas(&server, n, "");
     for d in &daemons {
@@ -73,12 +84,7 @@ async fn share_the_work(n: usize) {
     }
     let events = sub.wait_for(300, Duration::from_secs(5)).await;
     assert_each_once(&events, 300);
-    for d in &daemons {
-        assert!(
-            d.walks("typing") > 3,
-            "every replica sweeps without a lease"
-        );
-    }
+    daemons
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,6 +95,30 @@ async fn two_replicas_without_a_lease_share_the_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_without_a_lease_share_the_work() {
     share_the_work(3).await;
+}
+
+/// With keyspace notifications every replica tracks every key and checks it at the same
+/// deadline: the transactions race, and only the one that removed a member announces it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_with_notifications_announce_each_zombie_once() {
+    let daemons = share_the_work_on(
+        RedisServer::start_with(&["--notify-keyspace-events", "KEA"]),
+        2,
+    )
+    .await;
+    for d in &daemons {
+        let s = support::scrape(d.http_addr());
+        assert!(
+            metric(
+                &s,
+                "presence_sweeper_deadline_checks_total",
+                &[("sweep", "typing")]
+            )
+            .unwrap()
+                >= 300.0,
+            "every replica checks every key"
+        );
+    }
 }
 
 fn holders(daemons: &[Option<Binary>]) -> Vec<usize> {

@@ -16,7 +16,12 @@ impl RedisCluster {
     /// `primaries` primaries with `replicas` replicas each; node timeout 2 s so failovers are
     /// quick.
     pub fn start(primaries: usize, replicas: usize) -> Self {
-        let args = [
+        Self::start_with(primaries, replicas, &[])
+    }
+
+    /// [`RedisCluster::start`] with extra `redis-server` arguments for every node.
+    pub fn start_with(primaries: usize, replicas: usize, extra: &[&str]) -> Self {
+        let mut args = vec![
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -26,6 +31,7 @@ impl RedisCluster {
             "--cluster-replica-validity-factor",
             "0",
         ];
+        args.extend_from_slice(extra);
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
             .map(|_| RedisServer::start_with(&args))
             .collect();

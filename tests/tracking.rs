@@ -1,0 +1,443 @@
+//! Deadline-driven sweeping: keys are checked when their oldest member's window closes, new keys
+//! come from keyspace notifications where the server has them on, and walks reconcile.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use support::{Binary, RedisServer, Subscriber, metric, redis_now, scrape, wait_until};
+
+/// Keyspace notifications as the README tells operators to turn them on.
+const NOTIFICATIONS: &[&str] = &["--notify-keyspace-events", "KEA"];
+
+fn daemon(server: &RedisServer, toml: &str) -> Binary {
+    Binary::spawn(
+        &format!("[http]\nlisten = \"127.0.0.1:0\"\n{toml}"),
+        &["--redis-url", &server.url()],
+        &[],
+    )
+}
+
+/// Only the online sweep, with `ttl` and `schedule`.
+fn online(ttl: &str, schedule: &str, extra: &str) -> String {
+    format!(
+        "[sweeps.typing]\nenabled = false\n[sweeps.online]\nttl = \"{ttl}\"\nschedule = \"{schedule}\"\n{extra}"
+    )
+}
+
+fn value(d: &Binary, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metric(&scrape(d.http_addr()), name, labels).unwrap_or(f64::NAN)
+}
+
+fn wait_metric(d: &Binary, name: &str, labels: &[(&str, &str)], want: f64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = value(d, name, labels);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}{labels:?} is {got}, not {want}, after {timeout:?}; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn in_use(d: &Binary, server: &RedisServer) -> f64 {
+    value(
+        d,
+        "presence_sweeper_notifications_in_use",
+        &[("node", &format!("127.0.0.1:{}", server.port))],
+    )
+}
+
+/// How late each event came: its timestamp minus (last_seen + ttl), by user.
+fn lags(events: &[support::Received], ttl: f64) -> HashMap<String, f64> {
+    events
+        .iter()
+        .map(|e| {
+            let v = e.json();
+            let lag = v["timestamp"].as_f64().unwrap() - (v["last_seen"].as_f64().unwrap() + ttl);
+            (v["user_id"].as_str().unwrap().to_owned(), lag)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_notifications_a_new_key_is_tracked_at_once_and_leaves_at_its_deadline() {
+    let server = RedisServer::start_with(NOTIFICATIONS);
+    let mut con = server.con();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    // Walks on the schedule would hide what notifications do: keep them an hour apart.
+    let d = daemon(&server, &online("2s", "1h", ""));
+    d.wait_ready(Duration::from_secs(10));
+    wait_until("notifications in use", Duration::from_secs(5), || {
+        in_use(&d, &server) == 1.0
+    });
+
+    let now = redis_now(&mut con);
+    let _: () = con
+        .zadd_multiple(
+            "presence:new:online",
+            &[(now, "leaves"), (now + 1.0, "later")],
+        )
+        .unwrap();
+    // Tracked within milliseconds of the first ZADD, not at the next walk.
+    let tracked = Instant::now();
+    wait_metric(
+        &d,
+        "presence_sweeper_tracked_keys",
+        &[("sweep", "online")],
+        1.0,
+        Duration::from_secs(1),
+    );
+    assert!(tracked.elapsed() < Duration::from_millis(500));
+
+    let events = sub.wait_for(2, Duration::from_secs(6)).await;
+    let lags = lags(&events, 2.0);
+    assert_eq!(lags.len(), 2, "both leave: {events:?}");
+    for (user, lag) in &lags {
+        assert!(
+            (0.0..0.25).contains(lag),
+            "{user} left {lag:.3} s after its deadline"
+        );
+    }
+    let s = scrape(d.http_addr());
+    assert_eq!(
+        metric(
+            &s,
+            "presence_sweeper_sweeps_total",
+            &[("sweep", "online"), ("result", "success")]
+        ),
+        Some(1.0),
+        "one walk at start, none since: deadlines did the work"
+    );
+    assert_eq!(
+        metric(
+            &s,
+            "presence_sweeper_missed_notifications_total",
+            &[("sweep", "online")]
+        ),
+        Some(0.0)
+    );
+    assert!(
+        metric(
+            &s,
+            "presence_sweeper_deadline_checks_total",
+            &[("sweep", "online")]
+        )
+        .unwrap()
+            >= 3.0
+    );
+    wait_metric(
+        &d,
+        "presence_sweeper_tracked_keys",
+        &[("sweep", "online")],
+        0.0,
+        Duration::from_secs(1),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_notifications_known_keys_leave_at_their_deadline_between_walks() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let _: () = con
+        .zadd_multiple(
+            "presence:known:online",
+            &[(now, "stops"), (now + 60.0, "stays")],
+        )
+        .unwrap();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let d = daemon(&server, &online("2s", "4s", ""));
+    d.wait_ready(Duration::from_secs(10));
+    assert_eq!(in_use(&d, &server), 0.0);
+
+    // The start-up walk found the key; its zombie leaves at its deadline, not at the next walk.
+    let events = sub.wait_for(1, Duration::from_secs(5)).await;
+    let lag = lags(&events, 2.0)["stops"];
+    assert!((0.0..0.25).contains(&lag), "left {lag:.3} s late");
+
+    // A key that appears between walks waits for the next one (schedule 4 s).
+    let now = redis_now(&mut con);
+    let _: () = con
+        .zadd("presence:fresh:online", "gone", now - 10.0)
+        .unwrap();
+    let events = sub.wait_for(2, Duration::from_secs(6)).await;
+    assert_eq!(events.len(), 2, "{}", d.log());
+    assert_eq!(events[1].json()["user_id"], "gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_switched_off_at_runtime_are_noticed_within_one_reconcile_interval() {
+    let server = RedisServer::start_with(NOTIFICATIONS);
+    let mut con = server.con();
+    let d = daemon(
+        &server,
+        &online("2s", "300ms", "[tracking]\nreconcile_interval = \"2s\"\n"),
+    );
+    wait_until("notifications in use", Duration::from_secs(10), || {
+        in_use(&d, &server) == 1.0
+    });
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("")
+        .query(&mut con)
+        .unwrap();
+    let off = Instant::now();
+    wait_until("notifications noticed off", Duration::from_secs(5), || {
+        in_use(&d, &server) == 0.0
+    });
+    assert!(
+        off.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        off.elapsed()
+    );
+    assert!(
+        d.log().contains("notify-keyspace-events was changed"),
+        "{}",
+        d.log()
+    );
+    // From now on the schedule's walks find new keys.
+    let now = redis_now(&mut con);
+    let _: () = con
+        .zadd("presence:after:online", "gone", now - 10.0)
+        .unwrap();
+    wait_until("found by a walk", Duration::from_secs(3), || {
+        let n: u64 = con.zcard("presence:after:online").unwrap();
+        n == 0
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_subscription_is_renewed_and_a_walk_finds_what_was_missed() {
+    let server = RedisServer::start_with(NOTIFICATIONS);
+    let mut con = server.con();
+    let d = daemon(&server, &online("2s", "1h", ""));
+    d.wait_ready(Duration::from_secs(10));
+    wait_until("notifications in use", Duration::from_secs(5), || {
+        in_use(&d, &server) == 1.0
+    });
+    let walks = d.walks("online");
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con)
+        .unwrap();
+    assert!(killed >= 1);
+    // Written while nobody listens.
+    let now = redis_now(&mut con);
+    let _: () = con.zadd("presence:gap:online", "gone", now - 10.0).unwrap();
+    d.wait_for_log(
+        "lost the keyspace-notification subscription",
+        1,
+        Duration::from_secs(5),
+    );
+    wait_until("subscribed again", Duration::from_secs(5), || {
+        in_use(&d, &server) == 1.0
+    });
+    wait_until(
+        "the key written in the gap swept",
+        Duration::from_secs(5),
+        || {
+            let n: u64 = con.zcard("presence:gap:online").unwrap();
+            n == 0
+        },
+    );
+    assert!(
+        d.walks("online") > walks,
+        "a walk followed the new subscription"
+    );
+    assert_eq!(
+        value(
+            &d,
+            "presence_sweeper_missed_notifications_total",
+            &[("sweep", "online")]
+        ),
+        0.0,
+        "a walk after a resubscription expects what it finds"
+    );
+}
+
+#[test]
+fn a_redis_restart_rebuilds_the_index() {
+    let mut server = RedisServer::start_with(NOTIFICATIONS);
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    // Due in ten minutes: tracked with that deadline.
+    let _: () = con.zadd("presence:c1:online", "u1", now + 600.0).unwrap();
+    let d = daemon(&server, &online("2s", "1h", ""));
+    d.wait_ready(Duration::from_secs(10));
+    wait_metric(
+        &d,
+        "presence_sweeper_tracked_keys",
+        &[("sweep", "online")],
+        1.0,
+        Duration::from_secs(2),
+    );
+
+    // Nothing is persisted: the key is gone, then written anew with a member due in 2 s.
+    server.restart();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let _: () = con.zadd("presence:c1:online", "u2", now).unwrap();
+    wait_until("swept at its new deadline", Duration::from_secs(8), || {
+        let n: u64 = con.zcard("presence:c1:online").unwrap();
+        n == 0
+    });
+    let left = redis_now(&mut con) - now;
+    assert!(
+        left < 4.0,
+        "left after {left:.1} s, not at the old deadline"
+    );
+    assert!(
+        d.log()
+            .contains("lost the keyspace-notification subscription")
+    );
+}
+
+#[test]
+fn configure_notifications_turns_them_on_and_keeps_the_servers_flags() {
+    let server = RedisServer::start_with(&["--notify-keyspace-events", "Ex"]);
+    let d = daemon(
+        &server,
+        &online("2s", "1h", "[tracking]\nconfigure_notifications = true\n"),
+    );
+    wait_until("notifications in use", Duration::from_secs(10), || {
+        in_use(&d, &server) == 1.0
+    });
+    let flags: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query(&mut server.con())
+        .unwrap();
+    let flags = &flags[1];
+    for c in ['K', 'E', 'x', 'z', 'g'] {
+        assert!(flags.contains(c), "{c} in {flags:?}");
+    }
+    assert_eq!(
+        value(&d, "presence_sweeper_notifications_expected", &[]),
+        1.0
+    );
+}
+
+#[test]
+fn a_server_without_notifications_is_left_alone_and_reported() {
+    let server = RedisServer::start();
+    let d = daemon(
+        &server,
+        &online("2s", "1h", "[tracking]\nnotifications = \"on\"\n"),
+    );
+    d.wait_ready(Duration::from_secs(10));
+    d.wait_for_log(
+        "keyspace notifications are not in use here",
+        1,
+        Duration::from_secs(5),
+    );
+    assert_eq!(in_use(&d, &server), 0.0);
+    assert_eq!(
+        value(&d, "presence_sweeper_notifications_expected", &[]),
+        1.0
+    );
+    let flags: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query(&mut server.con())
+        .unwrap();
+    assert_eq!(flags[1], "", "the server's configuration is not changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_cap_keys_are_checked_by_scheduled_walks() {
+    let server = RedisServer::start_with(NOTIFICATIONS);
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    // Every key has a member that goes stale in 2 s.
+    for c in 0..5 {
+        let _: () = con
+            .zadd_multiple(
+                format!("presence:c{c}:online"),
+                &[(now, "soon"), (now + 600.0, "live")],
+            )
+            .unwrap();
+    }
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let d = daemon(
+        &server,
+        &online("2s", "500ms", "[tracking]\nmax_keys = 2\n"),
+    );
+    d.wait_ready(Duration::from_secs(10));
+    let s = scrape(d.http_addr());
+    assert_eq!(
+        metric(&s, "presence_sweeper_tracked_keys", &[("sweep", "online")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        metric(
+            &s,
+            "presence_sweeper_untracked_keys",
+            &[("sweep", "online")]
+        ),
+        Some(3.0)
+    );
+    assert!(d.log().contains("tracking.max_keys reached"), "{}", d.log());
+    // The tracked keys' members leave at their deadline, the others at the next walk on the
+    // schedule, although notifications are in use.
+    let events = sub.wait_for(5, Duration::from_secs(5)).await;
+    assert_eq!(events.len(), 5, "{}", d.log());
+    let late: Vec<f64> = lags(&events, 2.0).into_values().collect();
+    assert!(late.iter().all(|&l| l < 0.8), "{late:?}");
+}
+
+/// One SCAN walk serves every sweep: its MATCH is what their patterns share.
+#[test]
+fn one_walk_serves_every_sweep() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    for kind in ["online", "typing"] {
+        let _: () = con
+            .zadd(format!("presence:c1:{kind}"), "gone", now - 100.0)
+            .unwrap();
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg("0")
+        .query(&mut con)
+        .unwrap();
+    let (code, stdout, stderr) = support::run_binary(&["--redis-url", &server.url(), "sweep"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("online: keys_scanned=1 keys=1 members=0 evicted=1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("typing: keys_scanned=1 keys=1 members=0 evicted=1"),
+        "{stdout}"
+    );
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg("1000")
+        .query(&mut con)
+        .unwrap();
+    let scans: Vec<String> = log
+        .iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                return None;
+            };
+            let args: Vec<String> = redis::from_redis_value_ref(&fields[3]).ok()?;
+            (args[0] == "SCAN").then(|| args.join(" "))
+        })
+        .collect();
+    assert_eq!(scans.len(), 1, "one walk: {scans:?}");
+    assert!(scans[0].contains("MATCH presence:* "), "{scans:?}");
+}
