@@ -70,6 +70,11 @@ pub struct SimulateOptions {
     /// population stays steady.
     #[arg(long = "no-rejoin", action = clap::ArgAction::SetFalse)]
     pub rejoin: bool,
+    /// Conversations opened per minute while users vanish, each a key that did not exist: its
+    /// first user heartbeats once and leaves at once (a zombie in a brand-new key, judged on its
+    /// own: `new_key_eviction_lag_seconds`), the others stay like any user.
+    #[arg(long, value_name = "N", default_value_t = 0.0)]
+    pub new_conversations: f64,
     /// Some users also type in bursts (a keystroke a second for a few seconds) on the `typing`
     /// sweep's keys.
     #[arg(long)]
@@ -116,6 +121,7 @@ pub struct Plan {
     heartbeat: Duration,
     vanish_rate: f64,
     rejoin: bool,
+    new_conversations: f64,
     duration: Duration,
     grace: Duration,
     typing_grace: Duration,
@@ -151,6 +157,12 @@ pub fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateErr
     }
     if opts.heartbeat.is_zero() {
         return invalid("--heartbeat must be more than 0".into());
+    }
+    if !(0.0..=60_000.0).contains(&opts.new_conversations) {
+        return invalid(format!(
+            "--new-conversations must be between 0 and 60000 a minute (got {})",
+            opts.new_conversations
+        ));
     }
     let sweep = oneshot::select(config, std::slice::from_ref(&opts.sweep))?[0].clone();
     let typing = match opts.typing {
@@ -193,6 +205,7 @@ pub fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateErr
         heartbeat: opts.heartbeat,
         vanish_rate: opts.vanish_rate,
         rejoin: opts.rejoin,
+        new_conversations: opts.new_conversations,
         duration: opts.duration,
         grace,
         typing_grace,
@@ -234,6 +247,13 @@ pub struct SimulateReport {
     pub evictions: u64,
     /// Event timestamp minus (last heartbeat + ttl), on Redis's clock.
     pub eviction_lag_seconds: Option<Lag>,
+    /// Conversations opened during the run (`--new-conversations`).
+    pub new_conversations: u64,
+    /// Of the evictions, those of the first user of a new conversation, who left right after
+    /// creating its key; and their lag.
+    pub new_key_evictions: u64,
+    /// Event timestamp minus (last heartbeat + ttl) of those evictions.
+    pub new_key_eviction_lag_seconds: Option<Lag>,
     /// Events for users still heartbeating (they come back at their next heartbeat).
     pub false_evictions: u64,
     /// Events for users already announced.
@@ -368,7 +388,7 @@ pub async fn run(
     tokio::time::sleep(DRAIN).await;
     stop_listening.cancel();
     let listened = listener.await;
-    let cleaned = delete_keys(plan, &store).await;
+    let cleaned = delete_keys(plan, &shared, &store).await;
 
     if let Some(e) = failure {
         return Err(e);
@@ -447,6 +467,9 @@ fn judge(
         users_vanished: online.abandoned,
         evictions: online.evictions,
         eviction_lag_seconds: online.lag,
+        new_conversations: shared.new_conversations.load(Ordering::Relaxed),
+        new_key_evictions: online.new_key_evictions,
+        new_key_eviction_lag_seconds: online.new_key_lag,
         false_evictions: online.false_evictions,
         duplicate_events: online.duplicates,
         missed_zombies: online.missed,
@@ -482,14 +505,17 @@ async fn redis_time(store: &Store) -> Result<f64, Error> {
 }
 
 /// Deletes the keys this run wrote, by name: never a pattern another user of the Redis may share.
-async fn delete_keys(plan: &Plan, store: &Store) -> Result<(), Error> {
+async fn delete_keys(plan: &Plan, shared: &Shared, store: &Store) -> Result<(), Error> {
     let mut con = store.connection();
     let prefix = plan.prefix();
     let sweeps: Vec<&SweepConfig> = std::iter::once(&plan.sweep)
         .chain(plan.typing.as_ref())
         .collect();
-    let keys = (0..plan.conversations).flat_map(|n| {
-        let id = format!("{prefix}{n}");
+    let opened = shared.new_conversations.load(Ordering::Relaxed);
+    let ids = (0..u64::from(plan.conversations))
+        .map(|n| format!("{prefix}{n}"))
+        .chain((0..opened).map(|n| format!("{prefix}new{n}")));
+    let keys = ids.flat_map(|id| {
         sweeps
             .iter()
             .map(move |s| s.pattern.key(id.as_bytes()))
@@ -521,6 +547,8 @@ struct Shared {
     typing: Mutex<Tracker>,
     unexpected: AtomicU64,
     next_user: AtomicU64,
+    /// Conversations opened during the run so far.
+    new_conversations: AtomicU64,
     prefix: String,
     online_count: String,
     typing_count: Option<String>,
@@ -535,6 +563,7 @@ impl Shared {
             )),
             unexpected: AtomicU64::new(0),
             next_user: AtomicU64::new(1),
+            new_conversations: AtomicU64::new(0),
             prefix: plan.prefix(),
             online_count: format!("{}_count", plan.sweep.name),
             typing_count: plan.typing.as_ref().map(|t| format!("{}_count", t.name)),
@@ -544,6 +573,11 @@ impl Shared {
     /// A new user number: ids are never reused, so a rejoining user is a new member.
     fn new_user(&self) -> u64 {
         self.next_user.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The number of a new conversation.
+    fn new_conversation(&self) -> u64 {
+        self.new_conversations.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Judges one event payload.
@@ -647,6 +681,15 @@ impl fmt::Display for SimulateReport {
             "  eviction lag         {}",
             lag_text(self.eviction_lag_seconds)
         )?;
+        if self.new_conversations > 0 {
+            writeln!(
+                f,
+                "  new conversations    {:>10}  (first users gone at once: {} evicted, lag {})",
+                self.new_conversations,
+                self.new_key_evictions,
+                lag_text(self.new_key_eviction_lag_seconds)
+            )?;
+        }
         writeln!(f, "  false evictions      {:>10}", self.false_evictions)?;
         writeln!(f, "  duplicate events     {:>10}", self.duplicate_events)?;
         writeln!(f, "  missed zombies       {:>10}", self.missed_zombies)?;

@@ -14,7 +14,8 @@ enum Token {
     /// Still written: the sweeper must leave it alone.
     Active,
     /// No longer written; `last_seen` is its last score. The sweeper owes one event.
-    Abandoned { last_seen: f64 },
+    /// `new_key`: it was the first member of a key it left at once.
+    Abandoned { last_seen: f64, new_key: bool },
     /// Its event arrived.
     Evicted,
 }
@@ -41,6 +42,7 @@ pub struct Tracker {
     ttl: f64,
     tokens: HashMap<u64, Token>,
     lags: Vec<f64>,
+    new_key_lags: Vec<f64>,
     abandoned: u64,
     false_evictions: u64,
     duplicates: u64,
@@ -61,6 +63,10 @@ pub struct Tally {
     pub duplicates: u64,
     /// Abandoned members never announced although their last score is older than the grace.
     pub missed: u64,
+    /// Of the evictions, those of members who left a key right after creating it.
+    pub new_key_evictions: u64,
+    /// Their lag; `None` without such evictions.
+    pub new_key_lag: Option<Lag>,
     /// Abandoned members not announced yet and still within the grace: no verdict.
     pub pending: u64,
 }
@@ -83,6 +89,7 @@ impl Tracker {
             ttl,
             tokens: HashMap::new(),
             lags: Vec::new(),
+            new_key_lags: Vec::new(),
             abandoned: 0,
             false_evictions: 0,
             duplicates: 0,
@@ -96,7 +103,17 @@ impl Tracker {
 
     /// `user` is no longer written; `last_seen` is its last score, in seconds.
     pub fn abandon(&mut self, user: u64, last_seen: f64) {
-        self.tokens.insert(user, Token::Abandoned { last_seen });
+        self.abandon_as(user, last_seen, false);
+    }
+
+    /// [`Tracker::abandon`], for the first member of a key who leaves right after creating it.
+    pub fn abandon_new_key(&mut self, user: u64, last_seen: f64) {
+        self.abandon_as(user, last_seen, true);
+    }
+
+    fn abandon_as(&mut self, user: u64, last_seen: f64, new_key: bool) {
+        self.tokens
+            .insert(user, Token::Abandoned { last_seen, new_key });
         self.abandoned += 1;
     }
 
@@ -112,13 +129,16 @@ impl Tracker {
             None => Verdict::Unknown,
             Some(Token::Active) => Verdict::False,
             Some(Token::Evicted) => Verdict::Duplicate,
-            Some(Token::Abandoned { last_seen }) => Verdict::Evicted {
+            Some(Token::Abandoned { last_seen, .. }) => Verdict::Evicted {
                 lag: timestamp - (last_seen + self.ttl),
             },
         };
         match verdict {
             Verdict::Evicted { lag } => {
                 self.lags.push(lag);
+                if let Some(Token::Abandoned { new_key: true, .. }) = self.tokens.get(&user) {
+                    self.new_key_lags.push(lag);
+                }
                 self.tokens.insert(user, Token::Evicted);
             }
             Verdict::False => self.false_evictions += 1,
@@ -133,7 +153,7 @@ impl Tracker {
     pub fn tally(&self, end: f64, grace: f64) -> Tally {
         let (mut missed, mut pending) = (0, 0);
         for token in self.tokens.values() {
-            if let Token::Abandoned { last_seen } = token {
+            if let Token::Abandoned { last_seen, .. } = token {
                 if last_seen + grace < end {
                     missed += 1;
                 } else {
@@ -149,6 +169,8 @@ impl Tracker {
             duplicates: self.duplicates,
             missed,
             pending,
+            new_key_evictions: self.new_key_lags.len() as u64,
+            new_key_lag: lag(&self.new_key_lags),
         }
     }
 }
@@ -190,6 +212,19 @@ mod tests {
         assert_eq!(tally.false_evictions, 1);
         assert_eq!(tally.duplicates, 1);
         assert_eq!((tally.missed, tally.pending), (0, 0));
+        assert_eq!((tally.new_key_evictions, tally.new_key_lag), (0, None));
+    }
+
+    #[test]
+    fn members_who_leave_a_new_key_are_judged_apart_too() {
+        let mut t = Tracker::new(2.0);
+        t.abandon(1, 100.0);
+        t.abandon_new_key(2, 100.0);
+        t.observe(1, 103.0);
+        t.observe(2, 102.25);
+        let tally = t.tally(200.0, 3.0);
+        assert_eq!((tally.evictions, tally.new_key_evictions), (2, 1));
+        assert_eq!(tally.new_key_lag.unwrap().max, 0.25);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Plan, Shared, lock};
 use crate::Error;
 use crate::config::ScoreUnit;
+use crate::pattern::KeyPattern;
 use crate::store::Store;
 
 /// Granularity of the schedule: heartbeats are spread over the period in steps of this.
@@ -64,6 +65,8 @@ struct Live {
     member: String,
     /// Last score written, in the score unit; `None` before the first heartbeat.
     last_score: Option<f64>,
+    /// Leaves right after its first heartbeat (the first user of a new conversation).
+    visit: bool,
 }
 
 impl Live {
@@ -72,6 +75,7 @@ impl Live {
             user,
             member: format!("u{user}"),
             last_score: None,
+            visit: false,
         }
     }
 }
@@ -117,6 +121,12 @@ pub(super) struct Worker {
     vanish_rate: f64,
     vanish_debt: f64,
     rejoin: bool,
+    /// New conversations this worker opens per tick, and those it owes.
+    new_per_tick: f64,
+    new_debt: f64,
+    users: u32,
+    prefix: String,
+    patterns: (KeyPattern, Option<KeyPattern>),
     unit: ScoreUnit,
     key_ttl: u64,
     typing: Option<(ScoreUnit, u64)>,
@@ -177,6 +187,14 @@ impl Worker {
             vanish_rate: plan.vanish_rate,
             vanish_debt: 0.0,
             rejoin: plan.rejoin,
+            new_per_tick: plan.new_conversations / 60.0 * tick.as_secs_f64() / workers as f64,
+            new_debt: 0.0,
+            users: plan.users,
+            prefix: plan.prefix(),
+            patterns: (
+                plan.sweep.pattern.clone(),
+                plan.typing.as_ref().map(|t| t.pattern.clone()),
+            ),
             unit: plan.sweep.score_unit,
             key_ttl: key_ttl(plan.sweep.ttl),
             typing: plan.typing.as_ref().map(|t| (t.score_unit, key_ttl(t.ttl))),
@@ -210,6 +228,7 @@ impl Worker {
             let vanishing = now < clock.vanish_until;
             if vanishing {
                 self.vanish();
+                self.open_conversations(tick % self.slots);
             }
             if self.typing.is_some() {
                 self.typists(now, vanishing);
@@ -219,6 +238,7 @@ impl Worker {
                 stop.cancel();
                 return (counts, Some(e));
             }
+            self.visits_end();
             tick += 1;
         }
         (counts, None)
@@ -265,6 +285,48 @@ impl Worker {
                 let user = self.shared.new_user();
                 lock(&self.shared.online).activate(user);
                 self.conversations[ci].live.push(Live::new(user));
+            }
+        }
+    }
+
+    /// Opens the new conversations due, heartbeated from this tick's `slot` on: keys that did
+    /// not exist, whose first user leaves right after creating them.
+    fn open_conversations(&mut self, slot: u64) {
+        self.new_debt += self.new_per_tick;
+        while self.new_debt >= 1.0 {
+            self.new_debt -= 1.0;
+            let id = format!("{}new{}", self.prefix, self.shared.new_conversation());
+            let live = (0..self.users)
+                .map(|i| {
+                    let user = self.shared.new_user();
+                    lock(&self.shared.online).activate(user);
+                    Live {
+                        visit: i == 0,
+                        ..Live::new(user)
+                    }
+                })
+                .collect();
+            self.conversations.push(Conversation {
+                key: self.patterns.0.key(id.as_bytes()),
+                typing_key: self.patterns.1.as_ref().map(|p| p.key(id.as_bytes())),
+                slot,
+                live,
+                burst: None,
+            });
+        }
+    }
+
+    /// Users on a visit leave once their first heartbeat is written.
+    fn visits_end(&mut self) {
+        for c in &mut self.conversations {
+            while let Some(i) = c
+                .live
+                .iter()
+                .position(|l| l.visit && l.last_score.is_some())
+            {
+                let gone = c.live.swap_remove(i);
+                let last_seen = self.unit.to_seconds(gone.last_score.unwrap_or_default());
+                lock(&self.shared.online).abandon_new_key(gone.user, last_seen);
             }
         }
     }
