@@ -1,5 +1,6 @@
 -- Heartbeats of several members of one presence set, written the way the README tells apps to
--- (`presence-sweeper simulate`): score from Redis TIME, ZADD GT, key TTL refreshed.
+-- (`presence-sweeper simulate`): score from Redis TIME, ZADD GT, key TTL refreshed when it has
+-- run half down (a write less per heartbeat, and one keyspace notification less).
 --
 -- KEYS[1]  the presence set (one key per call, so the call is cluster-safe)
 -- ARGV[1]  key TTL in seconds (about 10x the sweep's ttl)
@@ -31,5 +32,7 @@ end
 if #args > 0 then
   redis.call('ZADD', KEYS[1], 'GT', unpack(args))
 end
-redis.call('EXPIRE', KEYS[1], ARGV[1])
+if redis.call('TTL', KEYS[1]) < tonumber(ARGV[1]) / 2 then
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
 return score

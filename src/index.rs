@@ -85,6 +85,9 @@ struct Slot {
     /// Members at the last check.
     card: u32,
     state: State,
+    /// A keyspace notification said the key was written since its last check: a score written
+    /// in the past may have moved its deadline earlier, so reconciliation reads it.
+    written: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +112,9 @@ pub(crate) struct Index {
     due: BTreeSet<(u64, u32)>,
     members: u64,
     capacity: Arc<Capacity>,
+    /// Whether writes may have gone unnoticed (notifications not in use, or lost for a while):
+    /// reconciliation then reads every key, not only those written since their checks.
+    unnoticed: bool,
 }
 
 impl Index {
@@ -122,6 +128,7 @@ impl Index {
             due: BTreeSet::new(),
             members: 0,
             capacity,
+            unnoticed: true,
         }
     }
 
@@ -143,7 +150,8 @@ impl Index {
     }
 
     /// Whether `id` is tracked.
-    pub(crate) fn contains(&self, id: &[u8]) -> bool {
+    #[cfg(test)]
+    fn contains(&self, id: &[u8]) -> bool {
         self.find(id).is_some()
     }
 
@@ -161,6 +169,7 @@ impl Index {
             deadline: NEVER,
             card: 0,
             state: State::Scheduled,
+            written: false,
         };
         let s = match self.free.pop() {
             Some(s) => {
@@ -223,6 +232,8 @@ impl Index {
         let State::InFlight { rewritten } = slot.state else {
             return;
         };
+        // The check read the key as it is: its deadline holds every write before it.
+        slot.written = rewritten;
         match next {
             Some((deadline, card)) => {
                 let card = u32::try_from(card).unwrap_or(u32::MAX);
@@ -256,10 +267,26 @@ impl Index {
         let Some(s) = self.find(id) else {
             return false;
         };
-        if let State::InFlight { rewritten } = &mut self.slots[s as usize].state {
+        let slot = &mut self.slots[s as usize];
+        slot.written = true;
+        if let State::InFlight { rewritten } = &mut slot.state {
             *rewritten = true;
         }
         true
+    }
+
+    /// Writes to the keys may have gone unnoticed from now on (`true`: notifications are not in
+    /// use, or were lost), or every write is noticed again (`false`: after a reconciliation
+    /// that read every key, with notifications in use throughout).
+    pub(crate) fn set_unnoticed(&mut self, unnoticed: bool) {
+        self.unnoticed = unnoticed;
+    }
+
+    /// Whether reconciliation must read `id`'s lowest score: it is tracked, and it may have been
+    /// written since its last check (a score in the past moves a deadline earlier).
+    pub(crate) fn needs_reading(&self, id: &[u8]) -> Option<bool> {
+        let s = self.find(id)?;
+        Some(self.unnoticed || self.slots[s as usize].written)
     }
 
     /// A keyspace notification said `id` was deleted: forget it, unless a check is in flight
@@ -278,8 +305,12 @@ impl Index {
         let Some(s) = self.find(id) else {
             return false;
         };
-        let slot = &self.slots[s as usize];
-        if slot.state != State::Scheduled || slot.deadline <= deadline {
+        let slot = &mut self.slots[s as usize];
+        if slot.state != State::Scheduled {
+            return false;
+        }
+        slot.written = false;
+        if slot.deadline <= deadline {
             return false;
         }
         self.schedule(s, deadline);
@@ -398,6 +429,34 @@ mod tests {
         assert!(i.due_by(b"c1", 400));
         assert_eq!(i.next_due(), Some(400));
         assert!(!i.due_by(b"unknown", 0));
+    }
+
+    #[test]
+    fn with_every_write_noticed_only_written_keys_are_read_again() {
+        let mut i = index(10);
+        i.track(b"quiet", 0);
+        i.track(b"busy", 0);
+        for (t, _) in due(&mut i, 0) {
+            i.checked(t, Some((1000, 1)));
+        }
+        assert_eq!(i.needs_reading(b"quiet"), Some(true), "unnoticed at first");
+        i.set_unnoticed(false);
+        assert_eq!(i.needs_reading(b"quiet"), Some(false));
+        assert!(i.written(b"busy"));
+        assert_eq!(i.needs_reading(b"busy"), Some(true));
+        i.due_by(b"busy", 2000);
+        assert_eq!(
+            i.needs_reading(b"busy"),
+            Some(false),
+            "read, it is up to date"
+        );
+        assert_eq!(i.needs_reading(b"unknown"), None);
+        // Written while its check ran: the check may not have seen the write.
+        i.track(b"racing", 0);
+        let [(t, _)] = due(&mut i, 0).try_into().unwrap();
+        i.written(b"racing");
+        i.checked(t, Some((3000, 1)));
+        assert_eq!(i.needs_reading(b"racing"), Some(true));
     }
 
     #[test]

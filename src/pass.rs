@@ -204,6 +204,7 @@ impl Pass {
                         fixed: opts.clock.fixed(),
                         dry_run: opts.dry_run,
                         track: false,
+                        read_time: false,
                     };
                     let sweep = &sweeps[s];
                     let node = node.clone();

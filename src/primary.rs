@@ -42,9 +42,14 @@ use crate::walk::{self, Page};
 
 /// How long after a failed check its keys are checked again.
 const RETRY: Duration = Duration::from_secs(1);
-/// A key is checked this long after its deadline: long enough that Redis's clock is past it
-/// (the estimate lags by a reply's travel), so the check finds the zombie stale.
+/// A key is checked no sooner than this after its deadline: long enough that Redis's clock is
+/// past it (the estimate lags by a reply's travel), so the check finds the zombie stale.
 const DEADLINE_MARGIN_MS: u64 = 3;
+/// Keys coming due within this long of each other are checked in one batch: each batch costs
+/// Redis a round trip's fixed work, and a zombie a few milliseconds more lag is no one's loss.
+const BATCH_WINDOW_MS: u64 = 50;
+/// A check reads Redis's clock anew when the last reading is older than this.
+const CLOCK_REFRESH: Duration = Duration::from_secs(1);
 /// A key found due but not stale (a heartbeat raced its deadline, or clocks disagree) is looked
 /// at again no sooner than this, so no disagreement can make the loop spin.
 const MIN_RECHECK_MS: u64 = 20;
@@ -145,6 +150,7 @@ impl Primary {
             notify,
             notify_op: None,
             subscribed: false,
+            subscriptions: 0,
             subscribed_flag: self.subscribed,
             suspect: self.suspect,
             subscribing: false,
@@ -224,6 +230,11 @@ struct Walk {
     /// Notifications were in use since before the last walk (and the sweep synced): an
     /// untracked key it finds is a missed notification.
     count_missed: bool,
+    /// Notifications were in use when it started; if they still are at its end, every write
+    /// since is noticed, and only keys written since their checks need reading again.
+    noticed_from_start: bool,
+    /// The subscription it started under (a new one means some writes went unnoticed).
+    subscription: u64,
     scan_done: bool,
     /// Walk futures not finished yet.
     in_flight: usize,
@@ -321,6 +332,8 @@ struct Run {
     notify_op: Option<BoxFuture<'static, NotifyOutcome>>,
     /// Subscribed now: notifications are in use.
     subscribed: bool,
+    /// Counts subscriptions made and lost.
+    subscriptions: u64,
     subscribed_flag: Arc<AtomicBool>,
     suspect: Arc<tokio::sync::Notify>,
     /// A subscription is being made: the sync walk waits for it.
@@ -407,7 +420,7 @@ impl Run {
             && let Some(clock) = &self.clock
             && let Some(due) = self.jobs.iter().filter_map(|t| t.index.next_due()).min()
         {
-            at(clock.local(due.saturating_add(DEADLINE_MARGIN_MS)));
+            at(clock.local(due.saturating_add(BATCH_WINDOW_MS)));
         }
         // Walks start only when none runs: their timers would only spin meanwhile.
         if self.walk.is_none() {
@@ -564,7 +577,7 @@ impl Run {
         }
         let depth = self.settings.evict.pipeline_depth;
         let batch = self.settings.evict.batch_keys;
-        let now_ms = clock.now_ms().saturating_sub(DEADLINE_MARGIN_MS);
+        let now_ms = clock.now_ms();
         let mut taken = Vec::with_capacity(batch);
         loop {
             let mut any = false;
@@ -572,8 +585,20 @@ impl Run {
                 if self.in_flight.len() >= depth {
                     return;
                 }
+                // A batch waits for its window, so that keys due close together go together.
+                let ripe = self.jobs[i]
+                    .index
+                    .next_due()
+                    .is_some_and(|due| due.saturating_add(BATCH_WINDOW_MS) <= now_ms);
+                if !ripe {
+                    continue;
+                }
                 taken.clear();
-                self.jobs[i].index.take_due(now_ms, batch, &mut taken);
+                self.jobs[i].index.take_due(
+                    now_ms.saturating_sub(DEADLINE_MARGIN_MS),
+                    batch,
+                    &mut taken,
+                );
                 if taken.is_empty() {
                     continue;
                 }
@@ -589,6 +614,7 @@ impl Run {
                     fixed: None,
                     dry_run: false,
                     track: true,
+                    read_time: clock.at.elapsed() > CLOCK_REFRESH,
                 };
                 let epoch = t.epoch;
                 let check = self.check(t, keys, opts);
@@ -656,6 +682,7 @@ impl Run {
                         fixed: None,
                         dry_run: false,
                         track: false,
+                        read_time: false,
                     };
                     if t.direct.is_empty() {
                         t.direct_time = f64::INFINITY;
@@ -720,6 +747,8 @@ impl Run {
             started: Instant::now(),
             epochs: self.jobs.iter().map(|t| t.epoch).collect(),
             count_missed,
+            noticed_from_start: self.subscribed,
+            subscription: self.subscriptions,
             scan_done: false,
             in_flight: 0,
             error: None,
@@ -755,8 +784,8 @@ impl Run {
                             continue;
                         };
                         t.walk_scanned += 1;
-                        if t.index.contains(id) {
-                            if kind == WalkKind::Reconcile {
+                        if let Some(read) = t.index.needs_reading(id) {
+                            if kind == WalkKind::Reconcile && read {
                                 t.verify.push(id.to_vec());
                             }
                             continue;
@@ -794,6 +823,13 @@ impl Run {
         self.loop_health.busy(false);
         let duration = walk.started.elapsed();
         let unix_now = unix_now();
+        // A reconciliation that read every key, under one subscription from start to end: from
+        // now on every write is noticed.
+        let all_noticed = walk.kind == WalkKind::Reconcile
+            && !failed
+            && walk.noticed_from_start
+            && self.subscribed
+            && walk.subscription == self.subscriptions;
         for t in &mut self.jobs {
             if !walk.epochs.contains(&t.epoch) {
                 continue;
@@ -810,6 +846,9 @@ impl Run {
                 continue;
             }
             t.job.metrics.walk_succeeded(t.walk_scanned, duration);
+            if all_noticed {
+                t.index.set_unnoticed(false);
+            }
             if t.walk_untracked > 0 && t.untracked == 0 {
                 tracing::warn!(
                     sweep = %t.job.name(),
@@ -1025,6 +1064,13 @@ impl Run {
         if self.subscribed && !subscribed {
             // Until a walk finds them, keys written now are not seen: walks follow the schedule.
             self.sync_wanted = true;
+        }
+        if !subscribed || !self.subscribed {
+            // Writes went (or may go) unnoticed: the next reconciliation reads every key.
+            self.subscriptions += 1;
+            for t in &mut self.jobs {
+                t.index.set_unnoticed(true);
+            }
         }
         self.subscribed = subscribed;
         self.subscribed_flag.store(subscribed, Ordering::Relaxed);

@@ -441,3 +441,45 @@ fn one_walk_serves_every_sweep() {
     assert_eq!(scans.len(), 1, "one walk: {scans:?}");
     assert!(scans[0].contains("MATCH presence:* "), "{scans:?}");
 }
+
+/// A score written in the past (a delayed heartbeat without `GT`) moves a tracked key's deadline
+/// earlier than the index knows: the next reconciliation reads it, with notifications (only the
+/// keys written since their checks) or without (every key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_score_written_in_the_past_is_caught_by_reconciliation() {
+    for extra in [NOTIFICATIONS, &[][..]] {
+        let server = RedisServer::start_with(extra);
+        let mut con = server.con();
+        let now = redis_now(&mut con);
+        let _: () = con.zadd("presence:c1:online", "live", now + 600.0).unwrap();
+        let d = daemon(
+            &server,
+            &online("2s", "1h", "[tracking]\nreconcile_interval = \"2s\"\n"),
+        );
+        d.wait_ready(Duration::from_secs(10));
+        // Checked once: its deadline is the live member's, ten minutes away.
+        wait_metric(
+            &d,
+            "presence_sweeper_deadline_checks_total",
+            &[("sweep", "online")],
+            1.0,
+            Duration::from_secs(2),
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let _: () = con.zadd("presence:c1:online", "late", now - 100.0).unwrap();
+        let written = Instant::now();
+        wait_until(
+            "the late score found by a reconciliation",
+            Duration::from_secs(6),
+            || {
+                let members: Vec<String> = con.zrange("presence:c1:online", 0, -1).unwrap();
+                members == ["live"]
+            },
+        );
+        assert!(
+            written.elapsed() > Duration::from_millis(300),
+            "not before a reconciliation: {:?}",
+            written.elapsed()
+        );
+    }
+}

@@ -52,8 +52,10 @@ impl Clock {
 /// The staleness bound of one check: members scoring below it are zombies.
 #[derive(Debug, Clone)]
 pub(crate) struct Cutoff {
-    /// `(` and the bound in the score unit: an exclusive `ZRANGE`/`ZCOUNT` limit, so a score
-    /// exactly at the cutoff stays.
+    /// The bound in the score unit: members scoring below it are zombies.
+    pub(crate) bound: f64,
+    /// `(` and the bound: an exclusive `ZRANGE`/`ZCOUNT` limit, so a score exactly at the
+    /// cutoff stays.
     pub(crate) below: String,
 }
 
@@ -66,8 +68,14 @@ impl Cutoff {
     /// The cutoff at `bound`, in the score unit.
     pub(crate) fn at(bound: f64) -> Self {
         Self {
+            bound,
             below: format!("({bound:?}"),
         }
+    }
+
+    /// Whether a member scoring `score` is a zombie.
+    pub(crate) fn is_stale(&self, score: f64) -> bool {
+        score < self.bound
     }
 }
 

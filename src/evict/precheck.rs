@@ -3,10 +3,10 @@
 //!
 //! A full pass asks only `ZCOUNT -inf (cutoff` of every key, then `ZCARD` of the clean ones (the
 //! metrics need their size; a key with zombies learns its size from its eviction), so that each
-//! key costs Redis one cheap command besides its eviction. A deadline check also needs the
-//! lowest score of a clean key, its next deadline: it asks `ZCOUNT`, `ZRANGE key 0 0
-//! WITHSCORES` and `ZCARD` at once, behind one `TIME` that keeps the caller's view of Redis's
-//! clock fresh.
+//! key costs Redis one cheap command besides its eviction. A deadline check needs the lowest
+//! score of a key (its next deadline, and whether it holds zombies at all) and its size: `ZRANGE
+//! key 0 0 WITHSCORES` and `ZCARD`, with a `TIME` in front when the caller's view of Redis's
+//! clock wants refreshing.
 
 use redis::Value;
 
@@ -22,8 +22,8 @@ pub(crate) enum Read<'c> {
     Stale(&'c Cutoff),
     /// `ZCARD`: the members.
     Members,
-    /// `ZCOUNT -inf (cutoff`, `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs.
-    Probe(&'c Cutoff),
+    /// `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs; `TIME` first if `true`.
+    Probe(bool),
     /// `ZRANGE key 0 0 WITHSCORES`: the lowest score alone (reconciliation of a tracked key).
     Oldest,
 }
@@ -31,7 +31,7 @@ pub(crate) enum Read<'c> {
 impl Read<'_> {
     fn commands(self) -> usize {
         match self {
-            Self::Probe(_) => 3,
+            Self::Probe(_) => 2,
             _ => 1,
         }
     }
@@ -39,8 +39,8 @@ impl Read<'_> {
     /// The name of the `i`th command sent per key.
     fn command(self, i: usize) -> &'static str {
         match (self, i) {
-            (Self::Stale(_), _) | (Self::Probe(_), 0) => "ZCOUNT",
-            (Self::Members, _) | (Self::Probe(_), 2) => "ZCARD",
+            (Self::Stale(_), _) => "ZCOUNT",
+            (Self::Members, _) | (Self::Probe(_), 1) => "ZCARD",
             (Self::Probe(_), _) | (Self::Oldest, _) => "ZRANGE",
         }
     }
@@ -49,7 +49,7 @@ impl Read<'_> {
 /// One key as read; fields the read did not ask for are 0 or `None`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct KeyRead {
-    /// Members below the cutoff.
+    /// Members below the cutoff ([`Read::Stale`]).
     pub(crate) stale: u64,
     /// Members.
     pub(crate) card: u64,
@@ -78,7 +78,8 @@ impl KeyStatus {
     }
 }
 
-/// The keys as read, and for [`Read::Probe`] Redis's clock just before, in Unix seconds.
+/// The keys as read, and for a timed [`Read::Probe`] Redis's clock just before, in Unix
+/// seconds.
 #[derive(Debug)]
 pub(crate) struct Reads {
     pub(crate) keys: Vec<KeyStatus>,
@@ -98,7 +99,7 @@ where
             time: None,
         });
     }
-    let timed = matches!(what, Read::Probe(_));
+    let timed = matches!(what, Read::Probe(true));
     let size: usize = keys.iter().map(|k| what.commands() * (k.len() + 64)).sum();
     let mut batch = Packed::with_capacity(size + 16);
     if timed {
@@ -112,9 +113,8 @@ where
             Read::Members => {
                 batch.command(&[b"ZCARD", key]);
             }
-            Read::Probe(cutoff) => {
+            Read::Probe(_) => {
                 batch
-                    .command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()])
                     .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"])
                     .command(&[b"ZCARD", key]);
             }
@@ -174,8 +174,7 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
         (Read::Stale(_), [stale]) => read.stale = count(stale)?,
         (Read::Members, [card]) => read.card = count(card)?,
         (Read::Oldest, [oldest]) => read.oldest = lowest_score(oldest)?,
-        (Read::Probe(_), [stale, oldest, card]) => {
-            read.stale = count(stale)?;
+        (Read::Probe(_), [oldest, card]) => {
             read.oldest = lowest_score(oldest)?;
             read.card = count(card)?;
         }

@@ -33,6 +33,8 @@ pub(crate) struct CheckOpts {
     pub(crate) dry_run: bool,
     /// Read each key's lowest remaining score, for a deadline index.
     pub(crate) track: bool,
+    /// With `track`: read Redis's clock too (the caller's reading is getting old).
+    pub(crate) read_time: bool,
 }
 
 /// What a check works with besides its node.
@@ -119,7 +121,7 @@ impl Sweep {
         );
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let what = match opts.track {
-            true => Read::Probe(&cutoff),
+            true => Read::Probe(opts.read_time),
             false => Read::Stale(&cutoff),
         };
         let reads = precheck::read(node, &refs, what).await?;
@@ -131,10 +133,12 @@ impl Sweep {
         let budget = self.evict.max_members_per_call as u64;
         // Clean keys whose size is still to be read (a full pass reads it only for them).
         let mut clean: Vec<usize> = Vec::new();
-        // Transactions of at most `budget` zombies each; keys with more go to the script.
-        let mut transactions: Vec<Vec<usize>> = Vec::new();
-        let mut in_last = 0;
-        let mut big: Vec<usize> = Vec::new();
+        // Keys holding zombies, with how many (at most): transactions of at most `budget` zombies
+        // each take them; keys with more go to the script.
+        let mut stale: Vec<(usize, u64)> = Vec::new();
+        // A tracking read knows a key holds zombies from its lowest score, not how many: a key
+        // bigger than a transaction's budget has them counted first.
+        let mut uncounted: Vec<usize> = Vec::new();
         for (i, read) in reads.keys.into_iter().enumerate() {
             let read = match read {
                 KeyStatus::NotZset => {
@@ -147,26 +151,47 @@ impl Sweep {
                 }
                 KeyStatus::Set(read) => read,
             };
-            match read {
-                KeyRead {
-                    stale: 0,
-                    card,
-                    oldest,
-                } if opts.track => {
-                    out.states[i] = self.live(card, oldest);
-                    self.count_clean(card, out, ctx.observer);
-                }
-                KeyRead { stale: 0, .. } => clean.push(i),
-                KeyRead { stale, .. } if stale > budget => big.push(i),
-                KeyRead { stale, .. } => {
-                    if transactions.is_empty() || in_last + stale > budget {
-                        transactions.push(Vec::new());
-                        in_last = 0;
+            if opts.track {
+                let KeyRead { card, oldest, .. } = read;
+                match oldest {
+                    Some(score) if cutoff.is_stale(score) && card > budget => uncounted.push(i),
+                    Some(score) if cutoff.is_stale(score) => stale.push((i, card)),
+                    _ => {
+                        out.states[i] = self.live(card, oldest);
+                        self.count_clean(card, out, ctx.observer);
                     }
-                    in_last += stale;
-                    transactions.last_mut().expect("pushed above").push(i);
+                }
+            } else if read.stale == 0 {
+                clean.push(i);
+            } else {
+                stale.push((i, read.stale));
+            }
+        }
+        if !uncounted.is_empty() {
+            let keys: Vec<&[u8]> = uncounted.iter().map(|&i| refs[i]).collect();
+            let counts = precheck::read(node, &keys, Read::Stale(&cutoff)).await?;
+            for (i, read) in uncounted.into_iter().zip(counts.keys) {
+                match read {
+                    KeyStatus::Set(read) => stale.push((i, read.stale)),
+                    KeyStatus::NotZset => out.states[i] = KeyState::Gone,
+                    KeyStatus::Moved => out.states[i] = KeyState::Moved,
                 }
             }
+        }
+        let mut transactions: Vec<Vec<usize>> = Vec::new();
+        let mut in_last = 0;
+        let mut big: Vec<usize> = Vec::new();
+        for (i, zombies) in stale {
+            if zombies > budget {
+                big.push(i);
+                continue;
+            }
+            if transactions.is_empty() || in_last + zombies > budget {
+                transactions.push(Vec::new());
+                in_last = 0;
+            }
+            in_last += zombies;
+            transactions.last_mut().expect("pushed above").push(i);
         }
         let first_zombie = transactions.first().and_then(|g| g.first()).or(big.first());
         if let Some(&i) = first_zombie {

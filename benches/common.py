@@ -1,0 +1,138 @@
+"""What the benchmark scripts share: a redis-server of their own, the sweeper binary, measuring
+commands. Everything talks to 127.0.0.1 only."""
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "presence-sweeper")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build():
+    subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"], cwd=ROOT, check=True)
+
+
+class Redis:
+    """A redis-server of our own, on a free port, killed at exit."""
+
+    def __init__(self, workdir, wrapper=(), extra=()):
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [*wrapper, "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", workdir, "--logfile", os.path.join(workdir, "redis.log"),
+             "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "4096", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):
+            if self.cli("PING", check=False) == "PONG":
+                return
+            time.sleep(0.05)
+        raise SystemExit("redis-server did not start")
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def cli(self, *args, check=True):
+        p = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True)
+        if check and p.returncode != 0:
+            raise SystemExit(f"redis-cli {args}: {p.stderr}")
+        return p.stdout.strip()
+
+    def info(self, section):
+        return dict(l.split(":", 1) for l in self.cli("INFO", section).splitlines() if ":" in l)
+
+    def cpu(self):
+        """CPU seconds of Redis's main thread so far: the thread every command runs on."""
+        info = self.info("cpu")
+        return float(info["used_cpu_sys_main_thread"]) + float(info["used_cpu_user_main_thread"])
+
+    def version(self):
+        return self.info("server")["redis_version"]
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def sweeper(config, redis, *args):
+    return [BIN, "--config", config, "--redis-url", redis.url, *args]
+
+
+class Daemon:
+    """`presence-sweeper run` in the background, its metrics server on `http_port` (the config
+    must say `listen = "127.0.0.1:<http_port>"`); its CPU and RSS come from /proc."""
+
+    def __init__(self, config, redis, http_port, env=None):
+        self.log = tempfile.TemporaryFile()
+        self.port = http_port
+        self.proc = subprocess.Popen(sweeper(config, redis, "run"), stdout=self.log, stderr=self.log,
+                                     env=env)
+
+    def cpu(self):
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_mb(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def peak_rss_mb(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def metric(self, name):
+        """Sum of a metric's samples over every label set, from the daemon's /metrics."""
+        import urllib.request
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def text(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_ready(self, timeout=60):
+        import urllib.error
+        import urllib.request
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit("the daemon exited:\n" + self.text()[-3000:])
+            try:
+                url = f"http://127.0.0.1:{self.port}/readyz"
+                if urllib.request.urlopen(url, timeout=5).status == 200:
+                    return
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.1)
+        raise SystemExit("the daemon did not become ready:\n" + self.text()[-3000:])
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(10)

@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Steady state: what presence-sweeper costs Redis while apps heartbeat, and how late zombies
+leave. Each scenario runs the same traffic three ways in one run, side by side:
+
+  traffic alone     no sweeper: what the app's own writes cost Redis (the base line);
+  deadlines         presence-sweeper as shipped (keys checked at their deadlines, keyspace
+                    notifications where the server has them on);
+  full passes       the same binary with tracking.max_keys = 0 and notifications off: every walk
+                    checks every key on the sweeps' schedules, as every pass did before deadlines.
+
+The sweeper's cost is Redis's CPU (INFO cpu, main thread) over a window of the run minus the
+traffic alone's over the same window, in % of one core. The traffic is `presence-sweeper
+simulate`, which also judges every event: lag (event timestamp - (last heartbeat + ttl)) of
+zombies in known keys, in brand-new keys, and of typists; false evictions, duplicates, missed
+zombies.
+
+Scenarios (the issue's):
+  A  shared Redis: 1,000,000 unrelated keys (DEBUG POPULATE); 2,000 conversations x 4 users
+     heartbeating every 2 s, online ttl 8 s, typing sweep default, a new conversation a second;
+     notifications on (KEA)
+  B  no notifications, no noise: 5,000 such conversations
+  C  simulate --conversations 10000 --users 20, default configuration, notifications on
+  big  1,000,000 conversations x 20 members (seeded, ttl 1 h: nothing goes stale), notifications
+     on: the daemon's RSS with 1,000,000 tracked keys, Redis CPU of the start-up walk, of a
+     reconciliation walk, and in between
+  cost  what notifications cost Redis per write (pipelined ZADDs from redis-benchmark): off; on
+     (KEA) with nobody subscribed; on with the sweeper subscribed
+
+usage: python3 benches/steady.py [--scenarios A,B,C,big,cost] [--window S] [--skip-build] [--json FILE]
+needs: redis-server, redis-cli and redis-benchmark on PATH; cargo.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import Daemon, Redis, build, free_port, sweeper, write  # noqa: E402
+
+SHIPPED = ""
+FULL_PASSES = '[tracking]\nmax_keys = 0\nnotifications = "off"\n'
+
+
+def config(work, name, sweeps, mode, http_port, level="warn"):
+    return write(os.path.join(work, f"{name}.toml"),
+                 f'[http]\nlisten = "127.0.0.1:{http_port}"\n[log]\nlevel = "{level}"\n{sweeps}{mode}')
+
+
+def simulate(cfg, redis, args):
+    """Runs `simulate` and returns its JSON report (it exits 1 when it judged a failure)."""
+    p = subprocess.run(sweeper(cfg, redis, "simulate", "--json", *args), capture_output=True, text=True)
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"simulate exited {p.returncode}: {p.stderr[-2000:]}")
+    return json.loads(p.stdout)
+
+
+class Window:
+    """Redis CPU (and the daemon's) over a window that starts `warmup` seconds from now."""
+
+    def __init__(self, redis, daemon, warmup, seconds):
+        self.result = None
+
+        def measure():
+            time.sleep(warmup)
+            r0, d0, t0 = redis.cpu(), daemon.cpu() if daemon else 0.0, time.time()
+            time.sleep(seconds)
+            r1, d1, t1 = redis.cpu(), daemon.cpu() if daemon else 0.0, time.time()
+            self.result = {"redis_core": (r1 - r0) / (t1 - t0), "sweeper_core": (d1 - d0) / (t1 - t0),
+                           "seconds": t1 - t0}
+
+        self.thread = threading.Thread(target=measure)
+        self.thread.start()
+
+    def get(self):
+        self.thread.join()
+        return self.result
+
+
+def lag(report, key):
+    v = report
+    for k in key.split("."):
+        v = (v or {}).get(k)
+    return v
+
+
+def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, setup=None):
+    """One phase: an optional daemon, the traffic, and the window's CPU."""
+    daemon = None
+    walk_cpu = 0.0
+    if mode is not None:
+        port = free_port()
+        cfg = config(work, label, sweeps, mode, port)
+        before = redis.cpu()
+        daemon = Daemon(cfg, redis, port)
+        daemon.wait_ready(120)
+        walk_cpu = redis.cpu() - before
+    else:
+        cfg = config(work, label, sweeps, "", free_port())
+    warmup = min(15.0, duration / 4)
+    seconds = min(window, duration - warmup - 2)
+    w = Window(redis, daemon, warmup, seconds)
+    report = simulate(cfg, redis, [*sim_args, "--duration", f"{duration}s"])
+    cpu = w.get()
+    row = {"phase": label, **cpu, "startup_walk_redis_cpu_s": walk_cpu, "report": report}
+    if daemon is not None:
+        row["sweeper_rss_mb"] = daemon.rss_mb()
+        row["missed_notifications"] = daemon.metric("presence_sweeper_missed_notifications_total")
+        row["notifications_in_use"] = daemon.metric("presence_sweeper_notifications_in_use")
+        daemon.stop()
+    t = report.get("typing") or {}
+    own = f", sweeper {cpu['sweeper_core']:.2%}" if daemon else ""
+    print(f"  {label}: Redis {cpu['redis_core']:.2%} of a core over {cpu['seconds']:.0f} s{own}; "
+          f"evictions {report['evictions']} (lag p99 {fmt(lag(report, 'eviction_lag_seconds.p99'))}), "
+          f"new keys {report.get('new_key_evictions', 0)} "
+          f"(p99 {fmt(lag(report, 'new_key_eviction_lag_seconds.p99'))}), "
+          f"typing stops {t.get('stops', 0)} (p99 {fmt(lag(t, 'stop_lag_seconds.p99'))}); "
+          f"false {report['false_evictions']}, duplicates {report['duplicate_events']}, "
+          f"missed {report['missed_zombies']}", flush=True)
+    return row
+
+
+def fmt(x):
+    return "-" if x is None else f"{x * 1000:.0f} ms" if x < 10 else f"{x:.1f} s"
+
+
+def scenario(name, work, redis_extra, populate, sweeps, sim_args, duration, window):
+    print(f"scenario {name}", flush=True)
+    redis = Redis(tempfile.mkdtemp(dir=work), extra=redis_extra)
+    try:
+        if populate:
+            redis.cli("DEBUG", "POPULATE", str(populate), "noise", "32")
+            print(f"  {redis.cli('DBSIZE')} unrelated keys", flush=True)
+        rows = {}
+        for label, mode in (("traffic alone", None), ("deadlines", SHIPPED), ("full passes", FULL_PASSES)):
+            rows[label] = run_phase(f"{name}-{label.replace(' ', '-')}", work, redis, sweeps, mode, sim_args,
+                                    duration, window)
+        base = rows["traffic alone"]["redis_core"]
+        for label in ("deadlines", "full passes"):
+            rows[label]["sweeper_redis_core"] = rows[label]["redis_core"] - base
+        return {"redis": redis.version(), **rows}
+    finally:
+        redis.stop()
+
+
+def big(work, conversations):
+    print(f"big: {conversations:,} conversations x 20 members, notifications on", flush=True)
+    redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", "KEA"])
+    try:
+        sweeps = '[sweeps.typing]\nenabled = false\n[sweeps.online]\nttl = "1h"\n'
+        seed_cfg = config(work, "big-seed", sweeps, "", free_port())
+        env = dict(os.environ, PRESENCE_SWEEPER__REDIS__COMMAND_TIMEOUT="120s")
+        subprocess.run(sweeper(seed_cfg, redis, "seed", "--conversations", str(conversations), "--members", "20",
+                               "--stale-fraction", "0"), check=True, capture_output=True, env=env)
+        # A reconciliation a minute, so that the window holds one; its cost scales to any interval.
+        port = free_port()
+        cfg = config(work, "big", sweeps, '[tracking]\nreconcile_interval = "60s"\n', port)
+        daemon = Daemon(cfg, redis, port)
+        time.sleep(1.0)
+        idle_rss = daemon.rss_mb()
+        before = redis.cpu()
+        t0 = time.time()
+        daemon.wait_ready(600)
+        startup = redis.cpu() - before
+        startup_wall = time.time() - t0
+        # The start-up walk queued every key for a first check (its lowest score): wait them out.
+        while daemon.metric("presence_sweeper_deadline_checks_total") < conversations:
+            time.sleep(0.5)
+        first_checks = redis.cpu() - before
+        tracked = daemon.metric("presence_sweeper_tracked_keys")
+        rss = daemon.rss_mb()
+        time.sleep(2)
+        walks0 = daemon.metric("presence_sweeper_sweeps_total")
+        r0, d0, t1 = redis.cpu(), daemon.cpu(), time.time()
+        # Until one reconciliation walk has run and finished.
+        while daemon.metric("presence_sweeper_sweeps_total") < walks0 + 1:
+            time.sleep(0.5)
+        time.sleep(1)
+        r1, d1, t2 = redis.cpu(), daemon.cpu(), time.time()
+        result = {
+            "conversations": conversations, "tracked_keys": tracked, "idle_rss_mb": idle_rss,
+            "rss_mb": rss, "peak_rss_mb": daemon.peak_rss_mb(),
+            "bytes_per_tracked_key": (rss - idle_rss) * 1024 * 1024 / max(tracked, 1),
+            "startup_walk_redis_cpu_s": startup, "startup_walk_wall_s": startup_wall,
+            "startup_with_first_checks_redis_cpu_s": first_checks,
+            "reconcile_cycle_redis_cpu_s": r1 - r0, "reconcile_cycle_wall_s": t2 - t1,
+            "sweeper_cpu_s_per_cycle": d1 - d0,
+        }
+        # Steady state at the default interval: one reconciliation per 5 minutes.
+        result["steady_redis_core_at_5m"] = (r1 - r0) / 300
+        daemon.stop()
+        print(f"  RSS {idle_rss:.1f} MB idle, {rss:.1f} MB with {tracked:,.0f} tracked keys "
+              f"({result['bytes_per_tracked_key']:.0f} bytes per key); start-up walk {startup:.1f} s of Redis CPU "
+              f"({startup_wall:.1f} s wall), with the first checks {first_checks:.1f} s; one reconciliation "
+              f"{r1 - r0:.2f} s of Redis CPU ({result['steady_redis_core_at_5m']:.2%} of a core every 5 min)", flush=True)
+        return {"redis": redis.version(), **result}
+    finally:
+        redis.stop()
+
+
+def notify_cost(work, writes):
+    """Redis CPU per pipelined ZADD: notifications off, on, on with the sweeper subscribed."""
+    print("cost of keyspace notifications per write", flush=True)
+    out = {}
+    keys = 100_000
+    for label, flags, subscribed in (("off", "", False), ("KEA", "KEA", False),
+                                     ("KEA + sweeper subscribed", "KEA", True)):
+        redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", flags])
+        daemon = None
+        try:
+            # Far-future scores: the keys are tracked but never due.
+            bench = ["redis-benchmark", "-p", str(redis.port), "-q", "-P", "32", "-c", "4", "-r", str(keys)]
+            zadd = ["ZADD", "presence:__rand_int__:online", "9999999999", "u__rand_int__"]
+            subprocess.run([*bench, "-n", str(keys * 4), *zadd], check=True, capture_output=True)
+            if subscribed:
+                port = free_port()
+                cfg = config(work, f"cost-{len(out)}", "", "", port)
+                daemon = Daemon(cfg, redis, port)
+                daemon.wait_ready(120)
+                # Every key known (checked once) before the measured writes.
+                while daemon.metric("presence_sweeper_deadline_checks_total") < int(redis.cli("DBSIZE")):
+                    time.sleep(0.2)
+            c0 = redis.cpu()
+            subprocess.run([*bench, "-n", str(writes), *zadd], check=True, capture_output=True)
+            us = (redis.cpu() - c0) / writes * 1e6
+            out[label] = us
+            print(f"  {label}: {us:.3f} us of Redis CPU per ZADD", flush=True)
+        finally:
+            if daemon:
+                daemon.stop()
+            redis.stop()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", default="A,B,C,big,cost")
+    ap.add_argument("--duration", type=int, default=75, help="seconds users vanish in A and B")
+    ap.add_argument("--window", type=int, default=45, help="seconds of CPU measured in each phase")
+    ap.add_argument("--noise", type=int, default=1_000_000)
+    ap.add_argument("--big", type=int, default=1_000_000)
+    ap.add_argument("--writes", type=int, default=2_000_000)
+    ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if not args.skip_build:
+        build()
+    wanted = set(args.scenarios.split(","))
+    work = tempfile.mkdtemp(prefix="presence-sweeper-steady-")
+    results = {"machine": f"{os.cpu_count()} cores"}
+    online = '[sweeps.online]\nttl = "8s"\n'
+    traffic = ["--users", "4", "--heartbeat", "2s", "--typing", "--new-conversations", "60", "--grace", "12s"]
+    try:
+        if "A" in wanted:
+            results["A"] = scenario(
+                "A", work, ["--notify-keyspace-events", "KEA", "--enable-debug-command", "local"],
+                args.noise, online, ["--conversations", "2000", *traffic], args.duration, args.window)
+        if "B" in wanted:
+            results["B"] = scenario("B", work, [], 0, online, ["--conversations", "5000", *traffic],
+                                    args.duration, args.window)
+        if "C" in wanted:
+            results["C"] = scenario("C", work, ["--notify-keyspace-events", "KEA"], 0, "",
+                                    ["--conversations", "10000", "--users", "20", "--grace", "50s"],
+                                    max(args.duration, 90), args.window)
+        if "big" in wanted:
+            results["big"] = big(work, args.big)
+        if "cost" in wanted:
+            results["cost"] = notify_cost(work, args.writes)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+def report(r):
+    print()
+    print(f"Results ({r['machine']}; Redis and the sweeper sharing them)")
+    print()
+    print("| scenario | how | Redis CPU (% of a core) | the sweeper's share | with a reconciliation walk "
+          "every 5 min | sweeper's own CPU | lag p99: known keys / new keys / typists | "
+          "false / duplicate / missed |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in ("A", "B", "C"):
+        if name not in r:
+            continue
+        for how in ("traffic alone", "deadlines", "full passes"):
+            row = r[name][how]
+            rep = row["report"]
+            t = rep.get("typing") or {}
+            share = f"{row['sweeper_redis_core']:.2%}" if "sweeper_redis_core" in row else ""
+            # The start-up walk is what a reconciliation costs (no presence key exists yet).
+            amortized = f"{row['sweeper_redis_core'] + row['startup_walk_redis_cpu_s'] / 300:.2%}" \
+                if how == "deadlines" else ""
+            own = f"{row['sweeper_core']:.2%}" if how != "traffic alone" else ""
+            lags = " / ".join(fmt(x) for x in (lag(rep, "eviction_lag_seconds.p99"),
+                                               lag(rep, "new_key_eviction_lag_seconds.p99"),
+                                               lag(t, "stop_lag_seconds.p99")))
+            verdict = "" if how == "traffic alone" else \
+                f"{rep['false_evictions'] + t.get('false_stops', 0)} / " \
+                f"{rep['duplicate_events'] + t.get('duplicate_stops', 0)} / " \
+                f"{rep['missed_zombies'] + t.get('missed_stops', 0)}"
+            print(f"| {name} | {how} | {row['redis_core']:.2%} | {share} | {amortized} | {own} | "
+                  f"{lags if how != 'traffic alone' else ''} | {verdict} |")
+    if "big" in r:
+        b = r["big"]
+        print()
+        print(f"1,000,000 x 20, notifications on: RSS {b['rss_mb']:.1f} MB with {b['tracked_keys']:,.0f} tracked "
+              f"keys ({b['idle_rss_mb']:.1f} MB idle; {b['bytes_per_tracked_key']:.0f} bytes per key); "
+              f"steady state {b['steady_redis_core_at_5m']:.2%} of a core (one reconciliation of "
+              f"{b['reconcile_cycle_redis_cpu_s']:.2f} s of Redis CPU per 5 min); start-up "
+              f"{b['startup_with_first_checks_redis_cpu_s']:.1f} s of Redis CPU")
+    if "cost" in r:
+        c = r["cost"]
+        print()
+        print(f"Redis CPU per ZADD: notifications off {c['off']:.3f} us; KEA {c['KEA']:.3f} us "
+              f"(+{c['KEA'] - c['off']:.3f}); KEA with the sweeper subscribed {c['KEA + sweeper subscribed']:.3f} us "
+              f"(+{c['KEA + sweeper subscribed'] - c['off']:.3f})")
+
+
+if __name__ == "__main__":
+    main()
