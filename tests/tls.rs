@@ -2,9 +2,11 @@
 
 mod support;
 
+use std::time::Duration;
+
 use redis::Commands;
 use support::tls::{Certs, tls_toml};
-use support::{redis_now, run_binary, write_file};
+use support::{Binary, metric, redis_now, run_binary, scrape, wait_until, write_file};
 
 fn seed(con: &mut redis::Connection) {
     let now = redis_now(con);
@@ -122,4 +124,37 @@ fn unreadable_or_unpaired_tls_files_are_configuration_errors() {
         assert_eq!(code, 2, "{toml}: {stderr}");
         assert!(stderr.contains(expected), "{toml}: {stderr}");
     }
+}
+
+/// Keyspace notifications come over TLS like the rest: a new key is tracked at its first ZADD
+/// and its member leaves at its deadline.
+#[test]
+fn keyspace_notifications_over_tls() {
+    let certs = Certs::generate();
+    let server = certs.server_with(false, &["--notify-keyspace-events", "KEA"]);
+    let mut con = certs.con(&server);
+    let toml = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+         [sweeps.online]\nttl = \"1s\"\nschedule = \"1h\"\n{}",
+        tls_toml(&certs, "ca.crt", false)
+    );
+    let url = format!("rediss://127.0.0.1:{}/0", server.port);
+    let d = Binary::spawn(&toml, &["--redis-url", &url], &[]);
+    d.wait_ready(Duration::from_secs(10));
+    let node = format!("127.0.0.1:{}", server.port);
+    wait_until("notifications in use", Duration::from_secs(5), || {
+        let s = scrape(d.http_addr());
+        metric(
+            &s,
+            "presence_sweeper_notifications_in_use",
+            &[("node", &node)],
+        ) == Some(1.0)
+    });
+    let now = redis_now(&mut con);
+    let _: () = con.zadd("presence:tls:online", "u1", now).unwrap();
+    wait_until("swept at its deadline", Duration::from_secs(3), || {
+        let n: u64 = con.zcard("presence:tls:online").unwrap();
+        n == 0
+    });
+    assert!(redis_now(&mut con) - now < 2.0, "{}", d.log());
 }

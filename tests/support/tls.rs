@@ -114,6 +114,11 @@ impl Certs {
     /// A redis-server speaking only TLS on a free port; `verify_clients` requires a client
     /// certificate signed by the CA.
     pub fn server(&self, verify_clients: bool) -> RedisServer {
+        self.server_with(verify_clients, &[])
+    }
+
+    /// [`Certs::server`] with extra `redis-server` arguments.
+    pub fn server_with(&self, verify_clients: bool, extra: &[&str]) -> RedisServer {
         let port = super::free_port();
         let p = |name: &str| self.path(name).to_string_lossy().into_owned();
         let args = [
@@ -130,7 +135,8 @@ impl Certs {
             "--tls-auth-clients".into(),
             if verify_clients { "yes" } else { "no" }.into(),
         ];
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+        args.extend_from_slice(extra);
         let mut server = RedisServer::unstarted(port, &args);
         server.restart();
         server
