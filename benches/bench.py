@@ -6,10 +6,10 @@ In one run, on this machine:
      full `sweep` (the evicting pass), then another over the same keys (the clean pass);
   2. repeats the clean pass with `scan.max_keys_per_second` to show the gentleness control;
   3. sweeps one key of BIG_KEY members (10% stale) and checks SLOWLOG for any command over 10 ms;
-  4. runs ../shared/bench/seed_sweeper.py (the baseline) and presence-sweeper on the same
-     BASELINE_KEYS-key keyspace, for the ratio;
-  5. runs the issue's reference design (benches/reference_lua.py: SCAN, then 50-key Lua calls
-     that evict and publish, pipelined) and presence-sweeper on the same REFERENCE_KEYS-key
+  4. runs benches/baseline.py (the baseline: an app's own cleanup loop) and presence-sweeper on
+     the same BASELINE_KEYS-key keyspace, for the ratio;
+  5. runs a reference design (benches/reference_lua.py: SCAN, then 50-key Lua calls that evict
+     and publish, pipelined) and presence-sweeper on the same REFERENCE_KEYS-key
      keyspace, evicting then clean, each on a fresh server, REPEAT times (the run with the median
      ratio reported), so Redis CPU per key can be compared within one run;
   6. counts instructions per key with callgrind, which does not drift with the machine as CPU
@@ -19,10 +19,12 @@ In one run, on this machine:
   7. with --simulate, runs `presence-sweeper run` (online ttl 45 s, schedule 5 s) under
      `presence-sweeper simulate` with 10,000 conversations x 20 users, for eviction lag.
 
+benches/steady.py measures the daemon in steady state (keys checked at their deadlines) instead.
+
 For every pass it reports keys/s, members evicted/s, the sweeper's CPU seconds and peak RSS
 (wait4 rusage of that process), Redis's CPU seconds for the pass (INFO cpu deltas of the main
-thread) and Redis CPU per key, and checks the targets of issue #6. Redis CPU is the physical
-limit of a sweep: Redis runs every command on one thread.
+thread) and Redis CPU per key. Redis CPU is the physical limit of a sweep: Redis runs every
+command on one thread.
 
 usage: python3 benches/bench.py [--keys N] [--members M] [--stale F] [--big-key N]
                                 [--baseline-keys N] [--reference-keys N] [--instructions-keys N]
@@ -37,16 +39,15 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "presence-sweeper")
-BASELINE = os.path.join(os.path.dirname(ROOT), "shared", "bench", "seed_sweeper.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, BIN, Redis, build, sweeper  # noqa: E402,F401
+
+BASELINE = os.path.join(ROOT, "benches", "baseline.py")
 REFERENCE = os.path.join(ROOT, "benches", "reference_lua.py")
 
 # The bench sweep: ttl 1 h so that seeding a million keys (tens of seconds) does not age the
@@ -61,58 +62,6 @@ enabled = false
 [sweeps.online]
 ttl = "1h"
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Redis:
-    """A redis-server of our own, on a free port, killed at exit."""
-
-    def __init__(self, workdir, wrapper=()):
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [*wrapper, "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", workdir, "--logfile", os.path.join(workdir, "redis.log"),
-             "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "4096"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(600):
-            if self.cli("PING", check=False) == "PONG":
-                return
-            time.sleep(0.05)
-        raise SystemExit("redis-server did not start")
-
-    @property
-    def url(self):
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def cli(self, *args, check=True):
-        p = subprocess.run(["redis-cli", "-p", str(self.port), *args], capture_output=True, text=True)
-        if check and p.returncode != 0:
-            raise SystemExit(f"redis-cli {args}: {p.stderr}")
-        return p.stdout.strip()
-
-    def cpu(self):
-        info = dict(l.split(":", 1) for l in self.cli("INFO", "cpu").splitlines() if ":" in l)
-        return float(info["used_cpu_sys_main_thread"]) + float(info["used_cpu_user_main_thread"])
-
-    def slowlog(self):
-        """(count, max microseconds, commands) of the SLOWLOG entries, then resets it. The bench's
-        own SLOWLOG calls are left out: resetting thousands of entries (seeding logs its big
-        calls) can itself take over 10 ms, and the sweeper never sends SLOWLOG."""
-        entries = json.loads(self.cli("--json", "SLOWLOG", "GET", "4096") or "[]")
-        self.cli("SLOWLOG", "RESET")
-        entries = [e for e in entries if str(e[3][0]).upper() != "SLOWLOG"]
-        durations = [e[2] for e in entries]
-        commands = sorted({" ".join(e[3][:1]) for e in entries})
-        return len(durations), max(durations, default=0), commands
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 def run(redis, args, env=None):
@@ -133,10 +82,6 @@ def run(redis, args, env=None):
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(args)} exited {proc.returncode}:\n{out}\n{err}")
     return out, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, redis_cpu
-
-
-def sweeper(config, redis, *args):
-    return [BIN, "--config", config, "--redis-url", redis.url, *args]
 
 
 def parse_summary(line):
@@ -297,7 +242,7 @@ def main():
     args = ap.parse_args()
 
     if not args.skip_build:
-        subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"], cwd=ROOT, check=True)
+        build()
     work = tempfile.mkdtemp(prefix="presence-sweeper-bench-")
     results = {"machine": f"{os.cpu_count()} cores", "repeat": args.repeat}
     redis = None
@@ -352,7 +297,7 @@ def main():
         seed(config, r, args.baseline_keys, args.members, args.stale)
         results["same_keys"] = measure_pass("presence-sweeper, same keyspace", config, r, args.baseline_keys)
 
-        print(f"5. the issue's reference design (Lua evict-and-publish) on {args.reference_keys:,} keys",
+        print(f"5. a reference design (Lua evict-and-publish) on {args.reference_keys:,} keys",
               flush=True)
         runs = []
         for _ in range(args.repeat):
@@ -431,7 +376,7 @@ def report(r, args):
         print(f"| reference design (Lua), {label} | {ref['keys']:,} | {ref['evicted']:,} | {ref['wall_s']:.2f} | "
               f"{ref['keys_per_s']:,.0f} | | {ref['redis_cpu_s']:.2f} | {ref['redis_us_per_key']:.2f} | | | | | |")
         print_row(r[f"ours_{label}"])
-    print(f"| baseline seed_sweeper.py | {base['keys']:,} | {base['evicted']:,} | | {base['keys_per_s']:,.0f} | | "
+    print(f"| baseline (benches/baseline.py) | {base['keys']:,} | {base['evicted']:,} | | {base['keys_per_s']:,.0f} | | "
           f"{base['redis_cpu_s']:.2f} | {base['redis_us_per_key']:.2f} | | | | | |")
     print()
     print("| target | measured | met |")

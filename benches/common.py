@@ -56,6 +56,18 @@ class Redis:
         info = self.info("cpu")
         return float(info["used_cpu_sys_main_thread"]) + float(info["used_cpu_user_main_thread"])
 
+    def slowlog(self):
+        """(count, max microseconds, commands) of the SLOWLOG entries, then resets it. The bench's
+        own SLOWLOG calls are left out: resetting thousands of entries (seeding logs its big
+        calls) can itself take over 10 ms, and the sweeper never sends SLOWLOG."""
+        import json
+        entries = json.loads(self.cli("--json", "SLOWLOG", "GET", "4096") or "[]")
+        self.cli("SLOWLOG", "RESET")
+        entries = [e for e in entries if str(e[3][0]).upper() != "SLOWLOG"]
+        durations = [e[2] for e in entries]
+        commands = sorted({" ".join(e[3][:1]) for e in entries})
+        return len(durations), max(durations, default=0), commands
+
     def version(self):
         return self.info("server")["redis_version"]
 

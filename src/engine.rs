@@ -20,7 +20,7 @@ use crate::health::{Health, LoopHealth};
 use crate::index::Capacity;
 use crate::keyspace::NotificationMode;
 use crate::lease::Lease;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Totals};
 use crate::primary::{self, Command, Job, Primary};
 use crate::schedule::{CronClock, Ticker};
 use crate::store::{NodeId, Store};
@@ -33,6 +33,9 @@ const TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
 const TOPOLOGY_AFTER: Duration = Duration::from_secs(1);
 /// How often the engine itself turns, at most: sweeps' intervals, the watchdog.
 const TURN_EVERY: Duration = Duration::from_secs(1);
+/// How often each sweep's work is summed up in the log, at info level: what every check and
+/// walk did is at debug level, so an idle daemon writes a few lines an hour, not one per walk.
+const SUMMARY_EVERY: Duration = Duration::from_secs(300);
 
 /// What a sweep's settings are made of; a change of any of it replaces the sweep (its index is
 /// rebuilt by a walk).
@@ -104,6 +107,9 @@ pub(crate) struct Engine {
     last_topology: tokio::time::Instant,
     turn: tokio::time::Interval,
     loop_health: LoopHealth,
+    /// When the next summary is due, and each sweep's totals at the last one.
+    next_summary: tokio::time::Instant,
+    summarized: BTreeMap<String, Totals>,
 }
 
 impl Engine {
@@ -147,6 +153,8 @@ impl Engine {
             suspect: Arc::default(),
             last_topology: tokio::time::Instant::now(),
             turn,
+            next_summary: tokio::time::Instant::now() + SUMMARY_EVERY,
+            summarized: BTreeMap::new(),
         }
     }
 
@@ -301,6 +309,44 @@ impl Engine {
             self.metrics.set_interval(name, interval);
         }
         self.retiring.retain(|task| !task.is_finished());
+        if tokio::time::Instant::now() >= self.next_summary {
+            self.next_summary += SUMMARY_EVERY;
+            self.summarize();
+        }
+    }
+
+    /// One info line per sweep: what it did since the last summary.
+    fn summarize(&mut self) {
+        let subscribed = self
+            .primaries
+            .values()
+            .filter(|p| p.subscribed.load(Ordering::Relaxed))
+            .count();
+        for (name, entry) in &self.sweeps {
+            let now = entry.job.metrics.totals();
+            let was = self
+                .summarized
+                .insert(name.clone(), now)
+                .unwrap_or_default();
+            tracing::info!(
+                sweep = %name,
+                evicted = now.evicted - was.evicted,
+                events = now.published - was.published,
+                events_lost = now.lost - was.lost,
+                checks = now.checks - was.checks,
+                walks = now.walks - was.walks,
+                failed_walks = now.failed_walks - was.failed_walks,
+                tracked_keys = now.tracked,
+                members = now.members,
+                primaries = self.primaries.len(),
+                notifications_on = subscribed,
+                active = entry.active,
+                "summary of the last {} minutes",
+                SUMMARY_EVERY.as_secs() / 60
+            );
+        }
+        self.summarized
+            .retain(|name, _| self.sweeps.contains_key(name));
     }
 
     /// Pings the systemd watchdog if every loop turned recently and none is stuck.

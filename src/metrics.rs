@@ -420,7 +420,34 @@ pub(crate) struct NodeFigures {
     pub(crate) last_success: f64,
 }
 
+/// A sweep's running totals, for the periodic summary in the log.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Totals {
+    pub(crate) evicted: u64,
+    pub(crate) published: u64,
+    pub(crate) lost: u64,
+    pub(crate) checks: u64,
+    pub(crate) walks: u64,
+    pub(crate) failed_walks: u64,
+    pub(crate) tracked: i64,
+    pub(crate) members: i64,
+}
+
 impl SweepMetrics {
+    /// The sweep's totals so far.
+    pub(crate) fn totals(&self) -> Totals {
+        Totals {
+            evicted: self.evicted.get(),
+            published: self.published.get(),
+            lost: self.lost.get(),
+            checks: self.checks.get(),
+            walks: self.success.get(),
+            failed_walks: self.error.get(),
+            tracked: self.tracked.get(),
+            members: self.members.get(),
+        }
+    }
+
     /// Records a walk of one primary that covered its keyspace. Evictions and events were
     /// counted as they happened.
     pub(crate) fn walk_succeeded(&self, keys_scanned: u64, duration: Duration) {

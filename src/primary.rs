@@ -859,6 +859,16 @@ impl Run {
                 );
             }
             t.untracked = t.walk_untracked;
+            if !t.synced {
+                tracing::info!(
+                    sweep = %t.job.name(),
+                    node = %self.id,
+                    keys = t.walk_scanned,
+                    tracked = t.index.len(),
+                    notifications = self.subscribed,
+                    "first walk done: its keys are checked at their deadlines from now on"
+                );
+            }
             t.synced = true;
             let (scanned, untracked) = (t.walk_scanned, t.walk_untracked);
             let (tracked, members) = (t.index.len() as u64, t.index.members());

@@ -171,12 +171,16 @@ async fn a_primary_dies_its_replica_takes_over_and_nothing_is_announced_twice() 
         .find(|&port| port != listener)
         .unwrap();
     cluster.node(victim).stop();
-    d.wait_for_log("a walk failed", 1, Duration::from_secs(20));
     wait_until("the replica promoted", Duration::from_secs(30), || {
         let primaries = cluster.primaries();
         primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
     });
     cluster.wait_ok(Duration::from_secs(30));
+    d.wait_for_log(
+        &format!("no longer a primary; its loop stops node=127.0.0.1:{victim}"),
+        1,
+        Duration::from_secs(20),
+    );
     seed(&cluster, "b", 200, 2, 2);
     wait_until(
         "zombies swept after the failover",

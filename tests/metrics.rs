@@ -46,19 +46,30 @@ async fn a_pass_is_accounted_exactly() {
         "[sweeps.online]\nschedule = \"1h\"\n[sweeps.typing]\nschedule = \"1h\"\n",
     );
     let daemon = InProcessDaemon::start(config, None).await;
+    // The first walk finds the keys; their first checks evict the zombies.
     let s = daemon
-        .wait_metrics("both first passes", Duration::from_secs(10), |s| {
-            metric(
-                s,
-                "presence_sweeper_sweeps_total",
-                &[("sweep", "online"), ("result", "success")],
-            ) == Some(1.0)
-                && metric(
+        .wait_metrics(
+            "both first walks and checks",
+            Duration::from_secs(10),
+            |s| {
+                metric(
                     s,
                     "presence_sweeper_sweeps_total",
-                    &[("sweep", "typing"), ("result", "success")],
+                    &[("sweep", "online"), ("result", "success")],
                 ) == Some(1.0)
-        })
+                    && metric(
+                        s,
+                        "presence_sweeper_sweeps_total",
+                        &[("sweep", "typing"), ("result", "success")],
+                    ) == Some(1.0)
+                    && metric(
+                        s,
+                        "presence_sweeper_deadline_checks_total",
+                        &[("sweep", "online")],
+                    ) == Some(50.0)
+                    && metric(s, "presence_sweeper_members", &[("sweep", "online")]) == Some(250.0)
+            },
+        )
         .await;
     let swept_by = redis_now(&mut con);
     let online = |name: &str| {
@@ -69,6 +80,7 @@ async fn a_pass_is_accounted_exactly() {
     assert_eq!(online("presence_sweeper_events_failed_total"), 0.0);
     assert_eq!(online("presence_sweeper_keys_scanned_total"), 50.0);
     assert_eq!(online("presence_sweeper_keys"), 50.0);
+    assert_eq!(online("presence_sweeper_tracked_keys"), 50.0);
     assert_eq!(online("presence_sweeper_members"), 250.0);
     assert_eq!(online("presence_sweeper_key_cardinality_count"), 50.0);
     assert_eq!(online("presence_sweeper_key_cardinality_sum"), 250.0);
