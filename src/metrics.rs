@@ -59,6 +59,7 @@ pub struct Metrics {
     redis_up: IntGauge,
     notifications_in_use: IntGaugeVec,
     notifications_expected: IntGauge,
+    outages: IntCounterVec,
     config_reloads: IntCounterVec,
     lease_held: IntGaugeVec,
 }
@@ -178,6 +179,14 @@ impl Metrics {
                 &["node"],
             )
             .expect("valid metric"),
+            outages: IntCounterVec::new(
+                opts(
+                    "redis_outages_total",
+                    "Times this primary did not answer for over 1.5 s (down, paused, unreachable); members whose window closed meanwhile got a full ttl again from the outage's end.",
+                ),
+                &["node"],
+            )
+            .expect("valid metric"),
             notifications_expected: IntGauge::with_opts(opts(
                 "notifications_expected",
                 "1 if the configuration expects keyspace notifications on every primary (tracking.notifications = \"on\", or tracking.configure_notifications), else 0.",
@@ -230,6 +239,7 @@ impl Metrics {
             Box::new(m.redis_up.clone()),
             Box::new(m.notifications_in_use.clone()),
             Box::new(m.notifications_expected.clone()),
+            Box::new(m.outages.clone()),
             Box::new(m.config_reloads.clone()),
             Box::new(m.lease_held.clone()),
             Box::new(build_info),
@@ -296,11 +306,18 @@ impl Metrics {
         g
     }
 
+    /// The outage counter of `node`.
+    pub(crate) fn outages(&self, node: &NodeId) -> prometheus::IntCounter {
+        self.outages.with_label_values(&[node.to_string()])
+    }
+
     /// Drops the series of a primary that left the topology.
     pub(crate) fn forget_node(&self, node: &NodeId) {
+        let node = node.to_string();
         let _ = self
             .notifications_in_use
-            .remove_label_values(&[node.to_string().as_str()]);
+            .remove_label_values(&[node.as_str()]);
+        let _ = self.outages.remove_label_values(&[node.as_str()]);
     }
 
     /// Records whether the configuration expects notifications everywhere.

@@ -50,6 +50,14 @@ const DEADLINE_MARGIN_MS: u64 = 3;
 const BATCH_WINDOW_MS: u64 = 50;
 /// A check reads Redis's clock anew when the last reading is older than this.
 const CLOCK_REFRESH: Duration = Duration::from_secs(1);
+/// Redis answers within milliseconds when it is well. When it has not for this long (down,
+/// paused, partitioned from the sweeper), the apps most likely could not write heartbeats
+/// either: staleness is not judged further than this past the last reply, and when Redis
+/// answers again the gap is an outage, whose members get a full ttl again from its end.
+const STALL: Duration = Duration::from_millis(1500);
+/// With nothing else to ask, the loop asks Redis for `TIME` this often, so that a gap in its
+/// replies is an outage, not a quiet moment.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// A key found due but not stale (a heartbeat raced its deadline, or clocks disagree) is looked
 /// at again no sooner than this, so no disagreement can make the loop spin.
 const MIN_RECHECK_MS: u64 = 20;
@@ -127,6 +135,7 @@ impl Primary {
             },
         };
         let mut run = Run {
+            outages: self.metrics.outages(&id),
             notifications: self.metrics.notifications_gauge(&id),
             routed: self.store.connection(),
             id,
@@ -157,6 +166,9 @@ impl Primary {
             next_ping: Instant::now() + SUBSCRIPTION_PING,
             last_error_log: None,
             failure: None,
+            last_reply: None,
+            probing: false,
+            credit: None,
             refresh_after: Instant::now(),
         };
         run.main().await;
@@ -194,6 +206,8 @@ struct Tracked {
 
 /// What a future of the loop finished.
 enum Done {
+    /// A `TIME` asked to show Redis still answers.
+    Probe(Result<f64, Error>),
     /// A check of keys the index handed out.
     Checked {
         epoch: u64,
@@ -297,6 +311,22 @@ impl RedisClock {
     }
 }
 
+/// An outage of Redis as the loop saw it: from its last reply before the gap to its first
+/// after, on Redis's clock (Unix seconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Credit {
+    from: f64,
+    to: f64,
+}
+
+impl Credit {
+    /// Until when a sweep of window `ttl` (seconds) spares the members the outage kept from
+    /// heartbeating.
+    fn until(&self, ttl: f64) -> f64 {
+        self.to + ttl
+    }
+}
+
 /// What woke the loop.
 enum Event {
     Command(Option<Command>),
@@ -343,6 +373,13 @@ struct Run {
     last_error_log: Option<Instant>,
     /// A failure since the last look at the primary: behind Sentinel it may have moved.
     failure: Option<Error>,
+    /// When Redis last answered (the local instant, and its clock then).
+    last_reply: Option<(Instant, f64)>,
+    probing: bool,
+    /// The last outage, on Redis's clock: members whose window closed during it are spared
+    /// until a ttl after its end.
+    credit: Option<Credit>,
+    outages: prometheus::IntCounter,
     refresh_after: Instant,
 }
 
@@ -434,6 +471,12 @@ impl Run {
             Notify::Active(_) => at(self.next_ping),
             _ => {}
         }
+        if !self.probing
+            && !self.jobs.is_empty()
+            && let Some((replied, _)) = self.last_reply
+        {
+            at(replied + PROBE_EVERY);
+        }
         if let Some(t) = self.walk.as_ref().and_then(|w| w.next_page_at)
             && t > now
         {
@@ -481,6 +524,75 @@ impl Run {
         }
         self.dispatch_checks();
         self.dispatch_walk_work();
+        self.probe_if_quiet();
+    }
+
+    /// Asks for `TIME` when nothing else was answered lately, so that an outage shows.
+    fn probe_if_quiet(&mut self) {
+        if self.probing || self.jobs.is_empty() || self.cancel.is_cancelled() {
+            return;
+        }
+        if self
+            .last_reply
+            .is_some_and(|(at, _)| at.elapsed() < PROBE_EVERY)
+        {
+            return;
+        }
+        self.probing = true;
+        let mut node = self.node.clone();
+        self.in_flight.push(Box::pin(async move {
+            Done::Probe(crate::store::reply::redis_time(&mut node).await)
+        }));
+    }
+
+    /// Redis answered (at `time` on its clock, when the reply says). A gap since the last
+    /// answer longer than [`STALL`] was an outage.
+    fn replied(&mut self, time: Option<f64>) {
+        if let Some(time) = time {
+            self.observe_time(time);
+        }
+        let Some(redis_now) = time.or_else(|| self.clock.map(|c| c.now())) else {
+            return;
+        };
+        let now = Instant::now();
+        if let Some((at, redis_at)) = self.last_reply
+            && now.duration_since(at) > STALL
+        {
+            let outage = Credit {
+                from: redis_at,
+                to: redis_now,
+            };
+            self.credit = Some(match self.credit {
+                // A second outage within the credit of the first: one window.
+                Some(c) if c.to + STALL.as_secs_f64() * 4.0 >= outage.from => Credit {
+                    from: c.from.min(outage.from),
+                    to: outage.to,
+                },
+                _ => outage,
+            });
+            self.outages.inc();
+            tracing::warn!(
+                node = %self.id,
+                seconds = format_args!("{:.1}", now.duration_since(at).as_secs_f64()),
+                "Redis did not answer for a while: members whose window closed meanwhile get a full ttl from now"
+            );
+        }
+        self.last_reply = Some((now, redis_now));
+    }
+
+    /// The instant a check of a sweep of window `ttl` judges staleness at: Redis's "now", but
+    /// never further than [`STALL`] past its last answer (the apps may not have been able to
+    /// write either), and during an outage's credit the outage's start.
+    fn judge_at(&self, ttl: f64) -> Option<f64> {
+        let now = self.clock?.now();
+        let (_, last) = self.last_reply?;
+        let mut at = now.min(last + STALL.as_secs_f64());
+        if let Some(c) = self.credit
+            && now < c.until(ttl)
+        {
+            at = at.min(c.from);
+        }
+        Some(at)
     }
 
     fn notifications_active(&self) -> bool {
@@ -530,6 +642,10 @@ impl Run {
             t.job.metrics.forget_node(&self.id);
         }
         self.jobs = kept;
+        if self.jobs.is_empty() {
+            // Nothing is asked of Redis now: a quiet time is not an outage.
+            self.last_reply = None;
+        }
         if added || removed {
             self.sync_wanted = true;
             self.sync_after = Instant::now();
@@ -609,8 +725,12 @@ impl Run {
                     .drain(..)
                     .map(|(ticket, id)| (ticket, pattern.key(&id)))
                     .unzip();
+                let ttl = t.job.sweep.config().ttl.as_secs_f64();
+                let Some(now) = self.judge_at(ttl) else {
+                    return;
+                };
                 let opts = CheckOpts {
-                    now: clock.now(),
+                    now,
                     fixed: None,
                     dry_run: false,
                     track: true,
@@ -672,13 +792,15 @@ impl Run {
                 if self.in_flight.len() >= depth {
                     return;
                 }
+                let ttl = self.jobs[i].job.sweep.config().ttl.as_secs_f64();
+                let judge = self.judge_at(ttl);
                 let t = &mut self.jobs[i];
                 let epoch = t.epoch;
                 if t.direct.len() >= batch || (scan_done && !t.direct.is_empty()) {
                     let n = batch.min(t.direct.len());
                     let keys: Vec<Vec<u8>> = t.direct.drain(..n).collect();
                     let opts = CheckOpts {
-                        now: t.direct_time,
+                        now: judge.map_or(t.direct_time, |j| t.direct_time.min(j)),
                         fixed: None,
                         dry_run: false,
                         track: false,
@@ -767,7 +889,7 @@ impl Run {
             Some(Err(e)) => walk.error = Some(e),
             Some(Ok(page)) => {
                 self.loop_health.progress();
-                self.observe_time(page.time);
+                self.replied(Some(page.time));
                 let walk = self.walk.as_mut().expect("checked above");
                 walk.scanned += page.keys.len() as u64;
                 let rate = self.settings.scan.max_keys_per_second;
@@ -899,6 +1021,16 @@ impl Run {
     fn done(&mut self, done: Done) {
         self.loop_health.progress();
         match done {
+            Done::Probe(result) => {
+                self.probing = false;
+                match result {
+                    Ok(time) => self.replied(Some(time)),
+                    Err(e) => {
+                        self.log_error("Redis did not answer TIME", &e);
+                        self.failed(e);
+                    }
+                }
+            }
             Done::Checked {
                 epoch,
                 tickets,
@@ -906,6 +1038,9 @@ impl Run {
             } => self.checked(epoch, tickets, checked),
             Done::Direct { epoch, checked } => {
                 self.walk_future_done();
+                if checked.error.is_none() {
+                    self.replied(checked.time);
+                }
                 if let Some(e) = checked.error {
                     self.walk_failed(epoch, e);
                 }
@@ -913,7 +1048,10 @@ impl Run {
             Done::Verified { epoch, ids, reads } => {
                 self.walk_future_done();
                 match reads {
-                    Ok(reads) => self.verified(epoch, ids, reads),
+                    Ok(reads) => {
+                        self.replied(reads.time);
+                        self.verified(epoch, ids, reads)
+                    }
                     Err(e) => self.walk_failed(epoch, e),
                 }
             }
@@ -934,14 +1072,21 @@ impl Run {
     }
 
     fn checked(&mut self, epoch: u64, tickets: Vec<Ticket>, checked: Checked) {
-        if let Some(time) = checked.time {
+        if checked.error.is_none() {
+            self.replied(checked.time);
+        } else if let Some(time) = checked.time {
             self.observe_time(time);
         }
+        let credit = self.credit;
         let Some(t) = self.jobs.iter_mut().find(|t| t.epoch == epoch) else {
             return;
         };
         let now_ms = self.clock.map_or(0, |c| c.now_ms());
         let ttl_ms = t.job.sweep.config().ttl.as_millis() as u64;
+        // Members an outage kept from heartbeating are looked at again when their credit ends.
+        let spared_until = credit
+            .map(|c| (c.until(ttl_ms as f64 / 1000.0) * 1000.0) as u64)
+            .filter(|&until| until > now_ms);
         for (ticket, state) in tickets.into_iter().zip(&checked.states) {
             match *state {
                 // A moved key is its new primary's: that primary's walk finds it.
@@ -951,10 +1096,10 @@ impl Run {
                     oldest: Some(oldest),
                 } => {
                     let deadline = deadline_ms(oldest, ttl_ms);
-                    let next = if deadline <= now_ms {
-                        now_ms + MIN_RECHECK_MS
-                    } else {
-                        deadline
+                    let next = match spared_until {
+                        _ if deadline > now_ms => deadline,
+                        Some(until) => until + DEADLINE_MARGIN_MS,
+                        None => now_ms + MIN_RECHECK_MS,
                     };
                     t.index.checked(ticket, Some((next, card)));
                 }

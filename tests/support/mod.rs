@@ -147,6 +147,18 @@ impl RedisServer {
         self.child.is_some()
     }
 
+    /// Sends the server a signal (by name: `STOP` pauses it, `CONT` resumes it).
+    pub fn signal(&self, name: &str) {
+        let child = self.child.as_ref().expect("running");
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -{name} failed");
+    }
+
     /// Kills the server (SIGKILL: like a crash).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -170,6 +182,13 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        // A paused server would not die of SIGKILL any sooner, but resume it anyway.
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(child.id().to_string())
+                .status();
+        }
         self.stop();
     }
 }

@@ -1,0 +1,140 @@
+//! A bad day: Redis stalls, the apps' heartbeats stop, odd ids, lost credentials, a dead log
+//! pipe. None of it may turn into a storm of false leaves, or silence the daemon.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use support::{Binary, RedisServer, Subscriber, redis_now};
+
+/// The README's heartbeat: score from Redis TIME, ZADD GT.
+const HEARTBEAT: &str = "local t = redis.call('TIME') \
+    local now = tonumber(t[1]) + tonumber(t[2]) / 1000000 \
+    for i = 1, #ARGV do redis.call('ZADD', KEYS[1], 'GT', now, ARGV[i]) end \
+    return tostring(now)";
+
+/// Apps heartbeating `conversations` x `users` members every `period`, until told to pause or
+/// stop; each user's id is `u<conversation>-<n>`.
+struct Apps {
+    running: Arc<AtomicBool>,
+    paused: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Apps {
+    fn start(server: &RedisServer, conversations: usize, users: usize, period: Duration) -> Self {
+        let running = Arc::new(AtomicBool::new(true));
+        let paused = Arc::new(AtomicBool::new(false));
+        let (r, p) = (running.clone(), paused.clone());
+        let client = server.client();
+        let thread = std::thread::spawn(move || {
+            let mut con = client.get_connection().unwrap();
+            let script = redis::Script::new(HEARTBEAT);
+            while r.load(Ordering::Relaxed) {
+                let started = std::time::Instant::now();
+                if !p.load(Ordering::Relaxed) {
+                    let mut pipe = redis::pipe();
+                    for c in 0..conversations {
+                        let mut call = script.prepare_invoke();
+                        call.key(format!("presence:c{c}:online"));
+                        for u in 0..users {
+                            call.arg(format!("u{c}-{u}"));
+                        }
+                        pipe.invoke_script(&call);
+                    }
+                    // Redis may be away: the apps carry on once it is back.
+                    let _: Result<Vec<String>, _> = pipe.query(&mut con);
+                }
+                std::thread::sleep(period.saturating_sub(started.elapsed()));
+            }
+        });
+        Self {
+            running,
+            paused,
+            thread: Some(thread),
+        }
+    }
+
+    fn pause(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Apps {
+    fn drop(&mut self) {
+        self.running.store(false, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn online(extra: &str) -> String {
+    format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+         [sweeps.online]\nttl = \"3s\"\nschedule = \"500ms\"\n{extra}"
+    )
+}
+
+/// Users announced, with how often.
+fn announced(events: &[support::Received]) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for e in events {
+        *seen
+            .entry(e.json()["user_id"].as_str().unwrap().to_owned())
+            .or_insert(0) += 1;
+    }
+    seen
+}
+
+/// Redis paused for twice the ttl: the apps cannot heartbeat meanwhile, so nobody live may be
+/// announced; real zombies still leave, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_longer_than_the_ttl_makes_no_false_leaves() {
+    let server = RedisServer::start_with(&["--notify-keyspace-events", "KEA"]);
+    let mut con = server.con();
+    // Real zombies, gone before the stall.
+    let now = redis_now(&mut con);
+    for c in 0..20 {
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("presence:z{c}:online"))
+            .arg(now - 1.0)
+            .arg(format!("zombie{c}"))
+            .query(&mut con)
+            .unwrap();
+    }
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let apps = Apps::start(&server, 200, 5, Duration::from_secs(1));
+    let d = Binary::spawn(&online(""), &["--redis-url", &server.url()], &[]);
+    d.wait_ready(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    apps.pause(true);
+    server.signal("STOP");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    server.signal("CONT");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    apps.pause(false);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    let events = sub.wait_for(20, Duration::from_secs(5)).await;
+    let seen = announced(&events);
+    let live: Vec<&String> = seen.keys().filter(|u| u.starts_with('u')).collect();
+    assert!(
+        live.is_empty(),
+        "{} live users announced: {}",
+        live.len(),
+        d.log()
+    );
+    let zombies: HashSet<&String> = seen.keys().filter(|u| u.starts_with("zombie")).collect();
+    assert_eq!(zombies.len(), 20, "every zombie announced: {}", d.log());
+    assert!(seen.values().all(|&n| n == 1), "none twice");
+    assert!(
+        d.log().contains("Redis did not answer for a while"),
+        "{}",
+        d.log()
+    );
+}
