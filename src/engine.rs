@@ -206,15 +206,14 @@ impl Engine {
         let config = &settings.sweep;
         let ticker = Ticker::start(&config.schedule, &mut self.cron).await?;
         let cron_job = ticker.cron_job();
+        let metrics = self.metrics.sweep(config);
         let sweep = Arc::new(Sweep::with_settings(
             config,
             &settings.evict,
             settings.sharded_pubsub,
+            metrics.guard(),
         ));
-        let job = Arc::new(Job {
-            sweep,
-            metrics: self.metrics.sweep(config),
-        });
+        let job = Arc::new(Job { sweep, metrics });
         self.health.sweep(&config.name);
         let lease = settings.coordination.lease.then(|| {
             (

@@ -52,6 +52,7 @@ pub mod signals;
 pub mod simulate;
 pub mod stats;
 pub mod store;
+pub(crate) mod storm;
 pub mod sweep;
 pub mod systemd;
 pub mod walk;

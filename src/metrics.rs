@@ -16,6 +16,7 @@ use prometheus::{
 
 use crate::config::SweepConfig;
 use crate::store::NodeId;
+use crate::storm::GuardMetrics;
 use crate::sweep::Observer;
 
 const NAMESPACE: &str = "presence_sweeper";
@@ -60,6 +61,8 @@ pub struct Metrics {
     notifications_in_use: IntGaugeVec,
     notifications_expected: IntGauge,
     outages: IntCounterVec,
+    storm_holding: IntGaugeVec,
+    storm_holds: IntCounterVec,
     config_reloads: IntCounterVec,
     lease_held: IntGaugeVec,
 }
@@ -179,6 +182,14 @@ impl Metrics {
                 &["node"],
             )
             .expect("valid metric"),
+            storm_holding: gauge(
+                "storm_holding",
+                "1 while the storm guard holds the sweep's evictions (they would take a large share of its members at once), else 0.",
+            ),
+            storm_holds: counter(
+                "storm_holds_total",
+                "Times the storm guard started holding the sweep's evictions.",
+            ),
             outages: IntCounterVec::new(
                 opts(
                     "redis_outages_total",
@@ -240,6 +251,8 @@ impl Metrics {
             Box::new(m.notifications_in_use.clone()),
             Box::new(m.notifications_expected.clone()),
             Box::new(m.outages.clone()),
+            Box::new(m.storm_holding.clone()),
+            Box::new(m.storm_holds.clone()),
             Box::new(m.config_reloads.clone()),
             Box::new(m.lease_held.clone()),
             Box::new(build_info),
@@ -280,6 +293,10 @@ impl Metrics {
             lost: self.lost.with_label_values(l),
             lag: self.lag.with_label_values(l),
             nodes: Arc::default(),
+            guard: GuardMetrics {
+                holding: self.storm_holding.with_label_values(l),
+                holds: self.storm_holds.with_label_values(l),
+            },
         }
     }
 
@@ -337,6 +354,7 @@ impl Metrics {
             &self.members,
             &self.tracked,
             &self.untracked,
+            &self.storm_holding,
         ] {
             let _ = g.remove_label_values(l);
         }
@@ -349,6 +367,7 @@ impl Metrics {
             &self.evicted,
             &self.published,
             &self.lost,
+            &self.storm_holds,
         ] {
             let _ = c.remove_label_values(l);
         }
@@ -420,6 +439,7 @@ pub struct SweepMetrics {
     lag: prometheus::Histogram,
     /// What each primary contributes to the sweep's gauges.
     nodes: Arc<Mutex<BTreeMap<NodeId, NodeFigures>>>,
+    guard: GuardMetrics,
 }
 
 /// One primary's share of a sweep's gauges.
@@ -451,6 +471,11 @@ pub(crate) struct Totals {
 }
 
 impl SweepMetrics {
+    /// The storm guard's series.
+    pub(crate) fn guard(&self) -> GuardMetrics {
+        self.guard.clone()
+    }
+
     /// The sweep's totals so far.
     pub(crate) fn totals(&self) -> Totals {
         Totals {

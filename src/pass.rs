@@ -205,6 +205,7 @@ impl Pass {
                         dry_run: opts.dry_run,
                         track: false,
                         read_time: false,
+                        guarded: false,
                     };
                     let sweep = &sweeps[s];
                     let node = node.clone();

@@ -176,6 +176,7 @@ impl Primary {
         run.metrics.forget_node(&run.id);
         for t in &run.jobs {
             t.job.metrics.forget_node(&run.id);
+            t.job.sweep.guard().forget(&run.id);
         }
         run.loop_health.retire();
     }
@@ -525,6 +526,12 @@ impl Run {
         self.dispatch_checks();
         self.dispatch_walk_work();
         self.probe_if_quiet();
+        if let Some(clock) = &self.clock {
+            // A hold whose time is up ends even if no check asks the guard.
+            for t in &self.jobs {
+                t.job.sweep.guard().holding(clock.now());
+            }
+        }
     }
 
     /// Asks for `TIME` when nothing else was answered lately, so that an outage shows.
@@ -640,6 +647,7 @@ impl Run {
         let removed = !old.is_empty();
         for t in old {
             t.job.metrics.forget_node(&self.id);
+            t.job.sweep.guard().forget(&self.id);
         }
         self.jobs = kept;
         if self.jobs.is_empty() {
@@ -735,6 +743,7 @@ impl Run {
                     dry_run: false,
                     track: true,
                     read_time: clock.at.elapsed() > CLOCK_REFRESH,
+                    guarded: true,
                 };
                 let epoch = t.epoch;
                 let check = self.check(t, keys, opts);
@@ -805,6 +814,7 @@ impl Run {
                         dry_run: false,
                         track: false,
                         read_time: false,
+                        guarded: false,
                     };
                     if t.direct.is_empty() {
                         t.direct_time = f64::INFINITY;
@@ -1083,10 +1093,15 @@ impl Run {
         };
         let now_ms = self.clock.map_or(0, |c| c.now_ms());
         let ttl_ms = t.job.sweep.config().ttl.as_millis() as u64;
-        // Members an outage kept from heartbeating are looked at again when their credit ends.
+        // Members an outage kept from heartbeating are looked at again when their credit ends;
+        // members the storm guard holds, when the hold ends.
         let spared_until = credit
-            .map(|c| (c.until(ttl_ms as f64 / 1000.0) * 1000.0) as u64)
-            .filter(|&until| until > now_ms);
+            .map(|c| c.until(ttl_ms as f64 / 1000.0))
+            .into_iter()
+            .chain(checked.hold_until)
+            .map(|until| (until * 1000.0) as u64)
+            .filter(|&until| until > now_ms)
+            .max();
         for (ticket, state) in tickets.into_iter().zip(&checked.states) {
             match *state {
                 // A moved key is its new primary's: that primary's walk finds it.
@@ -1112,6 +1127,7 @@ impl Run {
             .metrics
             .deadline_checks(checked.states.len() as u64, checked.error.is_some());
         let (tracked, members) = (t.index.len() as u64, t.index.members());
+        t.job.sweep.guard().population(&self.id, members);
         t.job.metrics.node_figures(&self.id, |f| {
             f.tracked = tracked;
             f.members = members;
@@ -1164,6 +1180,9 @@ impl Run {
         };
         match n.change {
             Change::Written => {
+                if let Some(clock) = &self.clock {
+                    t.job.sweep.guard().heartbeat(clock.now());
+                }
                 if !t.index.written(id) {
                     let now_ms = self.clock.map_or(0, |c| c.now_ms());
                     // Full: the key is left to walks on the schedule, like any untracked key.

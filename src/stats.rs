@@ -387,6 +387,7 @@ mod tests {
             channel: crate::pattern::ChannelTemplate::new("presence:{conversation_id}:events"),
             score_unit: crate::config::ScoreUnit::Seconds,
             enabled: true,
+            storm_guard: Default::default(),
         }
     }
 

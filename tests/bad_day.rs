@@ -33,6 +33,13 @@ impl Apps {
         let thread = std::thread::spawn(move || {
             let mut con = client.get_connection().unwrap();
             let script = redis::Script::new(HEARTBEAT);
+            let load = |con: &mut redis::Connection| {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(HEARTBEAT)
+                    .query::<String>(con)
+            };
+            let _ = load(&mut con);
             while r.load(Ordering::Relaxed) {
                 let started = std::time::Instant::now();
                 if !p.load(Ordering::Relaxed) {
@@ -45,8 +52,12 @@ impl Apps {
                         }
                         pipe.invoke_script(&call);
                     }
-                    // Redis may be away: the apps carry on once it is back.
-                    let _: Result<Vec<String>, _> = pipe.query(&mut con);
+                    // Redis may be away, or restarted without the script: the apps carry on once
+                    // it is back.
+                    let written: Result<Vec<String>, _> = pipe.query(&mut con);
+                    if written.is_err() {
+                        let _ = load(&mut con);
+                    }
                 }
                 std::thread::sleep(period.saturating_sub(started.elapsed()));
             }
@@ -61,6 +72,19 @@ impl Apps {
     fn pause(&self, paused: bool) {
         self.paused.store(paused, Ordering::Relaxed);
     }
+}
+
+/// Members of the apps' conversations now.
+fn members(server: &RedisServer, conversations: usize) -> u64 {
+    let mut con = server.con();
+    (0..conversations)
+        .map(|c| {
+            redis::cmd("ZCARD")
+                .arg(format!("presence:c{c}:online"))
+                .query::<u64>(&mut con)
+                .unwrap()
+        })
+        .sum()
 }
 
 impl Drop for Apps {
@@ -111,6 +135,7 @@ async fn a_redis_stall_longer_than_the_ttl_makes_no_false_leaves() {
     let d = Binary::spawn(&online(""), &["--redis-url", &server.url()], &[]);
     d.wait_ready(Duration::from_secs(10));
     tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(members(&server, 200), 1000, "the apps heartbeat");
 
     apps.pause(true);
     server.signal("STOP");
@@ -137,4 +162,73 @@ async fn a_redis_stall_longer_than_the_ttl_makes_no_false_leaves() {
         "{}",
         d.log()
     );
+}
+
+/// Every heartbeat stops at once while Redis is fine (the apps lost Redis, or all restarted):
+/// the storm guard holds the evictions. Heartbeats back within the hold keep everyone; when they
+/// never come back, everyone leaves once the hold ends, each announced once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_heartbeat_stops_the_storm_guard_holds_the_leaves() {
+    for notifications in [true, false] {
+        let extra: &[&str] = if notifications {
+            &["--notify-keyspace-events", "KEA"]
+        } else {
+            &[]
+        };
+        let server = RedisServer::start_with(extra);
+        let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+        let apps = Apps::start(&server, 200, 5, Duration::from_secs(1));
+        let d = Binary::spawn(
+            &online(""),
+            &[
+                "--redis-url",
+                &server.url(),
+                "--log-level",
+                "info,presence_sweeper=debug",
+            ],
+            &[],
+        );
+        d.wait_ready(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(members(&server, 200), 1000, "the apps heartbeat");
+
+        // A 4.5 s gap, with a ttl of 3 s.
+        apps.pause(true);
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        apps.pause(false);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(
+            sub.received().is_empty(),
+            "notifications {notifications}: {} false leaves: {}",
+            sub.received().len(),
+            d.log()
+        );
+        assert!(d.log().contains("storm guard"), "{}", d.log());
+        let s = support::scrape(d.http_addr());
+        assert!(
+            support::metric(
+                &s,
+                "presence_sweeper_storm_holds_total",
+                &[("sweep", "online")]
+            )
+            .unwrap()
+                >= 1.0
+        );
+
+        // For good this time: after the hold, all 1,000 leave, once each.
+        apps.pause(true);
+        let stopped = std::time::Instant::now();
+        let events = sub.wait_for(1000, Duration::from_secs(15)).await;
+        let seen = announced(&events);
+        assert_eq!(
+            seen.len(),
+            1000,
+            "notifications {notifications}: {}",
+            d.log()
+        );
+        assert!(seen.values().all(|&n| n == 1), "none twice");
+        // Not before the hold ended: the first zombie was due about 2 s after the stop.
+        assert!(stopped.elapsed() > Duration::from_secs(4));
+        drop(apps);
+    }
 }

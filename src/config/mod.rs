@@ -19,7 +19,7 @@ use config::{FileFormat, Map};
 use crate::keyspace::NotificationMode;
 
 pub use self::redis::{RedisConfig, RedisMode, Secret, TlsConfig, redact_url};
-pub use self::sweep::{ScoreUnit, SweepConfig};
+pub use self::sweep::{ScoreUnit, StormGuardConfig, SweepConfig};
 use self::tree::{Table, one_line, q};
 
 /// The built-in defaults, which are also the shipped, commented example file.
@@ -481,6 +481,15 @@ impl Config {
                 q(s.score_unit.as_str()),
                 s.enabled
             );
+            let g = &s.storm_guard;
+            let _ = writeln!(
+                out,
+                "\n[sweeps.{}.storm_guard]\nenabled = {}\nshare = {:?}\nmin_members = {}",
+                s.name, g.enabled, g.share, g.min_members
+            );
+            if let Some(hold) = g.hold {
+                let _ = writeln!(out, "hold = {}", d(hold));
+            }
         }
         out
     }

@@ -69,6 +69,49 @@ pub struct SweepConfig {
     pub score_unit: ScoreUnit,
     /// `enabled`: false keeps the sweep configured but idle.
     pub enabled: bool,
+    /// `[sweeps.<name>.storm_guard]`: holding mass evictions.
+    pub storm_guard: StormGuardConfig,
+}
+
+/// `[sweeps.<name>.storm_guard]`: when the evictions due within one ttl would remove more than
+/// `share` of the sweep's members (and at least `min_members`), they are held for `hold`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StormGuardConfig {
+    /// `enabled` (default `true`): whether the guard watches this sweep.
+    pub enabled: bool,
+    /// `share` (default `0.5`): the share of the sweep's members whose eviction within one
+    /// ttl trips the guard.
+    pub share: f64,
+    /// `min_members` (default `100`): below this many members evicted at once the guard never
+    /// trips; a small sweep emptying is not a storm.
+    pub min_members: u64,
+    /// `hold` (default: the sweep's `ttl`): how long evictions wait once the guard tripped.
+    pub hold: Option<Duration>,
+}
+
+impl Default for StormGuardConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            share: 0.5,
+            min_members: 100,
+            hold: None,
+        }
+    }
+}
+
+impl StormGuardConfig {
+    fn from_table(t: &mut Table) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        Ok(Self {
+            enabled: t.optional_bool("enabled")?.unwrap_or(d.enabled),
+            share: t.optional_number("share", 0.0, 1.0)?.unwrap_or(d.share),
+            min_members: t
+                .optional_integer("min_members", 0, i64::MAX)?
+                .map_or(d.min_members, |n| n as u64),
+            hold: t.optional_duration("hold")?,
+        })
+    }
 }
 
 impl SweepConfig {
@@ -100,6 +143,12 @@ impl SweepConfig {
             },
         };
         let enabled = t.optional_bool("enabled")?.unwrap_or(true);
+        let storm_guard = {
+            let mut g = t.table("storm_guard")?;
+            let cfg = StormGuardConfig::from_table(&mut g)?;
+            g.finish()?;
+            cfg
+        };
         Ok(SweepConfig {
             name,
             pattern,
@@ -109,6 +158,7 @@ impl SweepConfig {
             channel,
             score_unit,
             enabled,
+            storm_guard,
         })
     }
 }

@@ -239,6 +239,64 @@ impl Table {
         Ok(n)
     }
 
+    /// A number between `min` and `max`, if set.
+    pub(super) fn optional_number(
+        &mut self,
+        name: &str,
+        min: f64,
+        max: f64,
+    ) -> Result<Option<f64>, ConfigError> {
+        let Some((key, value)) = self.take(name) else {
+            return Ok(None);
+        };
+        let origin = Origin(value.origin().map(str::to_owned));
+        let shown = show(&value.kind);
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: key.clone(),
+            value: shown.clone(),
+            origin: origin.clone(),
+            reason,
+        };
+        let n = match &value.kind {
+            ValueKind::Float(f) => *f,
+            ValueKind::I64(n) => *n as f64,
+            ValueKind::U64(n) => *n as f64,
+            ValueKind::String(s) => s
+                .trim()
+                .parse()
+                .map_err(|_| invalid("must be a number".into()))?,
+            _ => return Err(invalid("must be a number".into())),
+        };
+        if !(min..=max).contains(&n) {
+            return Err(invalid(format!("must be between {min} and {max}")));
+        }
+        Ok(Some(n))
+    }
+
+    /// A whole number between `min` and `max`, if set.
+    pub(super) fn optional_integer(
+        &mut self,
+        name: &str,
+        min: i64,
+        max: i64,
+    ) -> Result<Option<i64>, ConfigError> {
+        if !self.map.contains_key(name) {
+            return Ok(None);
+        }
+        self.integer(name, min, max).map(Some)
+    }
+
+    /// A positive duration, if set.
+    pub(super) fn optional_duration(
+        &mut self,
+        name: &str,
+    ) -> Result<Option<Duration>, ConfigError> {
+        if !self.map.contains_key(name) {
+            return Ok(None);
+        }
+        self.duration(name).map(Some)
+    }
+
     pub(super) fn optional_bool(&mut self, name: &str) -> Result<Option<bool>, ConfigError> {
         let Some((key, value)) = self.take(name) else {
             return Ok(None);

@@ -12,7 +12,7 @@ use redis::Value;
 
 use super::Cutoff;
 use crate::Error;
-use crate::store::reply::{ReplyError, int, is_moved, lowest_score, parse_time};
+use crate::store::reply::{ReplyError, int, is_moved, parse_time, single_score};
 use crate::store::{Packed, SendPacked};
 
 /// What [`read`] asks of each key.
@@ -22,8 +22,13 @@ pub(crate) enum Read<'c> {
     Stale(&'c Cutoff),
     /// `ZCARD`: the members.
     Members,
-    /// `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs; `TIME` first if `true`.
-    Probe(bool),
+    /// `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs.
+    Probe {
+        /// `TIME` first.
+        time: bool,
+        /// `ZRANGE key -1 -1 WITHSCORES` too: the newest heartbeat, for the storm guard.
+        newest: bool,
+    },
     /// `ZRANGE key 0 0 WITHSCORES`: the lowest score alone (reconciliation of a tracked key).
     Oldest,
 }
@@ -31,7 +36,8 @@ pub(crate) enum Read<'c> {
 impl Read<'_> {
     fn commands(self) -> usize {
         match self {
-            Self::Probe(_) => 2,
+            Self::Probe { newest: false, .. } => 2,
+            Self::Probe { newest: true, .. } => 3,
             _ => 1,
         }
     }
@@ -40,8 +46,8 @@ impl Read<'_> {
     fn command(self, i: usize) -> &'static str {
         match (self, i) {
             (Self::Stale(_), _) => "ZCOUNT",
-            (Self::Members, _) | (Self::Probe(_), 1) => "ZCARD",
-            (Self::Probe(_), _) | (Self::Oldest, _) => "ZRANGE",
+            (Self::Members, _) | (Self::Probe { .. }, 1) => "ZCARD",
+            (Self::Probe { .. }, _) | (Self::Oldest, _) => "ZRANGE",
         }
     }
 }
@@ -55,6 +61,8 @@ pub(crate) struct KeyRead {
     pub(crate) card: u64,
     /// The lowest score, in the score unit; `None` for an empty (or missing) set.
     pub(crate) oldest: Option<f64>,
+    /// The highest score, when asked for.
+    pub(crate) newest: Option<f64>,
 }
 
 /// What became of one key's read.
@@ -99,7 +107,7 @@ where
             time: None,
         });
     }
-    let timed = matches!(what, Read::Probe(true));
+    let timed = matches!(what, Read::Probe { time: true, .. });
     let size: usize = keys.iter().map(|k| what.commands() * (k.len() + 64)).sum();
     let mut batch = Packed::with_capacity(size + 16);
     if timed {
@@ -113,10 +121,13 @@ where
             Read::Members => {
                 batch.command(&[b"ZCARD", key]);
             }
-            Read::Probe(_) => {
+            Read::Probe { newest, .. } => {
                 batch
                     .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"])
                     .command(&[b"ZCARD", key]);
+                if newest {
+                    batch.command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]);
+                }
             }
             Read::Oldest => {
                 batch.command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"]);
@@ -173,10 +184,13 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
     match (what, replies) {
         (Read::Stale(_), [stale]) => read.stale = count(stale)?,
         (Read::Members, [card]) => read.card = count(card)?,
-        (Read::Oldest, [oldest]) => read.oldest = lowest_score(oldest)?,
-        (Read::Probe(_), [oldest, card]) => {
-            read.oldest = lowest_score(oldest)?;
+        (Read::Oldest, [oldest]) => read.oldest = single_score(oldest)?,
+        (Read::Probe { .. }, [oldest, card, newest @ ..]) => {
+            read.oldest = single_score(oldest)?;
             read.card = count(card)?;
+            if let [newest] = newest {
+                read.newest = single_score(newest)?;
+            }
         }
         _ => return Err(ReplyError::new("a read without its replies").into()),
     }

@@ -109,8 +109,9 @@ pub(crate) fn members(v: Value) -> Result<Vec<Vec<u8>>, ReplyError> {
         .collect()
 }
 
-/// The score of a `ZRANGE key 0 0 WITHSCORES` reply: `Ok(None)` for an empty (or missing) set.
-pub(crate) fn lowest_score(v: &Value) -> Result<Option<f64>, ReplyError> {
+/// The score of a one-member `ZRANGE ... WITHSCORES` reply (`0 0`: the lowest, `-1 -1`: the
+/// highest): `Ok(None)` for an empty (or missing) set.
+pub(crate) fn single_score(v: &Value) -> Result<Option<f64>, ReplyError> {
     match v {
         Value::Array(pair) if pair.is_empty() => Ok(None),
         Value::Array(pair) if pair.len() == 2 => float(&pair[1])
@@ -140,9 +141,9 @@ mod tests {
         assert_eq!(float(&bulk("-inf")), Some(f64::NEG_INFINITY));
         assert_eq!(float(&bulk("1.5")), Some(1.5));
         let pair = Value::Array(vec![bulk("u1"), bulk("17.25")]);
-        assert_eq!(lowest_score(&pair).unwrap(), Some(17.25));
-        assert_eq!(lowest_score(&Value::Array(vec![])).unwrap(), None);
-        assert!(lowest_score(&Value::Int(1)).is_err());
+        assert_eq!(single_score(&pair).unwrap(), Some(17.25));
+        assert_eq!(single_score(&Value::Array(vec![])).unwrap(), None);
+        assert!(single_score(&Value::Int(1)).is_err());
         assert!(is_moved("MOVED") && is_moved("ASK") && !is_moved("TRYAGAIN"));
     }
 }

@@ -19,6 +19,7 @@ use crate::evict::script::{KeyReply, Params};
 use crate::evict::transaction::{self, Evicted, TxKey};
 use crate::evict::{Clock, Cutoff};
 use crate::store::{Conn, Node, Store};
+use crate::storm::Admit;
 use crate::walk::FIRST_PAGE_SHARE;
 
 /// How one check runs.
@@ -35,6 +36,8 @@ pub(crate) struct CheckOpts {
     pub(crate) track: bool,
     /// With `track`: read Redis's clock too (the caller's reading is getting old).
     pub(crate) read_time: bool,
+    /// With `track`: ask the sweep's storm guard before evicting, and feed it.
+    pub(crate) guarded: bool,
 }
 
 /// What a check works with besides its node.
@@ -72,6 +75,9 @@ pub(crate) struct Checked {
     pub(crate) states: Vec<KeyState>,
     /// Redis's clock at the read, when the read asked for it (a tracking check does).
     pub(crate) time: Option<f64>,
+    /// The storm guard held this check's evictions until then (Redis's clock, Unix seconds):
+    /// its stale keys are reported `Live` and should be looked at again at that instant.
+    pub(crate) hold_until: Option<f64>,
     /// The first failure; what was done before it is counted and announced all the same.
     pub(crate) error: Option<Error>,
 }
@@ -93,6 +99,7 @@ impl Sweep {
             counts: Counts::default(),
             states: vec![KeyState::Unknown; keys.len()],
             time: None,
+            hold_until: None,
             error: None,
         };
         if let Err(e) = self
@@ -102,6 +109,9 @@ impl Sweep {
             // Check the permissions again next time: the failure may be a changed ACL.
             self.forget_preflight(&node);
             out.error = Some(e);
+        }
+        if opts.guarded {
+            self.guard.evicted(opts.now, out.counts.evicted);
         }
         out
     }
@@ -120,8 +130,12 @@ impl Sweep {
             self.config.score_unit,
         );
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let guarded = opts.track && opts.guarded && self.guard.enabled();
         let what = match opts.track {
-            true => Read::Probe(opts.read_time),
+            true => Read::Probe {
+                time: opts.read_time,
+                newest: guarded,
+            },
             false => Read::Stale(&cutoff),
         };
         let reads = precheck::read(node, &refs, what).await?;
@@ -137,8 +151,12 @@ impl Sweep {
         // each take them; keys with more go to the script.
         let mut stale: Vec<(usize, u64)> = Vec::new();
         // A tracking read knows a key holds zombies from its lowest score, not how many: a key
-        // bigger than a transaction's budget has them counted first.
+        // bigger than a transaction's budget has them counted first (and every stale key, when
+        // the storm guard must know how many would go).
         let mut uncounted: Vec<usize> = Vec::new();
+        // What a tracking read saw of each stale key, should the guard hold its eviction.
+        let mut seen: HashMap<usize, KeyRead> = HashMap::new();
+        let mut newest = f64::NEG_INFINITY;
         for (i, read) in reads.keys.into_iter().enumerate() {
             let read = match read {
                 KeyStatus::NotZset => {
@@ -153,9 +171,16 @@ impl Sweep {
             };
             if opts.track {
                 let KeyRead { card, oldest, .. } = read;
+                newest = newest.max(read.newest.unwrap_or(f64::NEG_INFINITY));
                 match oldest {
-                    Some(score) if cutoff.is_stale(score) && card > budget => uncounted.push(i),
-                    Some(score) if cutoff.is_stale(score) => stale.push((i, card)),
+                    Some(score) if cutoff.is_stale(score) => {
+                        seen.insert(i, read);
+                        if guarded || card > budget {
+                            uncounted.push(i);
+                        } else {
+                            stale.push((i, card));
+                        }
+                    }
                     _ => {
                         out.states[i] = self.live(card, oldest);
                         self.count_clean(card, out, ctx.observer);
@@ -176,6 +201,23 @@ impl Sweep {
                     KeyStatus::NotZset => out.states[i] = KeyState::Gone,
                     KeyStatus::Moved => out.states[i] = KeyState::Moved,
                 }
+            }
+        }
+        if guarded {
+            if newest.is_finite() {
+                self.guard
+                    .heartbeat(self.config.score_unit.to_seconds(newest));
+            }
+            let zombies: u64 = stale.iter().map(|&(_, n)| n).sum();
+            if let Admit::Hold(until) = self.guard.admit(opts.now, zombies) {
+                // Nothing is removed: the keys are looked at again when the hold ends.
+                for (i, _) in stale {
+                    let read = seen[&i];
+                    out.states[i] = self.live(read.card, read.oldest);
+                    self.count_clean(read.card, out, ctx.observer);
+                }
+                out.hold_until = Some(until);
+                return Ok(());
             }
         }
         let mut transactions: Vec<Vec<usize>> = Vec::new();

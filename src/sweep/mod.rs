@@ -29,6 +29,7 @@ use crate::events::EventEncoder;
 use crate::evict::EvictScript;
 use crate::preflight;
 use crate::store::{Node, Store};
+use crate::storm::{GuardMetrics, StormGuard};
 
 pub(crate) use check::{CheckCtx, CheckOpts, Checked, KeyState};
 
@@ -44,30 +45,44 @@ pub struct Sweep {
     script: EvictScript,
     evict: EvictConfig,
     sharded_pubsub: bool,
+    guard: StormGuard,
     /// When each node (by its id) last passed its preflight.
     preflights: Mutex<HashMap<String, Instant>>,
 }
 
 impl Sweep {
-    /// The sweep `config` with the eviction and publishing settings of `settings`.
+    /// The sweep `config` with the eviction and publishing settings of `settings`, for a
+    /// one-shot pass (its storm guard reports nowhere).
     pub fn new(config: &SweepConfig, settings: &Config) -> Self {
-        Self::with_settings(config, &settings.evict, settings.redis.sharded_pubsub)
+        Self::with_settings(
+            config,
+            &settings.evict,
+            settings.redis.sharded_pubsub,
+            GuardMetrics::detached(),
+        )
     }
 
-    /// The sweep `config` with explicit settings.
+    /// The sweep `config` with explicit settings; its storm guard reports to `guard`.
     pub(crate) fn with_settings(
         config: &SweepConfig,
         evict: &EvictConfig,
         sharded_pubsub: bool,
+        guard: GuardMetrics,
     ) -> Self {
         Self {
             encoder: EventEncoder::new(&config.event, &config.name),
+            guard: StormGuard::new(&config.storm_guard, &config.name, config.ttl, guard),
             config: config.clone(),
             script: EvictScript::new(),
             evict: evict.clone(),
             sharded_pubsub,
             preflights: Mutex::default(),
         }
+    }
+
+    /// The sweep's storm guard.
+    pub(crate) fn guard(&self) -> &StormGuard {
+        &self.guard
     }
 
     /// The sweep's configuration.

@@ -1,0 +1,266 @@
+//! The storm guard: when the evictions of a sweep would take a large share of its members at
+//! once, they are held for a while, because that is what an outage of the apps looks like (they
+//! lost Redis, or a deploy restarted them all), not a crowd leaving at the same instant.
+//!
+//! Two signs, looked at before every eviction:
+//! - **silence**: no heartbeat at all in the sweep's keys for half a ttl (the newest score any
+//!   check read, or a keyspace notification of a write). Then every member not written since will
+//!   go within one ttl: the whole population. This is seen before the first of them is due, so a
+//!   total stop makes no false leave at all. (It assumes apps heartbeat more often than every
+//!   half ttl, as they must to stay present.)
+//! - **share**: the members evicted within the last ttl plus those about to be exceed `share` of
+//!   the sweep's members (those left plus those evicted in that window): a partial stop, seen
+//!   once that share has left.
+//!
+//! Either way the guard trips only for at least `min_members` members. Tripped, it holds every
+//! eviction of the sweep for `hold` (default: the sweep's ttl): heartbeats that come back keep
+//! their members; the members still stale when the hold ends are evicted then, each announced
+//! once, and the guard does not trip again for one ttl, so that they can go.
+//!
+//! One guard per sweep, shared by every primary's loop. Several replicas each run their own, on
+//! the same evidence.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::config::StormGuardConfig;
+use crate::store::NodeId;
+
+/// What the guard says of an eviction about to happen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Admit {
+    /// Go ahead.
+    Evict,
+    /// Hold it until this instant (Redis's clock, Unix seconds).
+    Hold(f64),
+}
+
+/// Where the guard reports: 1 while holding, and the holds started.
+#[derive(Debug, Clone)]
+pub(crate) struct GuardMetrics {
+    pub(crate) holding: prometheus::IntGauge,
+    pub(crate) holds: prometheus::IntCounter,
+}
+
+impl GuardMetrics {
+    /// Handles that go nowhere (a one-shot pass has no guard to report).
+    pub(crate) fn detached() -> Self {
+        Self {
+            holding: prometheus::IntGauge::new("storm_holding", "unregistered").expect("valid"),
+            holds: prometheus::IntCounter::new("storm_holds", "unregistered").expect("valid"),
+        }
+    }
+}
+
+/// One sweep's storm guard.
+#[derive(Debug)]
+pub(crate) struct StormGuard {
+    cfg: StormGuardConfig,
+    sweep: String,
+    ttl: f64,
+    metrics: GuardMetrics,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Members of the sweep's keys on each primary, as of their last checks.
+    population: BTreeMap<NodeId, u64>,
+    /// Evictions of the last ttl: (instant, members).
+    recent: VecDeque<(f64, u64)>,
+    /// The newest heartbeat seen (Redis's clock).
+    freshest: Option<f64>,
+    /// Holding until then.
+    hold_until: Option<f64>,
+    /// After a hold, the guard does not trip again before then.
+    calm_until: f64,
+}
+
+impl StormGuard {
+    /// The guard of sweep `sweep`, whose window is `ttl`.
+    pub(crate) fn new(
+        cfg: &StormGuardConfig,
+        sweep: &str,
+        ttl: Duration,
+        metrics: GuardMetrics,
+    ) -> Self {
+        Self {
+            cfg: cfg.clone(),
+            sweep: sweep.to_owned(),
+            ttl: ttl.as_secs_f64(),
+            metrics,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the guard watches at all (checks then read what it needs).
+    pub(crate) fn enabled(&self) -> bool {
+        self.cfg.enabled
+    }
+
+    /// `node` holds `members` members of the sweep now.
+    pub(crate) fn population(&self, node: &NodeId, members: u64) {
+        self.state().population.insert(node.clone(), members);
+    }
+
+    /// `node` left (a failover) or stopped running the sweep.
+    pub(crate) fn forget(&self, node: &NodeId) {
+        self.state().population.remove(node);
+    }
+
+    /// A heartbeat was seen at `score` (Unix seconds, Redis's clock).
+    pub(crate) fn heartbeat(&self, at: f64) {
+        let mut st = self.state();
+        if at.is_finite() && st.freshest.is_none_or(|f| at > f) {
+            st.freshest = Some(at);
+        }
+    }
+
+    /// Ends a hold whose time is up at `now`; returns whether the guard still holds.
+    pub(crate) fn holding(&self, now: f64) -> bool {
+        let mut st = self.state();
+        self.end_hold(&mut st, now);
+        st.hold_until.is_some()
+    }
+
+    fn end_hold(&self, st: &mut State, now: f64) {
+        if st.hold_until.is_some_and(|until| now >= until) {
+            st.hold_until = None;
+            st.calm_until = now + self.ttl;
+            self.metrics.holding.set(0);
+            tracing::warn!(
+                sweep = %self.sweep,
+                "storm guard: the hold ended; members still stale leave now"
+            );
+        }
+    }
+
+    /// Whether `stale` members may be evicted at `now` (Redis's clock).
+    pub(crate) fn admit(&self, now: f64, stale: u64) -> Admit {
+        if !self.cfg.enabled || stale == 0 {
+            return Admit::Evict;
+        }
+        let mut st = self.state();
+        self.end_hold(&mut st, now);
+        if let Some(until) = st.hold_until {
+            return Admit::Hold(until);
+        }
+        while st
+            .recent
+            .front()
+            .is_some_and(|&(at, _)| at <= now - self.ttl)
+        {
+            st.recent.pop_front();
+        }
+        if now < st.calm_until {
+            return Admit::Evict;
+        }
+        let recent: u64 = st.recent.iter().map(|&(_, n)| n).sum();
+        let population = st.population.values().sum::<u64>() + recent;
+        if population < self.cfg.min_members {
+            return Admit::Evict;
+        }
+        let silent = st.freshest.is_some_and(|f| now - f > self.ttl / 2.0);
+        let due = if silent { population } else { recent + stale };
+        if due < self.cfg.min_members || (due as f64) <= self.cfg.share * population as f64 {
+            return Admit::Evict;
+        }
+        let until = now + self.cfg.hold.map_or(self.ttl, |h| h.as_secs_f64());
+        st.hold_until = Some(until);
+        self.metrics.holding.set(1);
+        self.metrics.holds.inc();
+        tracing::warn!(
+            sweep = %self.sweep,
+            members = population,
+            due,
+            silent_for_s = st.freshest.map(|f| format!("{:.1}", now - f)).unwrap_or_default(),
+            hold_s = format_args!("{:.1}", until - now),
+            "storm guard: evictions would take {:.0}% of the sweep's members at once (the apps may have lost Redis); holding them",
+            100.0 * due as f64 / population.max(1) as f64
+        );
+        Admit::Hold(until)
+    }
+
+    /// `members` were evicted at `now`.
+    pub(crate) fn evicted(&self, now: f64, members: u64) {
+        if self.cfg.enabled && members > 0 {
+            self.state().recent.push_back((now, members));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard() -> StormGuard {
+        let cfg = StormGuardConfig {
+            enabled: true,
+            share: 0.5,
+            min_members: 100,
+            hold: None,
+        };
+        StormGuard::new(
+            &cfg,
+            "online",
+            Duration::from_secs(10),
+            GuardMetrics::detached(),
+        )
+    }
+
+    #[test]
+    fn a_silent_sweep_is_held_before_the_first_eviction_then_released() {
+        let g = guard();
+        g.population(&NodeId::new("a"), 1000);
+        g.heartbeat(100.0);
+        // Half a ttl without any heartbeat: the first zombie of the wave is held.
+        assert_eq!(g.admit(106.0, 1), Admit::Hold(116.0));
+        assert_eq!(g.admit(110.0, 50), Admit::Hold(116.0));
+        assert!(g.holding(115.0));
+        assert_eq!((g.metrics.holding.get(), g.metrics.holds.get()), (1, 1));
+        // The hold ends: whatever is still stale goes, and the guard stays calm for a ttl.
+        assert_eq!(g.admit(116.0, 900), Admit::Evict);
+        g.evicted(116.0, 900);
+        assert_eq!(g.admit(120.0, 50), Admit::Evict);
+        assert!(!g.holding(120.0));
+        assert_eq!(g.metrics.holding.get(), 0);
+    }
+
+    #[test]
+    fn heartbeats_and_small_sweeps_never_trip_it() {
+        let g = guard();
+        g.population(&NodeId::new("a"), 1000);
+        g.heartbeat(105.0);
+        assert_eq!(g.admit(106.0, 30), Admit::Evict, "not silent, a few");
+        g.evicted(106.0, 30);
+        let small = guard();
+        small.population(&NodeId::new("a"), 60);
+        small.heartbeat(0.0);
+        assert_eq!(small.admit(100.0, 60), Admit::Evict, "under min_members");
+    }
+
+    #[test]
+    fn a_partial_stop_trips_once_the_share_is_gone() {
+        let g = guard();
+        g.population(&NodeId::new("a"), 600);
+        g.population(&NodeId::new("b"), 400);
+        for t in 0..10u32 {
+            let now = 100.0 + f64::from(t) * 0.1;
+            g.heartbeat(now);
+            if g.admit(now, 100) == Admit::Evict {
+                g.evicted(now, 100);
+                g.population(&NodeId::new("a"), 600 - 100 * u64::from(t + 1));
+            } else {
+                // 500 of 1,000 gone within the ttl: the sixth hundred is held.
+                assert_eq!(t, 5);
+                return;
+            }
+        }
+        panic!("never held");
+    }
+}
