@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Bad-day benchmarks: what the sweeper costs, and whether it stays right, when things go wrong.
+
+  long-ids  one conversation with 100 live members and 500 zombies whose ids are 16 KiB (and
+            1 KiB) each, swept once by `presence-sweeper run`: the daemon's peak RSS (VmHWM),
+            the largest event, and how many of the 500 events a plain subscriber received under
+            Redis's default pub/sub output-buffer limits.
+  soak      `presence-sweeper simulate` against a daemon for --soak-seconds while Redis is
+            killed and restarted, and paused (SIGSTOP) past the ttl, in turns: false leaves,
+            duplicates, missed zombies, users lost with Redis's data, per outage.
+
+usage: python3 benches/badday.py [--stages long-ids,soak] [--soak-seconds 120]
+                                 [--binary PATH] [--skip-build]
+--binary runs another build of the sweeper (an older commit's, say) for a side-by-side figure.
+needs: redis-server and redis-cli on PATH; cargo.
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from common import Daemon, Redis, build, free_port, write  # noqa: E402
+
+
+def resp(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Conn:
+    """A bare RESP connection: big arguments and pub/sub without a client library."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.buf = b""
+
+    def send(self, *args):
+        self.sock.sendall(resp(*args))
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def reply(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind in (b"+", b"-"):
+            return rest.decode()
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n)
+        if kind in (b"*", b">"):
+            return [self.reply() for _ in range(int(rest))]
+        raise ValueError(line)
+
+
+def long_ids(binary, id_bytes):
+    work = tempfile.mkdtemp(prefix="badday-")
+    redis = Redis(work)
+    try:
+        con = Conn(redis.port)
+        now = float(redis.cli("TIME").split()[0])
+        args = ["ZADD", "presence:long:online"]
+        for n in range(100):
+            args += [now + 3600, f"live{n:04}-".encode() + b"x" * (id_bytes - 9)]
+        for n in range(500):
+            args += [now - 120, f"gone{n:04}-".encode() + b"x" * (id_bytes - 9)]
+        con.send(*args)
+        assert con.reply() == 600
+
+        sub = Conn(redis.port)
+        sub.send("PSUBSCRIBE", "presence:*:events")
+        sub.reply()
+        events = []
+
+        def listen():
+            try:
+                while True:
+                    msg = sub.reply()
+                    if msg[0] == b"pmessage":
+                        events.append(len(msg[3]))
+            except (EOFError, OSError):
+                pass
+
+        threading.Thread(target=listen, daemon=True).start()
+        port = free_port()
+        cfg = write(os.path.join(work, "s.toml"),
+                    f'[http]\nlisten = "127.0.0.1:{port}"\n[log]\nlevel = "' + os.environ.get("BENCH_LOG", "warn") + '"\n'
+                    '[sweeps.typing]\nenabled = false\n'
+                    '[sweeps.online]\nttl = "60s"\nschedule = "1s"\n'
+                    '[sweeps.online.storm_guard]\nenabled = false\n')
+        common.BIN = binary
+        d = Daemon(cfg, redis, port)
+        deadline = time.time() + 60
+        while redis.cli("ZCARD", "presence:long:online") != "100" and time.time() < deadline:
+            time.sleep(0.2)
+        # The events follow the eviction; a subscriber that was cut off never gets the rest.
+        deadline = time.time() + 10
+        while len(events) < 500 and time.time() < deadline:
+            time.sleep(0.2)
+        peak = d.peak_rss_mb()
+        d.stop()
+        if os.environ.get("BENCH_LOG"):
+            print("\n".join(l for l in d.text().splitlines() if "evicted" not in l))
+        left = int(redis.cli("ZCARD", "presence:long:online"))
+        return {"id_bytes": id_bytes, "peak_rss_mb": round(peak, 1), "events_received": len(events),
+                "largest_event_bytes": max(events, default=0), "members_left": left}
+    finally:
+        redis.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stages", default="long-ids,soak")
+    ap.add_argument("--soak-seconds", type=int, default=120)
+    ap.add_argument("--binary", default=None)
+    ap.add_argument("--skip-build", action="store_true")
+    a = ap.parse_args()
+    if not a.skip_build and not a.binary:
+        build()
+    binary = a.binary or common.BIN
+    results = {}
+    stages = a.stages.split(",")
+    if "long-ids" in stages:
+        results["long_ids"] = [long_ids(binary, n) for n in (16 * 1024, 1024)]
+        for r in results["long_ids"]:
+            print(f"long ids {r['id_bytes']:>6} B: peak RSS {r['peak_rss_mb']} MB, "
+                  f"{r['events_received']}/500 events received, largest {r['largest_event_bytes']} B, "
+                  f"{r['members_left']} members left", flush=True)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
