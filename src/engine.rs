@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::config::{Config, CoordinationConfig, EvictConfig, SweepConfig};
+use crate::config::{Config, CoordinationConfig, EventsConfig, EvictConfig, SweepConfig};
 use crate::health::{Health, LoopHealth};
 use crate::index::Capacity;
 use crate::keyspace::NotificationMode;
@@ -43,6 +43,7 @@ const SUMMARY_EVERY: Duration = Duration::from_secs(300);
 struct SweepSettings {
     sweep: SweepConfig,
     evict: EvictConfig,
+    events: EventsConfig,
     sharded_pubsub: bool,
     coordination: CoordinationConfig,
 }
@@ -54,6 +55,7 @@ impl SweepSettings {
             .map(|s| Self {
                 sweep: s.clone(),
                 evict: config.evict.clone(),
+                events: config.events.clone(),
                 sharded_pubsub: config.redis.sharded_pubsub,
                 coordination: config.coordination.clone(),
             })
@@ -210,6 +212,7 @@ impl Engine {
         let sweep = Arc::new(Sweep::with_settings(
             config,
             &settings.evict,
+            &settings.events,
             settings.sharded_pubsub,
             metrics.guard(),
         ));

@@ -5,7 +5,12 @@
 //!  "last_seen":1764460000.25,"timestamp":1764460046.5,"online":["u1","u2"],"online_count":2}
 //! ```
 //!
-//! The roster field is named after the sweep. Ids are bytes in Redis but JSON strings are Unicode:
+//! The roster field is named after the sweep. An event is at most `events.max_bytes` long: the
+//! roster is cut to the members that fit (most recently seen first) and `<sweep>_truncated:
+//! true` says so; the removed member's own id is always sent whole (an id longer than the cap
+//! makes an event with an empty roster, longer than the cap).
+//!
+//! Ids are bytes in Redis but JSON strings are Unicode:
 //! an id that is not valid UTF-8 is written with U+FFFD in place of the bad bytes, and the exact
 //! bytes follow in `user_id_base64` / `conversation_id_base64`, so the payload is always valid JSON
 //! and nothing is lost. Roster entries are only ever written lossily.
@@ -26,53 +31,89 @@ pub struct Event<'a> {
     pub last_seen: f64,
     /// When the eviction happened on Redis's clock, in Unix seconds.
     pub timestamp: f64,
-    /// The roster, already encoded by [`EventEncoder::roster_json`].
-    pub roster_json: &'a [u8],
+    /// The members left, most recently seen first (at most the roster limit).
+    pub roster: &'a Roster,
     /// Members left in the set.
     pub roster_count: u64,
 }
 
-/// A roster encoded as a JSON array of strings as its members are read, so that they need not
-/// be kept.
-#[derive(Debug)]
+/// A roster encoded as JSON strings as its members are read, so that they need not be kept;
+/// where each one ends is remembered, so that an event can carry as many as fit its cap.
+#[derive(Debug, Clone, Default)]
 pub struct Roster {
+    /// The members as JSON strings, separated by commas (no brackets).
     json: Vec<u8>,
-    len: usize,
+    /// Where each member's string ends in `json`.
+    ends: Vec<u32>,
 }
 
 impl Roster {
     /// An empty roster with room for about `bytes` bytes of JSON.
     pub fn with_capacity(bytes: usize) -> Self {
-        let mut json = Vec::with_capacity(bytes + 2);
-        json.push(b'[');
-        Self { json, len: 0 }
+        Self {
+            json: Vec::with_capacity(bytes),
+            ends: Vec::new(),
+        }
+    }
+
+    /// The roster of `members`, most recently seen first.
+    pub fn of(members: &[Vec<u8>]) -> Self {
+        let mut roster = Self::with_capacity(members.iter().map(|m| m.len() + 3).sum());
+        for m in members {
+            roster.push(m);
+        }
+        roster
     }
 
     /// Adds a member; one that is not valid UTF-8 is written lossily.
     pub fn push(&mut self, member: &[u8]) {
-        if self.len > 0 {
+        if !self.ends.is_empty() {
             self.json.push(b',');
         }
         if !push_plain(&mut self.json, member) {
             push_str(&mut self.json, &String::from_utf8_lossy(member));
         }
-        self.len += 1;
+        self.ends
+            .push(u32::try_from(self.json.len()).unwrap_or(u32::MAX));
     }
 
     /// How many members it lists.
     pub fn len(&self) -> usize {
-        self.len
+        self.ends.len()
     }
 
     /// Whether it lists nobody.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.ends.is_empty()
     }
 
-    /// The JSON array.
-    pub fn into_json(mut self) -> Vec<u8> {
-        self.json.push(b']');
-        self.json
+    /// The bytes of its JSON.
+    pub(crate) fn json_len(&self) -> usize {
+        self.json.len()
+    }
+
+    /// The longest member's JSON, in bytes.
+    pub(crate) fn longest(&self) -> usize {
+        let mut start = 0;
+        let mut longest = 0;
+        for &end in &self.ends {
+            longest = longest.max(end as usize - start);
+            start = end as usize + 1;
+        }
+        longest
+    }
+
+    /// The JSON of the first `n` members, without brackets.
+    fn first(&self, n: usize) -> &[u8] {
+        match n {
+            0 => b"",
+            n => &self.json[..self.ends[n - 1] as usize],
+        }
+    }
+
+    /// How many of the first members fit in `bytes` of JSON (without brackets).
+    fn fitting(&self, bytes: usize) -> usize {
+        self.ends.partition_point(|&end| end as usize <= bytes)
     }
 }
 
@@ -82,11 +123,14 @@ pub struct EventEncoder {
     head: Vec<u8>,
     roster_key: Vec<u8>,
     count_key: Vec<u8>,
+    truncated: Vec<u8>,
+    max_bytes: usize,
 }
 
 impl EventEncoder {
-    /// An encoder for events of type `event_type` whose roster field is `roster_field`.
-    pub fn new(event_type: &str, roster_field: &str) -> Self {
+    /// An encoder for events of type `event_type` whose roster field is `roster_field`, each at
+    /// most `max_bytes` long (but for an id longer than that).
+    pub fn new(event_type: &str, roster_field: &str, max_bytes: usize) -> Self {
         let mut head = b"{\"type\":".to_vec();
         push_str(&mut head, event_type);
         let mut roster_key = b",".to_vec();
@@ -95,23 +139,20 @@ impl EventEncoder {
         let mut count_key = b",".to_vec();
         push_str(&mut count_key, &format!("{roster_field}_count"));
         count_key.push(b':');
+        let mut truncated = b",".to_vec();
+        push_str(&mut truncated, &format!("{roster_field}_truncated"));
+        truncated.extend_from_slice(b":true");
         Self {
             head,
             roster_key,
             count_key,
+            truncated,
+            max_bytes,
         }
     }
 
-    /// Encodes a roster as a JSON array of strings.
-    pub fn roster_json(members: &[Vec<u8>]) -> Vec<u8> {
-        let mut roster = Roster::with_capacity(members.iter().map(|m| m.len() + 3).sum());
-        for m in members {
-            roster.push(m);
-        }
-        roster.into_json()
-    }
-
-    /// Writes the event's JSON into `out` (cleared first).
+    /// Writes the event's JSON into `out` (cleared first): the roster is cut to what fits in
+    /// the encoder's `max_bytes`.
     pub fn encode_into(&self, event: &Event<'_>, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(&self.head);
@@ -123,17 +164,35 @@ impl EventEncoder {
         push_f64(out, event.last_seen);
         out.extend_from_slice(b",\"timestamp\":");
         push_f64(out, event.timestamp);
+        let mut count = itoa::Buffer::new();
+        let count = count.format(event.roster_count).as_bytes();
+        // Everything after the roster's members: brackets, the count, the closing brace.
+        let tail = self.roster_key.len() + 2 + self.count_key.len() + count.len() + 1;
+        let roster = event.roster;
+        let whole = roster.first(roster.len()).len();
+        let members = if out.len() + tail + whole <= self.max_bytes {
+            roster.len()
+        } else {
+            let room = self
+                .max_bytes
+                .saturating_sub(out.len() + tail + self.truncated.len());
+            roster.fitting(room)
+        };
         out.extend_from_slice(&self.roster_key);
-        out.extend_from_slice(event.roster_json);
+        out.push(b'[');
+        out.extend_from_slice(roster.first(members));
+        out.push(b']');
         out.extend_from_slice(&self.count_key);
-        serde_json::to_writer(&mut *out, &event.roster_count)
-            .expect("writing to a Vec cannot fail");
+        out.extend_from_slice(count);
+        if members < roster.len() {
+            out.extend_from_slice(&self.truncated);
+        }
         out.push(b'}');
     }
 
     /// The event's JSON.
     pub fn encode(&self, event: &Event<'_>) -> Vec<u8> {
-        let mut out = Vec::with_capacity(128 + event.roster_json.len());
+        let mut out = Vec::with_capacity(256 + event.roster.json.len());
         self.encode_into(event, &mut out);
         out
     }
@@ -234,21 +293,21 @@ fn push_f64(out: &mut Vec<u8>, x: f64) {
 mod tests {
     use super::*;
 
-    fn event<'a>(conv: &'a [u8], user: &'a [u8], roster: &'a [u8]) -> Event<'a> {
+    fn event<'a>(conv: &'a [u8], user: &'a [u8], roster: &'a Roster) -> Event<'a> {
         Event {
             conversation_id: conv,
             user_id: user,
             last_seen: 1764460000.25,
             timestamp: 1764460046.5,
-            roster_json: roster,
+            roster,
             roster_count: 2,
         }
     }
 
     #[test]
     fn the_documented_payload() {
-        let enc = EventEncoder::new("presence.leave", "online");
-        let roster = EventEncoder::roster_json(&[b"u1".to_vec(), b"u2".to_vec()]);
+        let enc = EventEncoder::new("presence.leave", "online", 65536);
+        let roster = Roster::of(&[b"u1".to_vec(), b"u2".to_vec()]);
         let json = enc.encode(&event(b"c42", b"u7", &roster));
         assert_eq!(
             String::from_utf8(json).unwrap(),
@@ -258,8 +317,8 @@ mod tests {
 
     #[test]
     fn quotes_and_invalid_utf8_stay_valid_json() {
-        let enc = EventEncoder::new("typing.stop", "typing");
-        let roster = EventEncoder::roster_json(&[b"a\"b".to_vec(), b"\xff".to_vec()]);
+        let enc = EventEncoder::new("typing.stop", "typing", 65536);
+        let roster = Roster::of(&[b"a\"b".to_vec(), b"\xff".to_vec()]);
         let json = enc.encode(&event(b"c\"1\\", b"\xffu\n", &roster));
         let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
         assert_eq!(v["conversation_id"], "c\"1\\");
@@ -306,10 +365,49 @@ mod tests {
 
     #[test]
     fn non_finite_scores_become_null() {
-        let enc = EventEncoder::new("x", "online");
-        let mut e = event(b"c", b"u", b"[]");
+        let enc = EventEncoder::new("x", "online", 65536);
+        let roster = Roster::default();
+        let mut e = event(b"c", b"u", &roster);
         e.last_seen = f64::NEG_INFINITY;
         let v: serde_json::Value = serde_json::from_slice(&enc.encode(&e)).unwrap();
         assert!(v["last_seen"].is_null());
+    }
+
+    #[test]
+    fn the_roster_is_cut_to_fit_and_says_so() {
+        let members: Vec<Vec<u8>> = (0..100)
+            .map(|i| format!("{i:04}{}", "m".repeat(996)).into_bytes())
+            .collect();
+        let roster = Roster::of(&members);
+        let enc = EventEncoder::new("presence.leave", "online", 8 * 1024);
+        let user = vec![b'u'; 2000];
+        let json = enc.encode(&event(b"c42", &user, &roster));
+        assert!(json.len() <= 8 * 1024, "{}", json.len());
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["user_id"].as_str().unwrap().len(), 2000, "the id whole");
+        let kept = v["online"].as_array().unwrap();
+        assert_eq!(kept.len(), 5, "as many as fit: {}", json.len());
+        assert_eq!(
+            kept[0].as_str().unwrap(),
+            String::from_utf8_lossy(&members[0])
+        );
+        assert_eq!(v["online_count"], 2, "the count stays the whole set's");
+        assert_eq!(v["online_truncated"], true);
+        // A roster that fits is whole, without the flag; so is one cut to nothing.
+        let small = Roster::of(&members[..2]);
+        let v: serde_json::Value =
+            serde_json::from_slice(&enc.encode(&event(b"c", b"u", &small))).unwrap();
+        assert_eq!(v["online"].as_array().unwrap().len(), 2);
+        assert!(v.get("online_truncated").is_none());
+        let huge = vec![b'h'; 9000];
+        let json = enc.encode(&event(b"c", &huge, &roster));
+        let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(v["online"].as_array().unwrap().len(), 0);
+        assert_eq!(
+            v["user_id"].as_str().unwrap().len(),
+            9000,
+            "longer than the cap, whole"
+        );
+        assert_eq!(v["online_truncated"], true);
     }
 }

@@ -164,7 +164,7 @@ fn judge(probes: &[(&str, redis::Cmd, &[u8])], replies: &[Value]) -> Result<(), 
                 target: if target.is_empty() {
                     "this connection".into()
                 } else {
-                    String::from_utf8_lossy(target).into_owned()
+                    crate::logging::Id(target).to_string()
                 },
                 detail,
             });

@@ -188,7 +188,7 @@ async fn tally_node(
             let oldest = first.first().map(|(_, score)| unit.to_seconds(*score));
             let id = || {
                 let id = sweep.pattern.conversation_id(key).unwrap_or(key);
-                String::from_utf8_lossy(id).into_owned()
+                crate::logging::Id(id).to_string()
             };
             tally.key(card, stale, oldest, id);
         }

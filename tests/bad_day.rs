@@ -232,3 +232,102 @@ async fn when_every_heartbeat_stops_the_storm_guard_holds_the_leaves() {
         drop(apps);
     }
 }
+
+/// One conversation whose ids are 16 KiB each: 100 live members and 500 zombies. Every event
+/// stays within `events.max_bytes` with the removed id whole, says its roster was cut, and a
+/// subscriber under Redis's default output-buffer limits receives all 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_ids_make_bounded_events_that_all_arrive() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let id = |kind: &str, n: usize| format!("{kind}{n:04}-{}", "x".repeat(16 * 1024 - 9));
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg("presence:long:online");
+    for n in 0..100 {
+        // Live for the whole test.
+        zadd.arg(now + 3600.0).arg(id("live", n));
+    }
+    for n in 0..500 {
+        zadd.arg(now - 120.0).arg(id("gone", n));
+    }
+    let _: () = zadd.query(&mut con).unwrap();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    // The storm guard would hold this mass leave: it is not what is tested here.
+    let d = Binary::spawn(
+        &online("[sweeps.online.storm_guard]\nenabled = false\n"),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    let events = sub.wait_for(500, Duration::from_secs(30)).await;
+    let seen = announced(&events);
+    assert_eq!(seen.len(), 500, "every event arrived: {}", d.log());
+    assert!(seen.values().all(|&n| n == 1), "none twice");
+    for e in &events {
+        assert!(
+            e.payload.len() <= 65536,
+            "an event of {} bytes",
+            e.payload.len()
+        );
+        let v = e.json();
+        assert_eq!(
+            v["user_id"].as_str().unwrap().len(),
+            16 * 1024,
+            "the id whole"
+        );
+        // Members left when its call ran: long ids are evicted a few at a time.
+        let count = v["online_count"].as_u64().unwrap();
+        assert!((100..600).contains(&count), "{count}");
+        assert_eq!(v["online_truncated"], true);
+        let roster = v["online"].as_array().unwrap();
+        assert!(!roster.is_empty() && roster.len() < 100, "{}", roster.len());
+        assert!(roster[0].as_str().unwrap().starts_with("live"));
+    }
+    let left: u64 = redis::cmd("ZCARD")
+        .arg("presence:long:online")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(left, 100, "the live members stay");
+}
+
+/// Ids holding newlines, a fake log prefix and ANSI escapes cannot forge or garble a text log
+/// line, and a long one is cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_cannot_forge_text_log_lines() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let forged = "u1\n2026-12-01T00:00:00.000000Z  WARN presence_sweeper: FORGED\x1b[31m";
+    let long = "y".repeat(4096);
+    let _: () = redis::cmd("ZADD")
+        .arg("presence:c\n1:online")
+        .arg(now - 60.0)
+        .arg(forged)
+        .arg(now - 60.0)
+        .arg(&long)
+        .query(&mut con)
+        .unwrap();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let d = Binary::spawn(
+        &online(""),
+        &[
+            "--redis-url",
+            &server.url(),
+            "--log-level",
+            "info,presence_sweeper=debug",
+        ],
+        &[],
+    );
+    let events = sub.wait_for(2, Duration::from_secs(10)).await;
+    assert_eq!(events.len(), 2, "{}", d.log());
+    d.wait_for_log("evicted", 2, Duration::from_secs(5));
+    let log = d.log();
+    assert!(
+        !log.lines().any(|l| l.starts_with("2026-12-01T00:00:00")),
+        "a forged line: {log}"
+    );
+    assert!(!log.contains('\x1b'), "a raw escape: {log}");
+    assert!(log.contains("u1\\n2026-12-01"), "the id escaped: {log}");
+    assert!(!log.contains(&long), "a long id is cut: {log}");
+    assert!(log.contains("(+4032 bytes)"), "{log}");
+}

@@ -49,6 +49,8 @@ pub struct Config {
     pub scan: ScanConfig,
     /// How eviction work is cut into bounded script calls.
     pub evict: EvictConfig,
+    /// The events published.
+    pub events: EventsConfig,
     /// How keys are tracked between walks.
     pub tracking: TrackingConfig,
     /// How several replicas share the work.
@@ -83,6 +85,14 @@ pub struct EvictConfig {
     pub max_members_per_call: usize,
     /// `evict.pipeline_depth`: script calls in flight at once per sweep.
     pub pipeline_depth: usize,
+}
+
+/// `[events]`: the events published for evicted members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsConfig {
+    /// `events.max_bytes`: the longest event: the roster is cut to fit (and the event says so);
+    /// the removed member's id is always whole.
+    pub max_bytes: usize,
 }
 
 /// `[tracking]`: the deadline index, and how it learns of keys.
@@ -304,6 +314,12 @@ impl Config {
         };
         evict.finish()?;
 
+        let mut events = root.table("events")?;
+        let events_cfg = EventsConfig {
+            max_bytes: events.integer("max_bytes", 1024, 512 * 1024 * 1024)? as usize,
+        };
+        events.finish()?;
+
         let mut tracking = root.table("tracking")?;
         let notifications = tracking.string("notifications")?;
         let tracking_cfg = TrackingConfig {
@@ -402,6 +418,7 @@ impl Config {
             redis,
             scan: scan_cfg,
             evict: evict_cfg,
+            events: events_cfg,
             tracking: tracking_cfg,
             coordination: coordination_cfg,
             http: http_cfg,
@@ -440,6 +457,7 @@ impl Config {
             "[evict]\nbatch_keys = {}\nmax_members_per_call = {}\npipeline_depth = {}\n",
             e.batch_keys, e.max_members_per_call, e.pipeline_depth
         );
+        let _ = writeln!(out, "[events]\nmax_bytes = {}\n", self.events.max_bytes);
         let t = &self.tracking;
         let _ = writeln!(
             out,

@@ -63,6 +63,9 @@ pub(crate) struct KeyRead {
     pub(crate) oldest: Option<f64>,
     /// The highest score, when asked for.
     pub(crate) newest: Option<f64>,
+    /// The longest id the read brought back (the lowest and highest members), in bytes: what
+    /// a check sizes its calls by before any eviction taught it.
+    pub(crate) id_bytes: usize,
 }
 
 /// What became of one key's read.
@@ -162,6 +165,17 @@ where
     Ok(Reads { keys: out, time })
 }
 
+/// The length of the member of a `ZRANGE … WITHSCORES` reply of one.
+fn id_bytes(v: &Value) -> usize {
+    match v {
+        Value::Array(pair) => match pair.first() {
+            Some(Value::BulkString(id)) => id.len(),
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
 /// One key's replies.
 fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, Error> {
     for (i, reply) in replies.iter().enumerate() {
@@ -171,7 +185,7 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
             Value::ServerError(e) if e.code() == "NOPERM" => {
                 return Err(Error::Permission {
                     command: what.command(i).into(),
-                    target: String::from_utf8_lossy(key).into_owned(),
+                    target: crate::logging::Id(key).to_string(),
                     detail: format!("NOPERM {}", e.details().unwrap_or_default()),
                 });
             }
@@ -184,12 +198,17 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
     match (what, replies) {
         (Read::Stale(_), [stale]) => read.stale = count(stale)?,
         (Read::Members, [card]) => read.card = count(card)?,
-        (Read::Oldest, [oldest]) => read.oldest = single_score(oldest)?,
+        (Read::Oldest, [oldest]) => {
+            read.oldest = single_score(oldest)?;
+            read.id_bytes = id_bytes(oldest);
+        }
         (Read::Probe { .. }, [oldest, card, newest @ ..]) => {
             read.oldest = single_score(oldest)?;
+            read.id_bytes = id_bytes(oldest);
             read.card = count(card)?;
             if let [newest] = newest {
                 read.newest = single_score(newest)?;
+                read.id_bytes = read.id_bytes.max(id_bytes(newest));
             }
         }
         _ => return Err(ReplyError::new("a read without its replies").into()),

@@ -7,7 +7,7 @@
 
 use redis::Value;
 
-use super::{Clock, ROSTER_LIMIT};
+use super::Clock;
 use crate::config::ScoreUnit;
 use crate::store::reply::{ReplyError, float, int, members, scored};
 
@@ -23,6 +23,8 @@ pub(crate) struct Params {
     pub(crate) unit: ScoreUnit,
     /// Most members the call removes over all its keys.
     pub(crate) budget: usize,
+    /// Most remaining members returned per key that lost members.
+    pub(crate) roster: usize,
     /// The clock.
     pub(crate) clock: Clock,
 }
@@ -58,7 +60,7 @@ pub(crate) struct Swept {
     pub(crate) oldest: Option<f64>,
     /// Removed members and their scores (in the score unit).
     pub(crate) removed: Vec<(Vec<u8>, f64)>,
-    /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first; only when members
+    /// Up to `Params::roster` remaining members, most recently seen first; only when members
     /// were removed.
     pub(crate) roster: Vec<Vec<u8>>,
 }
@@ -117,7 +119,7 @@ impl EvictScript {
             })
             .arg(CHUNK)
             .arg(params.budget)
-            .arg(ROSTER_LIMIT)
+            .arg(params.roster)
             .arg(now);
         let value: Value = inv.invoke_async(con).await?;
         Ok(parse_reply(value, keys.len(), params.unit)?)

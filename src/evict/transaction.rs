@@ -4,7 +4,7 @@
 //! Per key, inside the transaction: `ZRANGE key -inf (cutoff BYSCORE WITHSCORES` (the zombies and
 //! their last heartbeats), `ZREMRANGEBYSCORE key -inf (cutoff` (exactly those, since nothing runs
 //! in between), `ZRANGE key -100 -1` (the roster, which also gives the count when it holds fewer
-//! than 100), and for a deadline index `ZRANGE key 0 0 WITHSCORES` (the lowest remaining score:
+//! than 100; fewer are read when the ids are long, see `sweep::sizing`), and for a deadline index `ZRANGE key 0 0 WITHSCORES` (the lowest remaining score:
 //! the key's next deadline). `TIME` first gives the eviction instant.
 //!
 //! The roster is read oldest first and reversed here, because walking a small set forwards costs
@@ -37,10 +37,8 @@ pub(crate) enum TxKey {
 pub(crate) struct Evicted {
     /// Removed members and their scores, in the score unit.
     pub removed: Vec<(Vec<u8>, f64)>,
-    /// Up to [`ROSTER_LIMIT`] remaining members, most recently seen first, as a JSON array.
-    pub roster_json: Vec<u8>,
-    /// How many members the roster lists.
-    pub roster_len: usize,
+    /// Up to the asked number of remaining members (at most [`ROSTER_LIMIT`]), most recently seen first.
+    pub roster: Roster,
     /// Members left in the set; `None` if the roster is full, so it may not be the whole set and
     /// the caller must count the members with `ZCARD`.
     pub card: Option<u64>,
@@ -62,11 +60,12 @@ pub(crate) async fn evict<C>(
     cutoff: &Cutoff,
     fixed_now: Option<f64>,
     oldest: bool,
+    roster: usize,
 ) -> Result<(f64, Vec<TxKey>), Error>
 where
     C: SendPacked + Send,
 {
-    let roster_first = format!("-{ROSTER_LIMIT}");
+    let roster_first = format!("-{roster}");
     let below = cutoff.below.as_bytes();
     let keys: usize = groups.iter().map(Vec::len).sum();
     let per_key = if oldest { 4 } else { 3 };
@@ -130,7 +129,7 @@ where
         match r.item()? {
             Item::Array(n) if n == keys.len() * per_key => {
                 for _ in 0..keys.len() {
-                    out.push(match read_key(&mut r, &mut ascending, oldest)? {
+                    out.push(match read_key(&mut r, &mut ascending, oldest, roster)? {
                         Some(evicted) => TxKey::Done(evicted),
                         None => TxKey::NotZset,
                     });
@@ -203,6 +202,7 @@ fn read_key<'a>(
     r: &mut Reader<'a>,
     ascending: &mut Vec<&'a [u8]>,
     with_oldest: bool,
+    roster_limit: usize,
 ) -> Result<Option<Evicted>, Error> {
     let mut failed = false;
     let removed = match r.item()? {
@@ -291,12 +291,10 @@ fn read_key<'a>(
         .into());
     }
     // A roster shorter than the limit is the whole set: its length is the count.
-    let roster_len = roster.len();
-    let card = (roster_len < ROSTER_LIMIT).then_some(roster_len as u64);
+    let card = (roster.len() < roster_limit).then_some(roster.len() as u64);
     Ok(Some(Evicted {
         removed,
-        roster_json: roster.into_json(),
-        roster_len,
+        roster,
         card,
         oldest,
     }))

@@ -26,11 +26,6 @@ impl Packed {
         }
     }
 
-    /// Makes room for about `bytes` more bytes of commands.
-    pub fn reserve(&mut self, bytes: usize) {
-        self.bytes.reserve(bytes);
-    }
-
     /// Appends one command.
     pub fn command(&mut self, args: &[&[u8]]) -> &mut Self {
         // No reserve here: the caller sized the batch, and asking for room per command would make
@@ -70,6 +65,11 @@ impl Packed {
     /// How many commands the batch holds: as many replies come back.
     pub fn len(&self) -> usize {
         self.commands
+    }
+
+    /// How many bytes the batch's commands take.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// Whether the batch holds no command.

@@ -1,18 +1,29 @@
 //! The events of what a check removed: one JSON message per removed member, published on the
 //! sweep's channel right after the eviction that removed it.
+//!
+//! Events go out in pipelines of at most [`CHUNK_BYTES`]: memory does not grow with the ids'
+//! size times the batch, and Redis hands subscribers a chunk at a time (a subscriber more than
+//! 32 MB behind is disconnected under Redis's default limits).
 
-use super::{Counts, Observer, Sweep};
+use super::{CheckCtx, Counts, Sweep};
 use crate::Error;
-use crate::events::Event;
-use crate::store::{Conn, Node, Packed, SendPacked, all_ok};
+use crate::events::{Event, Roster};
+use crate::evict::transaction::Evicted;
+use crate::store::{Node, Packed, SendPacked, all_ok};
+
+/// About the most bytes of PUBLISH commands sent in one pipeline: some 800 events of a usual
+/// size, or four of the largest. One sweep of 500 zombies with 16 KiB ids peaked at 34.9 MB RSS
+/// with 256 KiB chunks and 38.9 MB with 1 MiB ones (`python3 benches/badday.py --stages
+/// long-ids`).
+const CHUNK_BYTES: usize = 256 << 10;
 
 /// What one eviction call removed from one key: the transaction and the script report the same.
 pub(super) struct Removal<'a> {
     pub(super) key: &'a [u8],
     /// Removed members and their scores, in the score unit.
     pub(super) removed: &'a [(Vec<u8>, f64)],
-    /// Members left, most recently seen first, at most the roster limit, as a JSON array.
-    pub(super) roster_json: &'a [u8],
+    /// Members left, most recently seen first, at most the roster limit.
+    pub(super) roster: &'a Roster,
     /// How many members are left.
     pub(super) card: u64,
     /// The eviction instant on Redis's clock, in Unix seconds.
@@ -26,24 +37,22 @@ pub(super) struct Events {
     /// The channel and the payload of the event being encoded, reused from one to the next.
     channel: Vec<u8>,
     payload: Vec<u8>,
+    /// The first failure to publish: the events after it are counted as lost, not sent.
+    failed: Option<Error>,
 }
 
-impl Events {
-    /// Room for the events of these removals, so the batch is not copied as it grows.
-    pub(super) fn for_removals<'r>(removals: impl Iterator<Item = (usize, &'r [u8])>) -> Self {
-        let bytes = removals
-            .map(|(removed, roster_json)| removed * (EVENT_SIZE + roster_json.len()))
-            .sum();
+impl<'a> Removal<'a> {
+    /// What a transaction removed from `key`, which has `card` members left.
+    pub(super) fn of(key: &'a [u8], evicted: &'a Evicted, card: u64, now: f64) -> Self {
         Self {
-            batch: Packed::with_capacity(bytes),
-            ..Self::default()
+            key,
+            removed: &evicted.removed,
+            roster: &evicted.roster,
+            card,
+            now,
         }
     }
 }
-
-/// The bytes of one event and its PUBLISH command, beside its roster: the fixed fields, the ids
-/// and the channel, generously.
-const EVENT_SIZE: usize = 400;
 
 impl Sweep {
     /// PUBLISH, or SPUBLISH with `redis.sharded_pubsub`.
@@ -55,12 +64,19 @@ impl Sweep {
         }
     }
 
-    /// Queues one event per removed member.
-    pub(super) fn announce(&self, r: &Removal, events: &mut Events, observer: &dyn Observer) {
+    /// Queues one event per removed member, publishing whenever [`CHUNK_BYTES`] are queued.
+    pub(super) async fn announce(
+        &self,
+        r: &Removal<'_>,
+        events: &mut Events,
+        node: &mut Node,
+        ctx: CheckCtx<'_>,
+        counts: &mut Counts,
+    ) {
         let Removal {
             key,
             removed,
-            roster_json,
+            roster,
             card,
             now,
         } = *r;
@@ -73,57 +89,81 @@ impl Sweep {
             .render_into(conversation_id, &mut events.channel);
         let ttl = self.config.ttl.as_secs_f64();
         let command = self.publish_command().as_bytes();
-        // Room for every event of the key at once: growing the batch would copy it again.
-        let event_size = EVENT_SIZE + 2 * conversation_id.len() + roster_json.len();
-        events
-            .batch
-            .reserve(removed.len() * (event_size + events.channel.len()));
         for (member, score) in removed {
             let last_seen = self.config.score_unit.to_seconds(*score);
-            observer.member_evicted(now - (last_seen + ttl));
+            ctx.observer.member_evicted(now - (last_seen + ttl));
             tracing::debug!(
                 sweep = %self.config.name,
-                conversation_id = %String::from_utf8_lossy(conversation_id),
-                user_id = %String::from_utf8_lossy(member),
+                conversation_id = %crate::logging::Id(conversation_id),
+                user_id = %crate::logging::Id(member),
                 last_seen,
                 "evicted"
             );
+            if events.failed.is_some() {
+                counts.events_failed += 1;
+                ctx.observer.events_failed(1);
+                continue;
+            }
             let event = Event {
                 conversation_id,
                 user_id: member,
                 last_seen,
                 timestamp: now,
-                roster_json,
+                roster,
                 roster_count: card,
             };
             self.encoder.encode_into(&event, &mut events.payload);
             events
                 .batch
                 .command(&[command, &events.channel, &events.payload]);
+            if events.batch.byte_len() >= CHUNK_BYTES {
+                self.flush(events, node, ctx, counts).await;
+            }
         }
     }
 
-    /// Publishes queued events; a failure is counted as events lost (the members are gone).
+    /// Publishes what is queued. Returns the first failure to publish of these events.
+    pub(super) async fn flush(
+        &self,
+        events: &mut Events,
+        node: &mut Node,
+        ctx: CheckCtx<'_>,
+        counts: &mut Counts,
+    ) {
+        let batch = std::mem::take(&mut events.batch);
+        if batch.is_empty() || events.failed.is_some() {
+            return;
+        }
+        if let Err(e) = self.publish(node, ctx, batch, counts).await {
+            events.failed = Some(e);
+        }
+    }
+
+    /// The first failure to publish, once everything was flushed.
+    pub(super) fn outcome(events: Events) -> Result<(), Error> {
+        match events.failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Publishes `batch`; a failure is counted as events lost (the members are gone).
     ///
     /// In a cluster a PUBLISH reaches the subscribers of every node whichever node takes it, so
     /// it goes to any live one; a sharded message must reach the owner of its channel's slot, so
     /// each SPUBLISH is routed on its own.
-    pub(super) async fn publish(
+    async fn publish(
         &self,
         node: &mut Node,
-        routed: &Conn,
-        events: Events,
+        ctx: CheckCtx<'_>,
+        batch: Packed,
         counts: &mut Counts,
-        observer: &dyn Observer,
     ) -> Result<(), Error> {
-        if events.batch.is_empty() {
-            return Ok(());
-        }
-        let n = events.batch.len() as u64;
+        let n = batch.len() as u64;
         let result: Result<(), redis::RedisError> =
             if self.sharded_pubsub && node.needs_slot_groups() {
-                let sends = events.batch.commands().into_iter().map(|args| {
-                    let mut con = routed.clone();
+                let sends = batch.commands().into_iter().map(|args| {
+                    let mut con = ctx.routed.clone();
                     let mut cmd = redis::Cmd::new();
                     for arg in &args {
                         cmd.arg(*arg);
@@ -139,16 +179,16 @@ impl Sweep {
                 let replies = if node.needs_slot_groups() {
                     // Any live node will do, and the one the keys came from may just have died
                     // (its transaction was redirected to the promoted replica).
-                    routed.clone().send_packed(events.batch).await
+                    ctx.routed.clone().send_packed(batch).await
                 } else {
-                    node.send_packed(events.batch).await
+                    node.send_packed(batch).await
                 };
                 replies.and_then(all_ok).map(drop)
             };
         match result {
             Ok(()) => {
                 counts.events_published += n;
-                observer.published(n);
+                ctx.observer.published(n);
                 Ok(())
             }
             Err(e) => {
@@ -159,7 +199,7 @@ impl Sweep {
                     "members were evicted but their events could not be published"
                 );
                 counts.events_failed += n;
-                observer.events_failed(n);
+                ctx.observer.events_failed(n);
                 Err(e.into())
             }
         }

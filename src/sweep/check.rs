@@ -11,12 +11,13 @@ use redis::cluster_routing::Slot;
 use tokio_util::sync::CancellationToken;
 
 use super::announce::{Events, Removal};
+use super::sizing::CALL_BYTES;
 use super::{Counts, Observer, Sweep};
 use crate::Error;
-use crate::events::EventEncoder;
+use crate::events::Roster;
 use crate::evict::precheck::{self, KeyRead, KeyStatus, Read};
 use crate::evict::script::{KeyReply, Params};
-use crate::evict::transaction::{self, Evicted, TxKey};
+use crate::evict::transaction::{self, TxKey};
 use crate::evict::{Clock, Cutoff};
 use crate::store::{Conn, Node, Store};
 use crate::storm::Admit;
@@ -144,7 +145,6 @@ impl Sweep {
         if opts.dry_run {
             return self.dry_run(node, &refs, reads.keys, ctx, out).await;
         }
-        let budget = self.evict.max_members_per_call as u64;
         // Clean keys whose size is still to be read (a full pass reads it only for them).
         let mut clean: Vec<usize> = Vec::new();
         // Keys holding zombies, with how many (at most): transactions of at most `budget` zombies
@@ -157,6 +157,17 @@ impl Sweep {
         // What a tracking read saw of each stale key, should the guard hold its eviction.
         let mut seen: HashMap<usize, KeyRead> = HashMap::new();
         let mut newest = f64::NEG_INFINITY;
+        if opts.track {
+            // Ids as long as the probe saw bound this check's calls, before they bring any back.
+            let (mut n, mut bytes, mut longest) = (0, 0, 0);
+            for read in reads.keys.iter().filter_map(|r| r.set()) {
+                n += usize::from(read.id_bytes > 0);
+                bytes += read.id_bytes;
+                longest = longest.max(read.id_bytes);
+            }
+            self.sizing.observe(n, bytes, longest);
+        }
+        let budget = self.sizing.budget(self.evict.max_members_per_call) as u64;
         for (i, read) in reads.keys.into_iter().enumerate() {
             let read = match read {
                 KeyStatus::NotZset => {
@@ -220,19 +231,26 @@ impl Sweep {
                 return Ok(());
             }
         }
+        // Each transaction call removes at most `budget` members and brings back about
+        // `CALL_BYTES` at most.
         let mut transactions: Vec<Vec<usize>> = Vec::new();
-        let mut in_last = 0;
+        let (mut in_last, mut bytes_last) = (0, 0);
         let mut big: Vec<usize> = Vec::new();
         for (i, zombies) in stale {
             if zombies > budget {
                 big.push(i);
                 continue;
             }
-            if transactions.is_empty() || in_last + zombies > budget {
+            let bytes = self.sizing.key_bytes(zombies);
+            if transactions.is_empty()
+                || in_last + zombies > budget
+                || bytes_last + bytes > CALL_BYTES
+            {
                 transactions.push(Vec::new());
-                in_last = 0;
+                (in_last, bytes_last) = (0, 0);
             }
             in_last += zombies;
+            bytes_last += bytes;
             transactions.last_mut().expect("pushed above").push(i);
         }
         let first_zombie = transactions.first().and_then(|g| g.first()).or(big.first());
@@ -359,6 +377,7 @@ impl Sweep {
                     cutoff,
                     opts.fixed,
                     opts.track,
+                    self.sizing.roster(),
                 )
                 .await;
                 (group, outcome)
@@ -403,10 +422,7 @@ impl Sweep {
         out: &mut Checked,
     ) -> Result<(), Error> {
         ctx.observer.progress();
-        let mut events = Events::for_removals(results.iter().filter_map(|r| match r {
-            TxKey::Done(e) => Some((e.removed.len(), e.roster_json.as_slice())),
-            _ => None,
-        }));
+        let mut events = Events::default();
         let mut uncounted = Vec::new();
         for (&i, result) in group.iter().zip(results) {
             let evicted = match result {
@@ -422,7 +438,9 @@ impl Sweep {
             };
             match evicted.card {
                 Some(card) => {
-                    self.account(keys[i], &evicted, card, now, &mut events, out, ctx.observer);
+                    let removal = Removal::of(keys[i], &evicted, card, now);
+                    self.count_removal(&removal, true, &mut events, node, ctx, out)
+                        .await;
                     out.states[i] = self.live(card, evicted.oldest);
                 }
                 None => uncounted.push((i, evicted)),
@@ -445,53 +463,40 @@ impl Sweep {
                 }
             };
             for ((i, evicted), card) in uncounted.into_iter().zip(cards) {
-                let card = card.unwrap_or(evicted.roster_len as u64);
-                self.account(keys[i], &evicted, card, now, &mut events, out, ctx.observer);
+                let card = card.unwrap_or(evicted.roster.len() as u64);
+                let removal = Removal::of(keys[i], &evicted, card, now);
+                self.count_removal(&removal, true, &mut events, node, ctx, out)
+                    .await;
                 out.states[i] = self.live(card, evicted.oldest);
             }
         }
-        self.publish(node, ctx.routed, events, &mut out.counts, ctx.observer)
-            .await
+        self.flush(&mut events, node, ctx, &mut out.counts).await;
+        Self::outcome(events)
     }
 
-    /// Counts a key a transaction swept and queues the events of what was removed from it.
-    #[allow(clippy::too_many_arguments)]
-    fn account(
+    /// Counts a removal (the key too if it is `finished`) and announces it.
+    async fn count_removal(
         &self,
-        key: &[u8],
-        evicted: &Evicted,
-        card: u64,
-        now: f64,
-        events: &mut Events,
-        out: &mut Checked,
-        observer: &dyn Observer,
-    ) {
-        let removal = Removal {
-            key,
-            removed: &evicted.removed,
-            roster_json: &evicted.roster_json,
-            card,
-            now,
-        };
-        self.count_removal(&removal, true, events, out, observer);
-    }
-
-    /// Counts a removal (the key too if it is `finished`) and queues its events.
-    fn count_removal(
-        &self,
-        r: &Removal,
+        r: &Removal<'_>,
         finished: bool,
         events: &mut Events,
+        node: &mut Node,
+        ctx: CheckCtx<'_>,
         out: &mut Checked,
-        observer: &dyn Observer,
     ) {
         if finished {
             out.counts.keys += 1;
             out.counts.members += r.card;
-            observer.key_checked(r.card);
+            ctx.observer.key_checked(r.card);
         }
         out.counts.evicted += r.removed.len() as u64;
-        self.announce(r, events, observer);
+        let ids = r.removed.iter().map(|(m, _)| m.len());
+        self.sizing.observe(
+            r.removed.len() + r.roster.len(),
+            ids.clone().sum::<usize>() + r.roster.json_len(),
+            ids.max().unwrap_or(0).max(r.roster.longest()),
+        );
+        self.announce(r, events, node, ctx, &mut out.counts).await;
     }
 
     /// Keys holding more zombies than one call may remove: the bounded script, called again for
@@ -508,11 +513,12 @@ impl Sweep {
         // The first call may remove a sixteenth of the budget and each next one twice as many as
         // the last, like the SCAN pages ([`FIRST_PAGE_SHARE`]): a key this big is often met first
         // thing in a pass, by a Redis that has been idle and runs every command slow for a while.
-        let most = self.evict.max_members_per_call;
+        let most = self.sizing.budget(self.evict.max_members_per_call);
         let mut params = Params {
             ttl: self.config.ttl,
             unit: self.config.score_unit,
             budget: (most / FIRST_PAGE_SHARE as usize).max(1),
+            roster: self.sizing.roster(),
             clock: opts.fixed.map_or(Clock::Redis, Clock::Fixed),
         };
         for group in slot_groups(keys, &big, node.needs_slot_groups()) {
@@ -537,24 +543,25 @@ impl Sweep {
                             continue;
                         }
                     };
-                    let roster_json = EventEncoder::roster_json(&swept.roster);
+                    let roster = Roster::of(&swept.roster);
                     let removal = Removal {
                         key: keys[i],
                         removed: &swept.removed,
-                        roster_json: &roster_json,
+                        roster: &roster,
                         card: swept.card,
                         now: reply.now,
                     };
                     // A key the budget did not finish is counted once finished.
-                    self.count_removal(&removal, !swept.more, &mut events, out, ctx.observer);
+                    self.count_removal(&removal, !swept.more, &mut events, node, ctx, out)
+                        .await;
                     if swept.more {
                         next.push(i);
                     } else {
                         out.states[i] = self.live(swept.card, swept.oldest);
                     }
                 }
-                self.publish(node, ctx.routed, events, &mut out.counts, ctx.observer)
-                    .await?;
+                self.flush(&mut events, node, ctx, &mut out.counts).await;
+                Self::outcome(events)?;
                 pending = next;
             }
         }

@@ -4,7 +4,8 @@
 //! - this module: [`Sweep`], what every check of it shares, and what checks report to;
 //! - `check`: one batch of keys, read, evicted and announced: the one evictor every source of
 //!   work (a full pass, a deadline, reconciliation) goes through;
-//! - `announce`: the events of what was removed, and publishing them.
+//! - `announce`: the events of what was removed, and publishing them;
+//! - `sizing`: how big calls may be, from the length of the ids met.
 //!
 //! The daemon publishes the events from the eviction's reply instead of a script publishing
 //! them. Why: ids that are not valid UTF-8 cannot be encoded as JSON in Lua (cjson passes the
@@ -18,13 +19,14 @@
 
 mod announce;
 mod check;
+mod sizing;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::Error;
-use crate::config::{Config, EvictConfig, SweepConfig};
+use crate::config::{Config, EventsConfig, EvictConfig, SweepConfig};
 use crate::events::EventEncoder;
 use crate::evict::EvictScript;
 use crate::preflight;
@@ -46,6 +48,8 @@ pub struct Sweep {
     evict: EvictConfig,
     sharded_pubsub: bool,
     guard: StormGuard,
+    /// How big its calls may be, from its ids' length.
+    sizing: sizing::Sizing,
     /// When each node (by its id) last passed its preflight.
     preflights: Mutex<HashMap<String, Instant>>,
 }
@@ -57,6 +61,7 @@ impl Sweep {
         Self::with_settings(
             config,
             &settings.evict,
+            &settings.events,
             settings.redis.sharded_pubsub,
             GuardMetrics::detached(),
         )
@@ -66,11 +71,13 @@ impl Sweep {
     pub(crate) fn with_settings(
         config: &SweepConfig,
         evict: &EvictConfig,
+        events: &EventsConfig,
         sharded_pubsub: bool,
         guard: GuardMetrics,
     ) -> Self {
         Self {
-            encoder: EventEncoder::new(&config.event, &config.name),
+            encoder: EventEncoder::new(&config.event, &config.name, events.max_bytes),
+            sizing: sizing::Sizing::new(events.max_bytes),
             guard: StormGuard::new(&config.storm_guard, &config.name, config.ttl, guard),
             config: config.clone(),
             script: EvictScript::new(),
