@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::config::{Config, ConfigError, redact_url};
 use crate::engine::Engine;
+use crate::error::Trouble;
 use crate::health::Health;
 use crate::http;
 use crate::metrics::Metrics;
@@ -26,7 +27,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Re-reads the configuration (file and environment) on SIGHUP.
-pub type Loader = Box<dyn Fn() -> Result<Config, ConfigError> + Send>;
+pub type Loader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
 
 /// Everything the daemon needs from outside; tests build it with their own listener, channels
 /// and loader.
@@ -47,8 +48,10 @@ impl Daemon {
     /// Runs until `cancel` fires.
     ///
     /// Redis being away is never fatal: connecting is retried, and work that fails is logged
-    /// and tried again. On `cancel` readiness drops, no new eviction starts, calls in flight
-    /// finish and publish their events (up to [`DRAIN_TIMEOUT`]), then the server stops.
+    /// and tried again. A reload (SIGHUP) while connecting takes effect at once, so a fixed
+    /// password file needs no restart; a reload that changes `[redis]` (a rotated password)
+    /// reconnects. On `cancel` readiness drops, no new eviction starts, calls in flight finish
+    /// and publish their events (up to [`DRAIN_TIMEOUT`]), then the server stops.
     pub async fn run(self, cancel: CancellationToken) -> Result<(), Error> {
         let Self {
             mut config,
@@ -74,85 +77,226 @@ impl Daemon {
             health.sweep(&s.name);
         }
         metrics.set_redis_up(false);
-        let watch = health.register_loop("start-up");
-
-        let url = redact_url(&config.redis.url);
-        notifier.status(&format!("connecting to Redis at {url}"));
-        let on_failure = |e: &Error, retry_in: Duration| {
-            notifier.status(&format!("waiting for Redis at {url}: {e}"));
-            notifier.extend_start_timeout(retry_in + config.redis.connect_timeout * 2);
-            notifier.watchdog();
+        let mut ctx = Ctx {
+            reloads: &mut reloads,
+            loader: &loader,
+            metrics: &metrics,
+            health: &health,
+            notifier: &notifier,
         };
-        let Some(store) = Store::connect_with_retry(&config.redis, &cancel, on_failure).await
-        else {
-            watch.retire();
-            notifier.stopping();
-            return stop_server(server, http_stop).await;
-        };
-        watch.retire();
-        health.set_redis_up(true);
-        metrics.set_redis_up(true);
-
-        let probe = tokio::spawn(probe_redis(
-            store.clone(),
-            metrics.clone(),
-            health.clone(),
-            cancel.clone(),
-        ));
-        let mut engine = Engine::new(
-            store,
-            &config,
-            metrics.clone(),
-            health.clone(),
-            notifier.clone(),
-            cancel.clone(),
-        );
-        engine.apply(&config).await?;
-        let status = |n: usize| format!("sweeping ({n} sweeps)");
-        notifier.ready(&status(engine.sweep_count()));
-        tracing::info!(
-            sweeps = engine.sweep_count(),
-            "connected to Redis; sweeping"
-        );
-
         loop {
-            tokio::select! {
-                () = cancel.cancelled() => break,
-                Some(()) = reloads.recv() => {
-                    notifier.reloading();
-                    match loader() {
-                        Ok(new) => {
-                            warn_restart_needed(&config, &new);
-                            // Connection, server and logging keep running as they started.
-                            config = Config { redis: config.redis, http: config.http, log: config.log, ..new };
-                            engine.apply(&config).await?;
-                            metrics.config_reload(true);
-                            tracing::info!(sweeps = engine.sweep_count(), "configuration reloaded");
-                        }
-                        Err(e) => {
-                            metrics.config_reload(false);
-                            tracing::error!(
-                                error = %e,
-                                "configuration reload rejected; the running configuration stays in effect"
-                            );
-                        }
-                    }
-                    notifier.ready(&status(engine.sweep_count()));
-                }
-                () = engine.step() => {}
+            let Some(store) = connect(&mut config, &mut ctx, &cancel).await else {
+                break;
+            };
+            match serve(store, &mut config, &mut ctx, &cancel).await? {
+                Next::Stop => break,
+                Next::Reconnect => {}
             }
         }
-
         notifier.stopping();
-        health.set_shutting_down();
-        let drained = tokio::time::timeout(DRAIN_TIMEOUT, engine.drain()).await;
-        if drained.is_err() {
-            tracing::warn!("work still in flight after the drain deadline; abandoning it");
-        }
-        engine.abort().await;
-        engine.retire();
-        let _ = probe.await;
         stop_server(server, http_stop).await
+    }
+}
+
+/// What the phases of the daemon share.
+struct Ctx<'a> {
+    reloads: &'a mut mpsc::Receiver<()>,
+    loader: &'a Loader,
+    metrics: &'a Arc<Metrics>,
+    health: &'a Arc<Health>,
+    notifier: &'a Arc<Notifier>,
+}
+
+/// What follows a connection's life.
+enum Next {
+    Stop,
+    /// `[redis]` changed: connect again with it.
+    Reconnect,
+}
+
+/// Connects, retrying with a capped exponential backoff until Redis answers or `cancel` fires
+/// (then `None`). Every failure is logged, counted by kind and shown on `/readyz`; a reload
+/// meanwhile replaces the configuration (`[redis]` included) and tries again at once.
+async fn connect(
+    config: &mut Config,
+    ctx: &mut Ctx<'_>,
+    cancel: &CancellationToken,
+) -> Option<Store> {
+    let watch = ctx.health.register_loop("start-up");
+    let mut delay = FIRST_RETRY;
+    let mut attempt = 1u32;
+    loop {
+        let url = redact_url(&config.redis.url);
+        ctx.notifier
+            .status(&format!("connecting to Redis at {url}"));
+        match Store::connect(&config.redis).await {
+            Ok(store) => {
+                if attempt > 1 {
+                    tracing::info!(attempt, "connected to Redis");
+                }
+                watch.retire();
+                ctx.health.set_redis(Ok(()));
+                ctx.metrics.set_redis_up(true);
+                return Some(store);
+            }
+            Err(e) => {
+                let why = redis_down(&e);
+                let trouble = e.trouble();
+                ctx.metrics.redis_failure(trouble);
+                if matches!(trouble, Trouble::Credentials | Trouble::Permission) {
+                    // Retrying will not help until someone fixes it: say so loudly.
+                    tracing::error!(
+                        error = %e,
+                        attempt,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "Redis refused the daemon's credentials; fix them and send SIGHUP (retrying meanwhile)"
+                    );
+                } else {
+                    tracing::warn!(
+                        error = %e,
+                        attempt,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "Redis is not reachable yet; retrying"
+                    );
+                }
+                ctx.notifier
+                    .status(&format!("waiting for Redis at {url}: {why}"));
+                ctx.notifier
+                    .extend_start_timeout(delay + config.redis.connect_timeout * 2);
+                ctx.notifier.watchdog();
+                ctx.health.set_redis(Err(why));
+            }
+        }
+        tokio::select! {
+            () = cancel.cancelled() => {
+                watch.retire();
+                return None;
+            }
+            Some(()) = ctx.reloads.recv() => {
+                ctx.notifier.reloading();
+                if let Some(new) = reload(config, ctx, true) {
+                    *config = new;
+                    delay = FIRST_RETRY;
+                }
+                continue;
+            }
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(MAX_RETRY);
+        attempt += 1;
+    }
+}
+
+/// Sweeps with `store` until shutdown, or until a reload changes `[redis]`; then drains.
+async fn serve(
+    store: Store,
+    config: &mut Config,
+    ctx: &mut Ctx<'_>,
+    cancel: &CancellationToken,
+) -> Result<Next, Error> {
+    // This connection's work stops on shutdown, or to reconnect.
+    let stop = cancel.child_token();
+    let probe = tokio::spawn(probe_redis(
+        store.clone(),
+        ctx.metrics.clone(),
+        ctx.health.clone(),
+        stop.clone(),
+    ));
+    let mut engine = Engine::new(
+        store,
+        config,
+        ctx.metrics.clone(),
+        ctx.health.clone(),
+        ctx.notifier.clone(),
+        stop.clone(),
+    );
+    engine.apply(config).await?;
+    let status = |n: usize| format!("sweeping ({n} sweeps)");
+    ctx.notifier.ready(&status(engine.sweep_count()));
+    tracing::info!(
+        sweeps = engine.sweep_count(),
+        "connected to Redis; sweeping"
+    );
+    let next = loop {
+        tokio::select! {
+            () = cancel.cancelled() => break Next::Stop,
+            Some(()) = ctx.reloads.recv() => {
+                ctx.notifier.reloading();
+                if let Some(new) = reload(config, ctx, false) {
+                    if new.redis != config.redis {
+                        tracing::info!(
+                            "configuration reloaded; the Redis settings changed: reconnecting with them"
+                        );
+                        *config = new;
+                        break Next::Reconnect;
+                    }
+                    *config = new;
+                    engine.apply(config).await?;
+                    tracing::info!(sweeps = engine.sweep_count(), "configuration reloaded");
+                }
+                ctx.notifier.ready(&status(engine.sweep_count()));
+            }
+            () = engine.step() => {}
+        }
+    };
+    match next {
+        Next::Stop => {
+            ctx.notifier.stopping();
+            ctx.health.set_shutting_down();
+        }
+        Next::Reconnect => {
+            ctx.health
+                .set_redis(Err("reconnecting to Redis with new settings".into()));
+            ctx.metrics.set_redis_up(false);
+        }
+    }
+    stop.cancel();
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, engine.drain()).await;
+    if drained.is_err() {
+        tracing::warn!("work still in flight after the drain deadline; abandoning it");
+    }
+    engine.abort().await;
+    engine.retire();
+    let _ = probe.await;
+    Ok(next)
+}
+
+/// Reads the configuration again; `None` (logged and counted) if it is rejected. `[http]` and
+/// `[log]` keep their running values; a changed `[redis]` is the caller's to act on.
+fn reload(config: &Config, ctx: &Ctx<'_>, connecting: bool) -> Option<Config> {
+    match (ctx.loader)() {
+        Ok(new) => {
+            warn_restart_needed(config, &new);
+            ctx.metrics.config_reload(true);
+            if connecting {
+                tracing::info!("configuration reloaded; connecting with it");
+            }
+            // The server and logging keep running as they started.
+            Some(Config {
+                http: config.http.clone(),
+                log: config.log.clone(),
+                ..new
+            })
+        }
+        Err(e) => {
+            ctx.metrics.config_reload(false);
+            tracing::error!(
+                error = %e,
+                "configuration reload rejected; the running configuration stays in effect"
+            );
+            None
+        }
+    }
+}
+
+/// Why Redis is not usable, for `/readyz`: a refusal of the credentials or of a command is not
+/// an outage, and says what to fix.
+fn redis_down(e: &Error) -> String {
+    match e.trouble() {
+        Trouble::Credentials => format!("Redis refused the credentials: {e}"),
+        Trouble::Permission => e.to_string(),
+        Trouble::Unreachable => format!("Redis is unreachable: {e}"),
+        Trouble::Other => format!("Redis is not usable: {e}"),
     }
 }
 
@@ -171,9 +315,6 @@ fn stall_timeout(config: &Config) -> Duration {
 /// Settings a reload cannot change in a running process; say so instead of ignoring them.
 fn warn_restart_needed(old: &Config, new: &Config) {
     let mut changed = Vec::new();
-    if old.redis != new.redis {
-        changed.push("redis");
-    }
     if old.http != new.http {
         changed.push("http");
     }
@@ -188,6 +329,11 @@ fn warn_restart_needed(old: &Config, new: &Config) {
     }
 }
 
+/// First wait between connection attempts; it doubles up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+/// Longest wait between connection attempts.
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
 /// PINGs Redis every [`PROBE_INTERVAL`] until shutdown, logging changes of state.
 async fn probe_redis(
     store: Store,
@@ -201,26 +347,37 @@ async fn probe_redis(
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(PROBE_INTERVAL) => {}
         }
-        let up = match tokio::time::timeout(PROBE_INTERVAL, store.ping()).await {
-            Ok(Ok(())) => true,
+        let status = match tokio::time::timeout(PROBE_INTERVAL, store.ping()).await {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
+                metrics.redis_failure(e.trouble());
                 if was_up {
-                    tracing::warn!(error = %e, "Redis stopped answering");
+                    match e.trouble() {
+                        Trouble::Credentials | Trouble::Permission => tracing::error!(
+                            error = %e,
+                            "Redis refused the daemon's credentials; fix them and send SIGHUP"
+                        ),
+                        _ => tracing::warn!(error = %e, "Redis stopped answering"),
+                    }
                 }
-                false
+                Err(redis_down(&e))
             }
             Err(_) => {
+                metrics.redis_failure(Trouble::Unreachable);
                 if was_up {
                     tracing::warn!("Redis did not answer a PING within {PROBE_INTERVAL:?}");
                 }
-                false
+                Err(format!(
+                    "Redis is unreachable: no answer to a PING within {PROBE_INTERVAL:?}"
+                ))
             }
         };
+        let up = status.is_ok();
         if up && !was_up {
             tracing::info!("Redis answers again");
         }
         was_up = up;
-        health.set_redis_up(up);
+        health.set_redis(status);
         metrics.set_redis_up(up);
     }
 }

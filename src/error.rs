@@ -49,3 +49,59 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+/// What an error says about the daemon's standing with Redis: readiness and metrics report the
+/// kind, so that a wrong password is not taken for an outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trouble {
+    /// Redis refused the credentials (a wrong or missing password, an unknown user).
+    Credentials,
+    /// The user may not run a command it needs (an ACL).
+    Permission,
+    /// No answer: down, unreachable, timed out, the connection lost.
+    Unreachable,
+    /// Anything else (an unexpected reply, a server error).
+    Other,
+}
+
+impl Trouble {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Credentials => "credentials",
+            Self::Permission => "permission",
+            Self::Unreachable => "unreachable",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl Error {
+    /// What kind of trouble with Redis this is.
+    pub fn trouble(&self) -> Trouble {
+        match self {
+            Self::Connect { source, .. } | Self::Redis(source) => redis_trouble(source),
+            Self::Permission { .. } => Trouble::Permission,
+            _ => Trouble::Other,
+        }
+    }
+}
+
+fn redis_trouble(e: &redis::RedisError) -> Trouble {
+    // NOAUTH: a password is required and none was given; WRONGPASS: a wrong one, or an unknown
+    // user (Redis does not say which).
+    let credentials = e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
+        || ["WRONGPASS", "NOAUTH", "invalid username-password"]
+            .iter()
+            .any(|s| e.to_string().contains(s));
+    if credentials {
+        Trouble::Credentials
+    } else if e.code() == Some("NOPERM") {
+        Trouble::Permission
+    } else if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+        Trouble::Unreachable
+    } else {
+        Trouble::Other
+    }
+}

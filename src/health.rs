@@ -18,7 +18,8 @@ use crate::store::NodeId;
 /// Shared health state of the daemon.
 #[derive(Debug)]
 pub struct Health {
-    redis_up: AtomicBool,
+    /// Why Redis is not usable now; `None` while it answers.
+    redis_down: Mutex<Option<String>>,
     shutting_down: AtomicBool,
     stall_after: Duration,
     state: Mutex<State>,
@@ -51,7 +52,7 @@ impl Health {
     /// A walk that made no progress for `stall_after` counts as stuck.
     pub fn new(stall_after: Duration) -> Arc<Self> {
         Arc::new(Self {
-            redis_up: AtomicBool::new(false),
+            redis_down: Mutex::new(Some("not connected to Redis yet".into())),
             shutting_down: AtomicBool::new(false),
             stall_after,
             state: Mutex::default(),
@@ -115,14 +116,18 @@ impl Health {
         }
     }
 
-    /// Records whether the last Redis round trip succeeded.
-    pub fn set_redis_up(&self, up: bool) {
-        self.redis_up.store(up, Ordering::Relaxed);
+    /// Records how the last Redis round trip went: `Err` says why Redis is not usable, for
+    /// `/readyz`.
+    pub fn set_redis(&self, status: Result<(), String>) {
+        *self.redis_down.lock().unwrap_or_else(|e| e.into_inner()) = status.err();
     }
 
-    /// Whether the last Redis round trip succeeded.
-    pub fn redis_up(&self) -> bool {
-        self.redis_up.load(Ordering::Relaxed)
+    /// Why Redis is not usable now, if it is not.
+    fn redis_down(&self) -> Option<String> {
+        self.redis_down
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// From now on the daemon is not ready (it drains).
@@ -155,10 +160,10 @@ impl Health {
         if self.shutting_down() {
             return Err("shutting down".into());
         }
-        let state = self.state();
-        if !self.redis_up() {
-            return Err("Redis is unreachable".into());
+        if let Some(why) = self.redis_down() {
+            return Err(why);
         }
+        let state = self.state();
         if let Some((name, _)) = state.loops.iter().find(|(_, l)| l.stopped) {
             return Err(format!("{name}: its loop stopped"));
         }
@@ -256,8 +261,8 @@ mod tests {
         h.sweep("online");
         h.sweep("typing");
         h.set_nodes([node("a"), node("b")]);
-        assert_eq!(h.readiness().unwrap_err(), "Redis is unreachable");
-        h.set_redis_up(true);
+        assert_eq!(h.readiness().unwrap_err(), "not connected to Redis yet");
+        h.set_redis(Ok(()));
         h.walked("online", &node("a"));
         h.walked("online", &node("b"));
         h.walked("typing", &node("a"));
@@ -275,9 +280,12 @@ mod tests {
             h.readiness().is_ok(),
             "a failover does not make readiness flap"
         );
-        h.set_redis_up(false);
-        assert!(h.readiness().is_err());
-        h.set_redis_up(true);
+        h.set_redis(Err("Redis refused the credentials: WRONGPASS".into()));
+        assert_eq!(
+            h.readiness().unwrap_err(),
+            "Redis refused the credentials: WRONGPASS"
+        );
+        h.set_redis(Ok(()));
         h.set_shutting_down();
         assert_eq!(h.readiness().unwrap_err(), "shutting down");
         assert!(h.liveness().is_ok());
@@ -286,7 +294,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn live_unless_a_walk_is_stuck_or_a_loop_died() {
         let h = Health::new(Duration::from_secs(60));
-        h.set_redis_up(true);
+        h.set_redis(Ok(()));
         let a = h.register_loop("primary a");
         // Idle for an hour (a cron schedule) is fine; Redis down is fine.
         tokio::time::advance(Duration::from_secs(3600)).await;

@@ -15,6 +15,7 @@ use prometheus::{
 };
 
 use crate::config::SweepConfig;
+use crate::error::Trouble;
 use crate::store::NodeId;
 use crate::storm::GuardMetrics;
 use crate::sweep::Observer;
@@ -58,6 +59,7 @@ pub struct Metrics {
     lost: IntCounterVec,
     lag: HistogramVec,
     redis_up: IntGauge,
+    redis_failures: IntCounterVec,
     notifications_in_use: IntGaugeVec,
     notifications_expected: IntGauge,
     outages: IntCounterVec,
@@ -174,6 +176,14 @@ impl Metrics {
                 "1 if the last Redis round trip succeeded, else 0.",
             ))
             .expect("valid metric"),
+            redis_failures: IntCounterVec::new(
+                opts(
+                    "redis_failures_total",
+                    "Failed connection attempts and health probes of Redis, by kind: credentials (a wrong or missing password, an unknown user), permission (an ACL), unreachable, other.",
+                ),
+                &["kind"],
+            )
+            .expect("valid metric"),
             notifications_in_use: IntGaugeVec::new(
                 opts(
                     "notifications_in_use",
@@ -248,6 +258,7 @@ impl Metrics {
             Box::new(m.lost.clone()),
             Box::new(m.lag.clone()),
             Box::new(m.redis_up.clone()),
+            Box::new(m.redis_failures.clone()),
             Box::new(m.notifications_in_use.clone()),
             Box::new(m.notifications_expected.clone()),
             Box::new(m.outages.clone()),
@@ -263,6 +274,9 @@ impl Metrics {
         }
         for result in ["success", "error"] {
             m.config_reloads.with_label_values(&[result]);
+        }
+        for kind in ["credentials", "permission", "unreachable", "other"] {
+            m.redis_failures.with_label_values(&[kind]);
         }
         m
     }
@@ -381,6 +395,13 @@ impl Metrics {
     /// Records whether the last Redis round trip succeeded.
     pub fn set_redis_up(&self, up: bool) {
         self.redis_up.set(i64::from(up));
+    }
+
+    /// Counts a failed connection attempt or probe, by what went wrong.
+    pub fn redis_failure(&self, trouble: Trouble) {
+        self.redis_failures
+            .with_label_values(&[trouble.label()])
+            .inc();
     }
 
     /// Counts a configuration reload.

@@ -331,3 +331,124 @@ async fn ids_cannot_forge_text_log_lines() {
     assert!(!log.contains(&long), "a long id is cut: {log}");
     assert!(log.contains("(+4032 bytes)"), "{log}");
 }
+
+/// Waits until `/readyz` answers 503 with a body containing `needle`.
+fn wait_unready(d: &Binary, needle: &str) -> String {
+    let addr = d.http_addr();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, body) = support::http_get(addr, "/readyz");
+        if status == 503 && body.contains(needle) {
+            return body;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/readyz: {status} {body}; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A zombie, and waits until it is gone.
+fn evicts_a_zombie(server: &RedisServer, password: &str) {
+    let client =
+        redis::Client::open(format!("redis://:{password}@127.0.0.1:{}/0", server.port)).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let now = redis_now(&mut con);
+    let _: () = redis::cmd("ZADD")
+        .arg("presence:auth:online")
+        .arg(now - 60.0)
+        .arg("zombie")
+        .query(&mut con)
+        .unwrap();
+    support::wait_until("the zombie evicted", Duration::from_secs(10), || {
+        let n: u64 = redis::cmd("ZCARD")
+            .arg("presence:auth:online")
+            .query(&mut con)
+            .unwrap();
+        n == 0
+    });
+}
+
+/// A wrong password is reported as such (log, /readyz, metrics), and fixing the password file
+/// plus SIGHUP recovers, at start and after a rotation while running.
+#[test]
+fn a_wrong_password_is_named_and_sighup_recovers() {
+    let server = RedisServer::start_with(&["--requirepass", "first-pw"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pw = support::write_file(dir.path(), "redis-password", "not-the-pw\n");
+    let d = Binary::spawn(
+        &online(&format!(
+            "[redis]\npassword_file = {:?}\n",
+            pw.to_str().unwrap()
+        )),
+        &[
+            "--redis-url",
+            &format!("redis://127.0.0.1:{}/0", server.port),
+        ],
+        &[],
+    );
+    let body = wait_unready(&d, "Redis refused the credentials");
+    assert!(!body.contains("not-the-pw"), "{body}");
+    assert_eq!(support::http_get(d.http_addr(), "/healthz").0, 200);
+    d.wait_for_log(
+        "Redis refused the daemon's credentials",
+        1,
+        Duration::from_secs(5),
+    );
+    assert!(d.log().contains(" ERROR "), "{}", d.log());
+    let s = support::scrape(d.http_addr());
+    assert!(
+        support::metric(
+            &s,
+            "presence_sweeper_redis_failures_total",
+            &[("kind", "credentials")]
+        )
+        .unwrap()
+            >= 1.0
+    );
+    assert_eq!(
+        support::metric(
+            &s,
+            "presence_sweeper_redis_failures_total",
+            &[("kind", "unreachable")]
+        ),
+        Some(0.0)
+    );
+
+    // Fixed, and SIGHUP: no restart needed.
+    std::fs::write(&pw, "first-pw\n").unwrap();
+    d.signal("HUP");
+    d.wait_ready(Duration::from_secs(10));
+    evicts_a_zombie(&server, "first-pw");
+
+    // Rotated on the server while running: the daemon's connections are dropped and cannot
+    // come back with the old password.
+    let admin =
+        redis::Client::open(format!("redis://:first-pw@127.0.0.1:{}/0", server.port)).unwrap();
+    let mut con = admin.get_connection().unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("second-pw")
+        .query(&mut con)
+        .unwrap();
+    let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut con);
+    let _: redis::RedisResult<()> = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con);
+    wait_unready(&d, "Redis refused the credentials");
+    std::fs::write(&pw, "second-pw\n").unwrap();
+    d.signal("HUP");
+    d.wait_for_log("reconnecting with them", 1, Duration::from_secs(10));
+    d.wait_ready(Duration::from_secs(10));
+    evicts_a_zombie(&server, "second-pw");
+    assert!(!d.log().contains("first-pw") && !d.log().contains("second-pw"));
+}

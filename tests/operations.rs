@@ -246,7 +246,7 @@ fn sighup_adds_and_removes_sweeps_and_flags_restart_only_settings() {
         &d,
         "[sweeps.online]\nenabled = false\n[sweeps.typing]\nenabled = false\n\
          [sweeps.cursor]\nmatch = \"cursor:*\"\nttl = \"1s\"\nschedule = \"100ms\"\nevent = \"cursor.gone\"\n\
-         [redis]\ncommand_timeout = \"7s\"\n",
+         [log]\nformat = \"json\"\n",
     );
     d.signal("HUP");
     d.wait_for_log("configuration reloaded", 1, Duration::from_secs(10));

@@ -24,7 +24,6 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
-use tokio_util::sync::CancellationToken;
 
 pub use self::conn::{Conn, Node, NodeId};
 pub(crate) use self::packed::{Packed, SendPacked, all_ok};
@@ -32,9 +31,6 @@ use self::sentinel::SentinelBackend;
 use self::wire::{Target, Wire};
 use crate::Error;
 use crate::config::{RedisConfig, RedisMode, redact_url};
-
-/// Cap of the wait between two connection attempts at start.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// A connection to Redis. Clones share it, so concurrent commands from several sweeps are
 /// pipelined on the same sockets.
@@ -83,43 +79,6 @@ impl Store {
                 url: describe(cfg),
                 source,
             })
-    }
-
-    /// Connects, retrying with a capped exponential backoff until Redis answers or `cancel`
-    /// fires (then `None`). Every failed attempt is logged and reported to `on_failure` with the
-    /// wait before the next one.
-    pub async fn connect_with_retry(
-        cfg: &RedisConfig,
-        cancel: &CancellationToken,
-        on_failure: impl Fn(&Error, Duration),
-    ) -> Option<Self> {
-        let mut delay = Duration::from_millis(200);
-        let mut attempt = 1u32;
-        loop {
-            match Self::connect(cfg).await {
-                Ok(store) => {
-                    if attempt > 1 {
-                        tracing::info!(attempt, "connected to Redis");
-                    }
-                    return Some(store);
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        error = %e,
-                        attempt,
-                        retry_in_ms = delay.as_millis() as u64,
-                        "Redis is not reachable yet; retrying"
-                    );
-                    on_failure(&e, delay);
-                }
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return None,
-                () = tokio::time::sleep(delay) => {}
-            }
-            delay = (delay * 2).min(MAX_BACKOFF);
-            attempt += 1;
-        }
     }
 
     /// A handle for commands that are not tied to a pass's node (PING, leases, sharded
