@@ -15,12 +15,17 @@ use crate::engine::Engine;
 use crate::error::Trouble;
 use crate::health::Health;
 use crate::http;
+use crate::logging::LogStats;
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::systemd::Notifier;
 
 /// How long shutdown waits for work in flight; below the 5 s an orchestrator is promised.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// When a shut-down process exits whatever it is doing: the drain, the server's stop and the
+/// log's flush fit in it, and it is within the 5 s promised.
+pub const EXIT_DEADLINE: Duration = Duration::from_millis(4750);
 
 /// How often Redis is PINGed, so `redis_up` and `/readyz` stay current even when nothing else
 /// talks to Redis.
@@ -42,6 +47,8 @@ pub struct Daemon {
     pub loader: Loader,
     /// systemd notifications.
     pub notifier: Arc<Notifier>,
+    /// The logger's counts of lines it could not write, for the metrics.
+    pub logs: LogStats,
 }
 
 impl Daemon {
@@ -59,8 +66,10 @@ impl Daemon {
             mut reloads,
             loader,
             notifier,
+            logs,
         } = self;
         let metrics = Arc::new(Metrics::new());
+        metrics.watch_logs(logs);
         let health = Health::new(stall_timeout(&config));
         let http_stop = CancellationToken::new();
         let server = http::serve(

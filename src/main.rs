@@ -3,13 +3,15 @@
 //! configuration or usage).
 
 use std::fmt::Display;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
 use presence_sweeper::cli::{Cli, Command};
 use presence_sweeper::config::Config;
-use presence_sweeper::daemon::Daemon;
+use presence_sweeper::daemon::{Daemon, EXIT_DEADLINE};
+use presence_sweeper::logging::LogStats;
 use presence_sweeper::pass::PassOptions;
 use presence_sweeper::seed::SeedOptions;
 use presence_sweeper::simulate::SimulateOptions;
@@ -33,13 +35,18 @@ fn main() -> ExitCode {
     };
     let command = cli.command.take().unwrap_or(Command::Run);
     if let Command::CheckConfig = command {
-        print!("{}", config.to_toml());
-        eprintln!("presence-sweeper: configuration is valid");
+        if let Err(e) = out(&config.to_toml()) {
+            return failed(e);
+        }
+        say("presence-sweeper: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    if !matches!(command, Command::Healthcheck { .. }) {
-        logging::init(&config.log);
-    }
+    let logging =
+        (!matches!(command, Command::Healthcheck { .. })).then(|| logging::init(&config.log));
+    let logs = logging
+        .as_ref()
+        .map(|l| l.stats.clone())
+        .unwrap_or_default();
     // One thread: the work is waiting on Redis, and a single-threaded runtime spares the
     // cross-thread wake-ups a multi-threaded one pays for every reply.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -51,7 +58,7 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         match command {
-            Command::Run => run(config, cli).await,
+            Command::Run => run(config, cli, logs).await,
             Command::Sweep { sweeps, dry_run } => sweep(&config, &sweeps, dry_run).await,
             Command::Healthcheck { timeout } => healthcheck(&config, timeout).await,
             Command::Seed(opts) => seed(&config, &opts).await,
@@ -60,25 +67,44 @@ fn main() -> ExitCode {
             Command::CheckConfig => unreachable!("handled before the runtime starts"),
         }
     });
+    drop(runtime);
+    // What is still queued goes out before the last word, so that it comes last.
+    if let Some(logging) = logging {
+        logging.flush();
+    }
     outcome.unwrap_or_else(|e| failed(format!("{e:#}")))
+}
+
+/// A line on stderr; a stderr that is gone (a closed pipe, a full disk) is not worth a panic.
+fn say(line: impl Display) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// The command's output on stdout; failing to write it fails the command.
+fn out(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| anyhow::anyhow!("cannot write the output: {e}"))
 }
 
 /// Bad configuration or usage: exit 2.
 fn refused(why: impl Display) -> ExitCode {
-    eprintln!("presence-sweeper: {why}");
+    say(format_args!("presence-sweeper: {why}"));
     ExitCode::from(EXIT_CONFIG)
 }
 
 /// Failure at run time: exit 1.
 fn failed(why: impl Display) -> ExitCode {
-    eprintln!("presence-sweeper: {why}");
+    say(format_args!("presence-sweeper: {why}"));
     ExitCode::from(EXIT_FAILURE)
 }
 
 /// The daemon, until SIGTERM or SIGINT; SIGHUP re-reads the same sources.
-async fn run(config: Config, cli: Cli) -> anyhow::Result<ExitCode> {
+async fn run(config: Config, cli: Cli, logs: LogStats) -> anyhow::Result<ExitCode> {
     let cancel = CancellationToken::new();
-    let reloads = signals::install(cancel.clone())?;
+    let reloads = signals::install(cancel.clone(), EXIT_DEADLINE)?;
     let listener = http::bind(config.http.listen).await?;
     let daemon = Daemon {
         config,
@@ -86,6 +112,7 @@ async fn run(config: Config, cli: Cli) -> anyhow::Result<ExitCode> {
         reloads,
         loader: Box::new(move || Config::load(&cli.sources(std::env::vars().collect()))),
         notifier: Arc::new(Notifier::from_env()),
+        logs,
     };
     daemon.run(cancel).await?;
     Ok(ExitCode::SUCCESS)
@@ -98,7 +125,7 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
         Err(e) => return Ok(refused(e)),
     };
     let cancel = CancellationToken::new();
-    signals::install(cancel.clone())?;
+    signals::install(cancel.clone(), EXIT_DEADLINE)?;
     let opts = PassOptions {
         dry_run,
         ..PassOptions::default()
@@ -107,7 +134,10 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
         .await
         .map_err(|e| anyhow::anyhow!("sweep failed: {e}"))?;
     for (name, report) in reports {
-        println!("{}", oneshot::Summary::new(&name, &report, dry_run));
+        out(&format!(
+            "{}\n",
+            oneshot::Summary::new(&name, &report, dry_run)
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -125,11 +155,11 @@ async fn seed(config: &Config, opts: &SeedOptions) -> anyhow::Result<ExitCode> {
         Err(e) => return Ok(refused(e)),
     };
     let cancel = CancellationToken::new();
-    signals::install(cancel.clone())?;
+    signals::install(cancel.clone(), EXIT_DEADLINE)?;
     let report = seed::run(&plan, &config.redis, &cancel)
         .await
         .map_err(|e| anyhow::anyhow!("seed failed: {e}"))?;
-    println!("{report}");
+    out(&format!("{report}\n"))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -156,7 +186,7 @@ async fn simulate(config: &Config, opts: &SimulateOptions, json: bool) -> anyhow
         Err(e) => return Ok(refused(e)),
     };
     let cancel = CancellationToken::new();
-    signals::install(cancel.clone())?;
+    signals::install(cancel.clone(), EXIT_DEADLINE)?;
     let report = simulate::run(&plan, &config.redis, &cancel)
         .await
         .map_err(|e| anyhow::anyhow!("simulate failed: {e}"))?;
@@ -171,9 +201,8 @@ async fn simulate(config: &Config, opts: &SimulateOptions, json: bool) -> anyhow
 
 fn print_report<T: Display + serde::Serialize>(report: &T, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(report)?);
+        out(&format!("{}\n", serde_json::to_string_pretty(report)?))
     } else {
-        print!("{report}");
+        out(&report.to_string())
     }
-    Ok(())
 }

@@ -16,11 +16,39 @@ use prometheus::{
 
 use crate::config::SweepConfig;
 use crate::error::Trouble;
+use crate::logging::LogStats;
 use crate::store::NodeId;
 use crate::storm::GuardMetrics;
 use crate::sweep::Observer;
 
 const NAMESPACE: &str = "presence_sweeper";
+
+/// The logger's counts, read at each scrape.
+struct LogCollector {
+    stats: LogStats,
+    dropped: prometheus::IntCounter,
+    failed: prometheus::IntCounter,
+}
+
+impl Collector for LogCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        let mut descs = self.dropped.desc();
+        descs.extend(self.failed.desc());
+        descs
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        for (counter, now) in [
+            (&self.dropped, self.stats.dropped()),
+            (&self.failed, self.stats.failed()),
+        ] {
+            counter.inc_by(now.saturating_sub(counter.get()));
+        }
+        let mut families = self.dropped.collect();
+        families.extend(self.failed.collect());
+        families
+    }
+}
 
 /// Pass wall time: a millisecond to five minutes.
 const DURATION_BUCKETS: &[f64] = &[
@@ -395,6 +423,26 @@ impl Metrics {
     /// Records whether the last Redis round trip succeeded.
     pub fn set_redis_up(&self, up: bool) {
         self.redis_up.set(i64::from(up));
+    }
+
+    /// Reports what became of log lines that could not be written.
+    pub fn watch_logs(&self, stats: LogStats) {
+        let counter = |name: &str, help: &str| {
+            prometheus::IntCounter::with_opts(opts(name, help)).expect("valid metric")
+        };
+        let logs = LogCollector {
+            stats,
+            dropped: counter(
+                "log_lines_dropped_total",
+                "Log lines dropped because stderr's reader fell behind (the daemon never waits for its log).",
+            ),
+            failed: counter(
+                "log_write_errors_total",
+                "Log lines whose write to stderr failed (a closed pipe, a full disk): dropped, never fatal.",
+            ),
+        };
+        // A second registration (a test's second daemon) keeps the first.
+        let _ = self.registry.register(Box::new(logs));
     }
 
     /// Counts a failed connection attempt or probe, by what went wrong.

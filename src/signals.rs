@@ -1,13 +1,21 @@
 //! Unix signals: SIGTERM and SIGINT shut down, SIGHUP asks for a configuration reload.
 
+use std::io::Write as _;
+use std::time::Duration;
+
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 /// Cancels `cancel` on the first SIGTERM or SIGINT; a second one exits at once, for an operator
-/// who does not want to wait for the drain. Each SIGHUP sends one item on the returned channel
-/// (several SIGHUPs arriving during one reload fold into one more reload).
-pub fn install(cancel: CancellationToken) -> std::io::Result<mpsc::Receiver<()>> {
+/// who does not want to wait for the drain, and so does the process if it is still running
+/// `exit_after` the first (a thread of its own sees to that, whatever the runtime is stuck on).
+/// Each SIGHUP sends one item on the returned channel (several SIGHUPs arriving during one
+/// reload fold into one more reload).
+pub fn install(
+    cancel: CancellationToken,
+    exit_after: Duration,
+) -> std::io::Result<mpsc::Receiver<()>> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
@@ -32,6 +40,14 @@ pub fn install(cancel: CancellationToken) -> std::io::Result<mpsc::Receiver<()>>
                 "shutting down: no new passes; finishing calls in flight"
             );
             cancel.cancel();
+            std::thread::spawn(move || {
+                std::thread::sleep(exit_after);
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "presence-sweeper: still running {exit_after:?} after {name}; exiting"
+                );
+                std::process::exit(1);
+            });
         }
     });
     Ok(reload_rx)

@@ -452,3 +452,103 @@ fn a_wrong_password_is_named_and_sighup_recovers() {
     evicts_a_zombie(&server, "second-pw");
     assert!(!d.log().contains("first-pw") && !d.log().contains("second-pw"));
 }
+
+/// What a daemon whose stderr is `stderr` does: it sweeps, is ready, counts the lines it could
+/// not write, and ends within 5 s of SIGTERM, without a panic.
+fn sweeps_on_whatever_its_log(
+    stderr: std::process::Stdio,
+    after_start: impl FnOnce(),
+    counter: &str,
+    per_round: usize,
+) {
+    let server = RedisServer::start();
+    let port = support::free_port();
+    let d = &mut Binary::spawn_with_stderr(
+        &format!(
+            "[http]\nlisten = \"127.0.0.1:{port}\"\n[log]\nlevel = \"debug\"\n\
+             [sweeps.typing]\nenabled = false\n[sweeps.online]\nttl = \"2s\"\nschedule = \"500ms\"\n\
+             [sweeps.online.storm_guard]\nenabled = false\n"
+        ),
+        &["--redis-url", &server.url()],
+        &[],
+        Some(stderr),
+    );
+    after_start();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut con = server.con();
+    for round in 0..3 {
+        let now = redis_now(&mut con);
+        let mut pipe = redis::pipe();
+        for c in 0..per_round {
+            pipe.zadd(
+                format!("presence:r{round}c{c}:online"),
+                "zombie",
+                now - 10.0,
+            )
+            .ignore();
+        }
+        let _: () = pipe.query(&mut con).unwrap();
+        support::wait_until("the zombies swept", Duration::from_secs(20), || {
+            let left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+            left == 0
+        });
+    }
+    assert_eq!(support::http_get(addr, "/readyz").0, 200);
+    assert_eq!(support::http_get(addr, "/healthz").0, 200);
+    let s = support::scrape(addr);
+    assert!(
+        support::metric(&s, counter, &[]).unwrap() > 0.0,
+        "{counter}: {:?}",
+        support::metric(&s, counter, &[])
+    );
+    let asked = std::time::Instant::now();
+    d.signal("TERM");
+    let status = d.wait_exit(Duration::from_secs(6)).expect("exited");
+    assert!(
+        asked.elapsed() <= Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert!(matches!(status.code(), Some(0 | 1)), "no panic: {status:?}");
+}
+
+/// The log reader goes away (a journald restart, `| head`): stderr is a closed pipe.
+#[test]
+fn a_closed_log_pipe_never_stops_the_daemon() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    sweeps_on_whatever_its_log(
+        writer.into(),
+        move || drop(reader),
+        "presence_sweeper_log_write_errors_total",
+        200,
+    );
+}
+
+/// Stderr on a full disk: every write fails with ENOSPC.
+#[test]
+fn a_full_disk_under_the_log_never_stops_the_daemon() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    sweeps_on_whatever_its_log(
+        full.into(),
+        || {},
+        "presence_sweeper_log_write_errors_total",
+        200,
+    );
+}
+
+/// A log reader that stops reading: the pipe fills, and the daemon drops lines rather than
+/// wait for it (a debug line per eviction: more than the 16,384 lines it queues).
+#[test]
+fn a_stalled_log_reader_never_stops_the_daemon() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    sweeps_on_whatever_its_log(
+        writer.into(),
+        || {},
+        "presence_sweeper_log_lines_dropped_total",
+        7000,
+    );
+    drop(reader);
+}

@@ -323,6 +323,18 @@ pub fn binary_path() -> &'static str {
 impl Binary {
     /// Starts the binary with `args`, a config file holding `toml`, and extra environment.
     pub fn spawn(toml: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_with_stderr(toml, args, env, None)
+    }
+
+    /// [`Binary::spawn`], with stderr going to `stderr` if given (then only stdout is
+    /// collected).
+    pub fn spawn_with_stderr(
+        toml: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr: Option<Stdio>,
+    ) -> Self {
+        let own_stderr = stderr.is_none();
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("presence-sweeper.toml");
         std::fs::write(&file, toml).unwrap();
@@ -334,13 +346,15 @@ impl Binary {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(stderr.unwrap_or_else(Stdio::piped));
         let mut child = cmd.spawn().expect("spawn presence-sweeper");
         let log = Arc::new(Mutex::new(String::new()));
-        for stream in [
-            Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stdout.take().unwrap()),
-        ] {
+        let mut streams =
+            vec![Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>];
+        if own_stderr {
+            streams.push(Box::new(child.stderr.take().unwrap()));
+        }
+        for stream in streams {
             let sink = log.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
@@ -589,6 +603,7 @@ impl InProcessDaemon {
                 })
             }),
             notifier: Arc::new(presence_sweeper::systemd::Notifier::disabled()),
+            logs: Default::default(),
         };
         let task = tokio::spawn(daemon.run(cancel.clone()));
         Self {
