@@ -284,9 +284,15 @@ const PLAIN: [bool; 256] = {
 };
 
 fn push_f64(out: &mut Vec<u8>, x: f64) {
-    // serde_json writes the shortest form that reads back as the same f64, and null for
-    // non-finite values (a `-inf` score), which keeps the payload valid JSON.
-    serde_json::to_writer(out, &x).expect("writing to a Vec cannot fail");
+    // serde_json writes the shortest form that reads back as the same f64.
+    serde_json::to_writer(out, &seconds(x)).expect("writing to a Vec cannot fail");
+}
+
+/// An instant in Unix seconds as events and reports give it: JSON has no infinities, and a
+/// score of `-inf` (a member written by hand, that never heartbeat) is the Unix epoch, 0. (`+inf`
+/// is never stale, so never in an event.)
+pub(crate) fn seconds(x: f64) -> f64 {
+    if x.is_finite() { x } else { 0.0 }
 }
 
 #[cfg(test)]
@@ -364,13 +370,13 @@ mod tests {
     }
 
     #[test]
-    fn non_finite_scores_become_null() {
+    fn a_score_of_minus_infinity_is_the_epoch() {
         let enc = EventEncoder::new("x", "online", 65536);
         let roster = Roster::default();
         let mut e = event(b"c", b"u", &roster);
         e.last_seen = f64::NEG_INFINITY;
         let v: serde_json::Value = serde_json::from_slice(&enc.encode(&e)).unwrap();
-        assert!(v["last_seen"].is_null());
+        assert_eq!(v["last_seen"], 0.0);
     }
 
     #[test]

@@ -634,7 +634,10 @@ impl Observer for SweepMetrics {
 
     fn member_evicted(&self, lag_seconds: f64) {
         self.evicted.inc();
-        self.lag.observe(lag_seconds.max(0.0));
+        // A score of -inf says nothing of how late its eviction was.
+        if lag_seconds.is_finite() {
+            self.lag.observe(lag_seconds.max(0.0));
+        }
     }
 
     fn published(&self, events: u64) {

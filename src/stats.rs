@@ -55,8 +55,11 @@ pub struct SweepStats {
     pub members: u64,
     /// Members whose score is older than `ttl` on Redis's clock: what a pass would evict now.
     pub stale_members: u64,
-    /// Age of the oldest score of all, in seconds on Redis's clock; `null` without members.
+    /// Age of the oldest score of all, in seconds on Redis's clock; `null` without members. A
+    /// score of `-inf` counts as the Unix epoch, as in events.
     pub oldest_heartbeat_age_seconds: Option<f64>,
+    /// Whether the oldest score is `-inf`: a member that never heartbeat (written by hand).
+    pub oldest_heartbeat_never: bool,
     /// How many members the keys hold.
     pub members_per_key: Distribution,
     /// The largest conversations, largest first (ties: by id).
@@ -293,7 +296,8 @@ impl Tally {
             keys: self.keys,
             members: self.members,
             stale_members: self.stale,
-            oldest_heartbeat_age_seconds: self.oldest.map(|o| now - o),
+            oldest_heartbeat_age_seconds: self.oldest.map(|o| now - crate::events::seconds(o)),
+            oldest_heartbeat_never: self.oldest == Some(f64::NEG_INFINITY),
             members_per_key: Distribution {
                 buckets,
                 max: self.max,
@@ -338,6 +342,9 @@ impl fmt::Display for SweepStats {
             self.stale_members
         )?;
         match self.oldest_heartbeat_age_seconds {
+            Some(_) if self.oldest_heartbeat_never => {
+                writeln!(f, "  oldest heartbeat   {:>12}  (a score of -inf)", "never")?
+            }
             Some(age) => writeln!(f, "  oldest heartbeat   {age:>12.1}  seconds ago")?,
             None => writeln!(f, "  oldest heartbeat   {:>12}", "-")?,
         }

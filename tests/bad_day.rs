@@ -552,3 +552,65 @@ fn a_stalled_log_reader_never_stops_the_daemon() {
     );
     drop(reader);
 }
+
+/// A member scored `-inf` (written by hand, never a heartbeat): `stats` says "never", its event
+/// says `last_seen: 0` (the documented value, not a `null`), and it leaves no lag observation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_score_of_minus_infinity_is_the_epoch_not_null() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let _: () = redis::cmd("ZADD")
+        .arg("presence:odd:online")
+        .arg("-inf")
+        .arg("ghost")
+        .arg(now + 3600.0)
+        .arg("live")
+        .query(&mut con)
+        .unwrap();
+    let (code, stdout, stderr) = support::run_binary(
+        &["--redis-url", &server.url(), "stats", "--sweep", "online"],
+        &[],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("never  (a score of -inf)"), "{stdout}");
+    assert!(!stdout.contains("inf seconds"), "{stdout}");
+    let (_, json, _) = support::run_binary(
+        &[
+            "--redis-url",
+            &server.url(),
+            "stats",
+            "--sweep",
+            "online",
+            "--json",
+        ],
+        &[],
+    );
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let report = &v["sweeps"][0];
+    assert_eq!(report["oldest_heartbeat_never"], true, "{json}");
+    assert!(report["oldest_heartbeat_age_seconds"].as_f64().unwrap() > 1e9);
+
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let d = Binary::spawn(&online(""), &["--redis-url", &server.url()], &[]);
+    let events = sub.wait_for(1, Duration::from_secs(10)).await;
+    assert_eq!(events.len(), 1, "{}", d.log());
+    let e = events[0].json();
+    assert_eq!(e["user_id"], "ghost");
+    assert_eq!(e["last_seen"], 0.0);
+    let addr = d.http_addr();
+    let evicted = || {
+        let s = support::scrape(addr);
+        support::metric(&s, "presence_sweeper_evicted_total", &[("sweep", "online")]) == Some(1.0)
+    };
+    support::wait_until("the eviction counted", Duration::from_secs(5), evicted);
+    let s = support::scrape(addr);
+    assert_eq!(
+        support::metric(
+            &s,
+            "presence_sweeper_eviction_lag_seconds_count",
+            &[("sweep", "online")]
+        ),
+        Some(0.0)
+    );
+}

@@ -148,7 +148,8 @@ pub trait Observer: Send + Sync {
     }
     /// Work moved on (a SCAN page or a reply came back); feeds liveness.
     fn progress(&self) {}
-    /// A member was evicted `lag_seconds` after its window closed.
+    /// A member was evicted `lag_seconds` after its window closed (infinite for a score of
+    /// `-inf`).
     fn member_evicted(&self, lag_seconds: f64) {
         let _ = lag_seconds;
     }
