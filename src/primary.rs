@@ -1489,8 +1489,9 @@ impl Observer for LoopObserver {
     }
 }
 
-/// The wall clock, in Unix seconds (for `last_success_timestamp_seconds`).
-fn unix_now() -> f64 {
+/// The wall clock, in Unix seconds (for `last_success_timestamp_seconds`, and where Redis's
+/// own clock cannot be asked).
+pub(crate) fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())

@@ -30,7 +30,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-pub use tracker::{Lag, Tally, Tracker, Verdict};
+pub use tracker::{Fate, Lag, Tally, Tracker, Verdict};
 use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
 
 use crate::Error;
@@ -237,6 +237,16 @@ pub struct SimulateReport {
     pub grace_seconds: f64,
     /// Ctrl-C stopped the run early.
     pub interrupted: bool,
+    /// Times Redis stopped answering during the run (down, paused, failing over).
+    pub redis_outages: u64,
+    /// Restarts or failovers seen (the server's `run_id` changed).
+    pub redis_restarts: u64,
+    /// Times the event subscription was lost (and taken up again).
+    pub subscription_gaps: u64,
+    /// Heartbeat pipelines that failed (Redis away): their users' scores are as last written.
+    pub failed_heartbeat_calls: u64,
+    /// The run's keys were deleted at the end.
+    pub keys_deleted: bool,
     /// Member heartbeats written.
     pub heartbeats: u64,
     /// Script calls that wrote them.
@@ -262,11 +272,20 @@ pub struct SimulateReport {
     pub missed_zombies: u64,
     /// Vanished users not announced yet but still within the grace (only after an interruption).
     pub pending_zombies: u64,
+    /// Vanished users not announced whose data a Redis restart or failover lost: nothing left
+    /// to evict. Not a failure of the sweeper.
+    pub lost_in_restart: u64,
+    /// Vanished users evicted (gone from Redis) while the event subscription was down: their
+    /// events went out while nobody listened. Not a failure of the sweeper.
+    pub unobserved_evictions: u64,
+    /// Vanished users not announced that Redis could not be asked about at the end: no verdict,
+    /// and the run is not judged ok.
+    pub unverified_zombies: u64,
     /// Events in this run's conversations for members it never wrote, or unreadable.
     pub unexpected_events: u64,
     /// Typing bursts, with `--typing`.
     pub typing: Option<TypingReport>,
-    /// No false evictions, duplicates, missed zombies or unexpected events.
+    /// No false evictions, duplicates, missed or unverified zombies, or unexpected events.
     pub ok: bool,
 }
 
@@ -291,6 +310,12 @@ pub struct TypingReport {
     pub missed_stops: u64,
     /// Ended bursts still within it (only after an interruption).
     pub pending_stops: u64,
+    /// Ended bursts whose data a Redis restart or failover lost.
+    pub lost_in_restart: u64,
+    /// Ended bursts evicted while the event subscription was down.
+    pub unobserved_stops: u64,
+    /// Ended bursts Redis could not be asked about at the end.
+    pub unverified_stops: u64,
 }
 
 impl SimulateReport {
@@ -303,6 +328,13 @@ impl SimulateReport {
 /// Runs the simulation: subscribe, heartbeat and vanish for the duration, go on for the grace,
 /// then delete the keys it wrote. Ctrl-C (`cancel`) ends it early, with the same clean-up and a
 /// report of what happened so far.
+///
+/// Redis going away mid-run (a restart, a failover, a pause) does not end it: the workers'
+/// heartbeats fail and are tried again, the subscriber reconnects, and a watcher notes outages,
+/// restarts (a new `run_id`) and gaps in the subscription, so that members whose data a restart
+/// lost, or whose events went out while nobody listened, are told apart from missed zombies.
+/// Only failing to start (Redis unreachable, the script refused) is an error: once the run
+/// started, the report always comes.
 pub async fn run(
     plan: &Plan,
     redis: &RedisConfig,
@@ -312,25 +344,30 @@ pub async fn run(
     let script = redis::Script::new(include_str!("heartbeat.lua"));
     script.load_async(&mut store.connection()).await?;
 
-    let mut pubsub = store::subscriber(redis).await?;
     let prefix = plan.prefix();
     let mut patterns = vec![channel_pattern(&plan.sweep.channel.to_string(), &prefix)];
     if let Some(t) = &plan.typing {
         patterns.push(channel_pattern(&t.channel.to_string(), &prefix));
         patterns.dedup();
     }
-    for p in &patterns {
-        pubsub.psubscribe(p).await?;
-    }
+    let pubsub = subscribe(redis, &patterns).await?;
 
     let shared = Arc::new(Shared::new(plan));
     let stop = cancel.child_token();
     let stop_listening = CancellationToken::new();
-    let listener = tokio::spawn(listen(
-        pubsub.into_on_message(),
-        shared.clone(),
+    let watch = Arc::new(Watch::default());
+    let watcher = tokio::spawn(watch_redis(
+        store.clone(),
+        watch.clone(),
         stop_listening.clone(),
-        stop.clone(),
+    ));
+    let listener = tokio::spawn(listen(
+        pubsub,
+        redis.clone(),
+        patterns,
+        shared.clone(),
+        watch.clone(),
+        stop_listening.clone(),
     ));
     tracing::info!(
         sweep = %plan.sweep.name,
@@ -356,64 +393,51 @@ pub async fn run(
         end: start + plan.duration + plan.tail(),
     };
     let workers = WORKERS.min(plan.conversations as usize).max(1);
-    let mut tasks = Vec::with_capacity(workers);
-    for index in 0..workers {
-        let worker = Worker::new(plan, index, workers, &store, &script, shared.clone());
-        tasks.push(tokio::spawn(worker.run(clock, stop.clone())));
-    }
+    let tasks: Vec<_> = (0..workers)
+        .map(|index| {
+            let worker = Worker::new(plan, index, workers, &store, &script, shared.clone());
+            tokio::spawn(worker.run(clock, stop.clone()))
+        })
+        .collect();
     let mut counts = Counts::default();
-    let mut failure: Option<Error> = None;
     for task in tasks {
         match task.await {
-            Ok((c, error)) => {
-                counts.add(&c);
-                if let Some(e) = error {
-                    stop.cancel();
-                    failure.get_or_insert(e);
-                }
-            }
-            Err(e) => {
-                stop.cancel();
-                failure.get_or_insert(Error::Io {
-                    context: "a simulation worker stopped".into(),
-                    source: std::io::Error::other(e.to_string()),
-                });
-            }
+            Ok(c) => counts.add(&c),
+            // A worker cannot panic short of a bug; what it wrote before is lost to the counts,
+            // not to the verdicts (those are in `shared`).
+            Err(e) => tracing::error!(error = %e, "a simulation worker stopped"),
         }
     }
     let stopped = Instant::now();
 
     // Events published before the end may still be on their way.
-    let end = redis_time(&store).await;
+    let end = end_time(&store, &watch).await;
     tokio::time::sleep(DRAIN).await;
     stop_listening.cancel();
-    let listened = listener.await;
-    let cleaned = delete_keys(plan, &shared, &store).await;
-
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    let end = end?;
-    match listened {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(e),
+    let _ = listener.await;
+    let _ = watcher.await;
+    let fates = Fates::read(plan, &shared, &store, &watch, end).await;
+    let cleaned = match delete_keys(plan, &shared, &store).await {
+        Ok(()) => true,
         Err(e) => {
-            return Err(Error::Io {
-                context: "the event subscriber stopped".into(),
-                source: std::io::Error::other(e.to_string()),
-            });
+            tracing::warn!(error = %e, "could not delete the run's keys; they expire on their own (10 x ttl)");
+            false
         }
-    }
-    cleaned?;
+    };
 
     let vanished_for = stopped.min(clock.vanish_until).duration_since(start);
     let report = judge(
         plan,
         &shared,
         &counts,
-        end,
-        vanished_for,
-        cancel.is_cancelled(),
+        &watch,
+        &fates,
+        Run {
+            end,
+            vanished_for,
+            interrupted: cancel.is_cancelled(),
+            cleaned,
+        },
     );
     tracing::info!(
         evictions = report.evictions,
@@ -424,18 +448,209 @@ pub async fn run(
     Ok(report)
 }
 
-/// The verdicts at `end` (Redis's clock).
+/// How the run went, beside the verdicts.
+struct Run {
+    /// Redis's clock at the end, in Unix seconds.
+    end: f64,
+    vanished_for: Duration,
+    interrupted: bool,
+    /// The run's keys were deleted.
+    cleaned: bool,
+}
+
+/// How often the watcher asks Redis for its clock and `run_id`.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+/// How long the end of the run waits for Redis to answer for the final verdicts.
+const END_WAIT: Duration = Duration::from_secs(10);
+
+/// What the watcher and the subscriber saw of Redis during the run.
+#[derive(Debug, Default)]
+struct Watch {
+    state: Mutex<WatchState>,
+}
+
+#[derive(Debug, Default)]
+struct WatchState {
+    /// Redis's clock at the last answer, and when that was.
+    clock: Option<(f64, Instant)>,
+    /// The server's `run_id` at the last answer.
+    run_id: Option<String>,
+    /// Redis's clock when a new `run_id` was first seen: a restart or a failover before then.
+    restarts: Vec<f64>,
+    /// Periods without an answer.
+    outages: u64,
+    down: bool,
+    /// Gaps in the event subscription: Redis's clock (estimated) when it was lost, and when it
+    /// was taken up again (`None`: still down at the end).
+    gaps: Vec<(f64, Option<f64>)>,
+}
+
+impl Watch {
+    fn state(&self) -> MutexGuard<'_, WatchState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Redis's clock now, estimated from its last answer; `None` before any.
+    fn now(&self) -> Option<f64> {
+        self.state()
+            .clock
+            .map(|(t, at)| t + at.elapsed().as_secs_f64())
+    }
+}
+
+/// Asks Redis for `TIME` and its `run_id` every [`WATCH_EVERY`], until `stop`.
+async fn watch_redis(store: Store, watch: Arc<Watch>, stop: CancellationToken) {
+    let mut con = store.connection();
+    loop {
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME").cmd("INFO").arg("server");
+        let asked = Instant::now();
+        let reply: Result<(redis::Value, String), _> =
+            tokio::time::timeout(WATCH_EVERY * 4, pipe.query_async(&mut con))
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
+        {
+            let mut st = watch.state();
+            match reply {
+                Ok((time, info)) => {
+                    let time = crate::store::reply::parse_time(&time);
+                    let run_id = info
+                        .lines()
+                        .find_map(|l| l.strip_prefix("run_id:"))
+                        .map(|id| id.trim().to_owned());
+                    if let Some(t) = time {
+                        st.clock = Some((t, asked));
+                    }
+                    if st.down {
+                        st.down = false;
+                        tracing::warn!("Redis answers again");
+                    }
+                    if let (Some(new), Some(t)) = (&run_id, time)
+                        && st.run_id.as_ref().is_some_and(|old| old != new)
+                    {
+                        tracing::warn!("Redis restarted or failed over (a new run_id)");
+                        st.restarts.push(t);
+                    }
+                    if run_id.is_some() {
+                        st.run_id = run_id;
+                    }
+                }
+                Err(e) => {
+                    if !st.down {
+                        st.down = true;
+                        st.outages += 1;
+                        tracing::warn!(error = %e, "Redis does not answer; the run goes on");
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(WATCH_EVERY) => {}
+        }
+    }
+}
+
+/// Redis's clock at the end of the run: asked for [`END_WAIT`] at most, else estimated from its
+/// last answer.
+async fn end_time(store: &Store, watch: &Watch) -> f64 {
+    let deadline = Instant::now() + END_WAIT;
+    loop {
+        if let Ok(t) = redis_time(store).await {
+            return t;
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!("Redis did not answer at the end; judging on its clock as last seen");
+            return watch.now().unwrap_or_else(crate::primary::unix_now);
+        }
+        tokio::time::sleep(WATCH_EVERY).await;
+    }
+}
+
+/// Whether each overdue member is still in Redis, asked at the end (`None`: Redis did not
+/// answer), with what the watch saw; decides each one's [`Fate`].
+struct Fates<'w> {
+    present: std::collections::HashMap<(bool, u64), Option<bool>>,
+    watch: &'w Watch,
+    /// The ttl of the online and the typing sweep, in seconds: no member is evicted earlier
+    /// than its last score + ttl.
+    ttls: (f64, f64),
+}
+
+impl<'w> Fates<'w> {
+    async fn read(plan: &Plan, shared: &Shared, store: &Store, watch: &'w Watch, end: f64) -> Self {
+        let mut overdue: Vec<(bool, tracker::Overdue)> = lock(&shared.online)
+            .overdue(end, plan.grace.as_secs_f64())
+            .into_iter()
+            .map(|o| (false, o))
+            .collect();
+        if plan.typing.is_some() {
+            overdue.extend(
+                lock(&shared.typing)
+                    .overdue(end, plan.typing_grace.as_secs_f64())
+                    .into_iter()
+                    .map(|o| (true, o)),
+            );
+        }
+        let asks = overdue.into_iter().map(|(typing, o)| {
+            let mut con = store.connection();
+            async move {
+                let score: Result<Option<f64>, _> = redis::cmd("ZSCORE")
+                    .arg(&*o.key)
+                    .arg(format!("u{}", o.user))
+                    .query_async(&mut con)
+                    .await;
+                ((typing, o.user), score.ok().map(|s| s.is_some()))
+            }
+        });
+        let present = futures_util::stream::iter(asks)
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        let ttls = (
+            plan.sweep.ttl.as_secs_f64(),
+            plan.typing.as_ref().map_or(0.0, |t| t.ttl.as_secs_f64()),
+        );
+        Self {
+            present,
+            watch,
+            ttls,
+        }
+    }
+
+    fn of(&self, typing: bool, o: &tracker::Overdue) -> Fate {
+        let st = self.watch.state();
+        let due = o.last_seen + if typing { self.ttls.1 } else { self.ttls.0 };
+        // Only a gap that lasted past the member's deadline can have hidden its event.
+        let unheard = st
+            .gaps
+            .iter()
+            .any(|&(_, resumed)| resumed.is_none_or(|r| r > due));
+        match self.present.get(&(typing, o.user)).copied().flatten() {
+            None => Fate::Unverified,
+            Some(true) => Fate::Missed,
+            Some(false) if st.restarts.iter().any(|&r| r > o.last_seen) => Fate::LostInRestart,
+            Some(false) if unheard => Fate::Unobserved,
+            // Removed while its event was being listened for, and none came.
+            Some(false) => Fate::Missed,
+        }
+    }
+}
+
+/// The verdicts at the run's end (Redis's clock).
 fn judge(
     plan: &Plan,
     shared: &Shared,
     counts: &Counts,
-    end: f64,
-    vanished_for: Duration,
-    interrupted: bool,
+    watch: &Watch,
+    fates: &Fates<'_>,
+    run: Run,
 ) -> SimulateReport {
-    let online = lock(&shared.online).tally(end, plan.grace.as_secs_f64());
+    let end = run.end;
+    let online = lock(&shared.online).tally(end, plan.grace.as_secs_f64(), |o| fates.of(false, o));
     let typing = plan.typing.as_ref().map(|t| {
-        let tally = lock(&shared.typing).tally(end, plan.typing_grace.as_secs_f64());
+        let tally =
+            lock(&shared.typing).tally(end, plan.typing_grace.as_secs_f64(), |o| fates.of(true, o));
         TypingReport {
             sweep: t.name.clone(),
             bursts: tally.abandoned,
@@ -446,22 +661,36 @@ fn judge(
             duplicate_stops: tally.duplicates,
             missed_stops: tally.missed,
             pending_stops: tally.pending,
+            lost_in_restart: tally.lost_in_restart,
+            unobserved_stops: tally.unobserved,
+            unverified_stops: tally.unverified,
         }
     });
     let unexpected_events = shared.unexpected.load(Ordering::Relaxed);
-    let ok = online.false_evictions + online.duplicates + online.missed + unexpected_events == 0
-        && typing
-            .as_ref()
-            .is_none_or(|t| t.false_stops + t.duplicate_stops + t.missed_stops == 0);
+    let ok = online.false_evictions
+        + online.duplicates
+        + online.missed
+        + online.unverified
+        + unexpected_events
+        == 0
+        && typing.as_ref().is_none_or(|t| {
+            t.false_stops + t.duplicate_stops + t.missed_stops + t.unverified_stops == 0
+        });
+    let st = watch.state();
     SimulateReport {
         sweep: plan.sweep.name.clone(),
         ttl_seconds: plan.sweep.ttl.as_secs_f64(),
         conversations: plan.conversations,
         users_per_conversation: plan.users,
         heartbeat_seconds: plan.heartbeat.as_secs_f64(),
-        duration_seconds: vanished_for.as_secs_f64(),
+        duration_seconds: run.vanished_for.as_secs_f64(),
         grace_seconds: plan.grace.as_secs_f64(),
-        interrupted,
+        interrupted: run.interrupted,
+        redis_outages: st.outages,
+        redis_restarts: st.restarts.len() as u64,
+        subscription_gaps: st.gaps.len() as u64,
+        failed_heartbeat_calls: counts.failed_calls,
+        keys_deleted: run.cleaned,
         heartbeats: counts.heartbeats,
         heartbeat_calls: counts.calls,
         users_vanished: online.abandoned,
@@ -474,6 +703,9 @@ fn judge(
         duplicate_events: online.duplicates,
         missed_zombies: online.missed,
         pending_zombies: online.pending,
+        lost_in_restart: online.lost_in_restart,
+        unobserved_evictions: online.unobserved,
+        unverified_zombies: online.unverified,
         unexpected_events,
         typing,
         ok,
@@ -626,28 +858,54 @@ fn lock(m: &Mutex<Tracker>) -> MutexGuard<'_, Tracker> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Receives events until `stop`. An end of the stream means the subscription was lost: the run
-/// cannot be judged any more, so `workers` are stopped too.
+/// A subscription to the run's channels.
+async fn subscribe(
+    redis: &RedisConfig,
+    patterns: &[String],
+) -> Result<redis::aio::PubSubStream, Error> {
+    let mut pubsub = store::subscriber(redis).await?;
+    for p in patterns {
+        pubsub.psubscribe(p).await?;
+    }
+    Ok(pubsub.into_on_message())
+}
+
+/// Receives events until `stop`. When the subscription is lost (Redis restarted, failed over)
+/// the gap is noted and the subscription taken up again as soon as Redis answers.
 async fn listen(
     mut stream: redis::aio::PubSubStream,
+    redis: RedisConfig,
+    patterns: Vec<String>,
     shared: Arc<Shared>,
+    watch: Arc<Watch>,
     stop: CancellationToken,
-    workers: CancellationToken,
-) -> Result<(), Error> {
+) {
     loop {
         tokio::select! {
-            () = stop.cancelled() => return Ok(()),
-            msg = stream.next() => match msg {
-                Some(msg) => shared.event(msg.get_payload_bytes()),
-                None => {
-                    workers.cancel();
-                    return Err(Error::Redis(redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionAborted,
-                        "the event subscription was closed",
-                    ))));
-                }
+            () = stop.cancelled() => return,
+            msg = stream.next() => if let Some(msg) = msg {
+                shared.event(msg.get_payload_bytes());
+                continue;
             },
         }
+        let lost_at = watch.now().unwrap_or_else(crate::primary::unix_now);
+        watch.state().gaps.push((lost_at, None));
+        tracing::warn!("the event subscription was lost; taking it up again");
+        stream = loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(WATCH_EVERY) => {}
+            }
+            match subscribe(&redis, &patterns).await {
+                Ok(stream) => break stream,
+                Err(e) => tracing::debug!(error = %e, "subscribing again failed"),
+            }
+        };
+        let resumed = watch.now().unwrap_or_else(crate::primary::unix_now);
+        if let Some(gap) = watch.state().gaps.last_mut() {
+            gap.1 = Some(resumed);
+        }
+        tracing::warn!("subscribed again");
     }
 }
 
@@ -696,6 +954,33 @@ impl fmt::Display for SimulateReport {
         if self.pending_zombies > 0 {
             writeln!(f, "  zombies not yet due  {:>10}", self.pending_zombies)?;
         }
+        if self.redis_outages + self.redis_restarts + self.subscription_gaps > 0 {
+            writeln!(
+                f,
+                "  redis outages        {:>10}  (restarts or failovers {}, subscription gaps {}, failed heartbeat calls {})",
+                self.redis_outages,
+                self.redis_restarts,
+                self.subscription_gaps,
+                self.failed_heartbeat_calls
+            )?;
+            writeln!(
+                f,
+                "  lost in a restart    {:>10}  (vanished users whose data Redis lost: nothing to evict)",
+                self.lost_in_restart
+            )?;
+            writeln!(
+                f,
+                "  evicted unobserved   {:>10}  (gone while the subscription was down)",
+                self.unobserved_evictions
+            )?;
+        }
+        if self.unverified_zombies > 0 {
+            writeln!(
+                f,
+                "  unverified zombies   {:>10}  (Redis did not answer at the end)",
+                self.unverified_zombies
+            )?;
+        }
         writeln!(f, "  unexpected events    {:>10}", self.unexpected_events)?;
         if let Some(t) = &self.typing {
             writeln!(
@@ -714,6 +999,19 @@ impl fmt::Display for SimulateReport {
                 } else {
                     String::new()
                 }
+            )?;
+            if t.lost_in_restart + t.unobserved_stops + t.unverified_stops > 0 {
+                writeln!(
+                    f,
+                    "    typing stops lost in a restart {}, unobserved {}, unverified {}",
+                    t.lost_in_restart, t.unobserved_stops, t.unverified_stops
+                )?;
+            }
+        }
+        if !self.keys_deleted {
+            writeln!(
+                f,
+                "  the run's keys could not be deleted; they expire on their own"
             )?;
         }
         writeln!(

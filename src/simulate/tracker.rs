@@ -5,19 +5,50 @@
 //! event timestamps), so the verdicts never depend on the simulator's own clock.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
 /// What the simulator knows about one member.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum Token {
     /// Still written: the sweeper must leave it alone.
     Active,
-    /// No longer written; `last_seen` is its last score. The sweeper owes one event.
+    /// No longer written; `last_seen` is its last score, in `key`. The sweeper owes one event.
     /// `new_key`: it was the first member of a key it left at once.
-    Abandoned { last_seen: f64, new_key: bool },
+    Abandoned {
+        last_seen: f64,
+        new_key: bool,
+        key: Arc<[u8]>,
+    },
     /// Its event arrived.
     Evicted,
+}
+
+/// An abandoned member whose event did not come within the grace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overdue {
+    /// The user number (the member is `u<user>`).
+    pub user: u64,
+    /// Its key.
+    pub key: Arc<[u8]>,
+    /// Its last score, in seconds.
+    pub last_seen: f64,
+}
+
+/// What became of an overdue member, as Redis and the run's history tell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fate {
+    /// Still in Redis past the grace, or gone without an event while one was being listened
+    /// for: the sweeper missed it.
+    Missed,
+    /// Gone with its key's data in a Redis restart or failover after its last heartbeat.
+    LostInRestart,
+    /// Gone while the event subscription was down: evicted, its event unseen (pub/sub does not
+    /// keep messages for a subscriber that is away).
+    Unobserved,
+    /// Redis could not be asked at the end.
+    Unverified,
 }
 
 /// The verdict on one event.
@@ -69,6 +100,12 @@ pub struct Tally {
     pub new_key_lag: Option<Lag>,
     /// Abandoned members not announced yet and still within the grace: no verdict.
     pub pending: u64,
+    /// Overdue members whose keys' data a Redis restart or failover lost.
+    pub lost_in_restart: u64,
+    /// Overdue members evicted while the event subscription was down.
+    pub unobserved: u64,
+    /// Overdue members Redis could not be asked about at the end.
+    pub unverified: u64,
 }
 
 /// Lag percentiles, in seconds.
@@ -101,19 +138,25 @@ impl Tracker {
         self.tokens.insert(user, Token::Active);
     }
 
-    /// `user` is no longer written; `last_seen` is its last score, in seconds.
-    pub fn abandon(&mut self, user: u64, last_seen: f64) {
-        self.abandon_as(user, last_seen, false);
+    /// `user` is no longer written to `key`; `last_seen` is its last score, in seconds.
+    pub fn abandon(&mut self, user: u64, last_seen: f64, key: Arc<[u8]>) {
+        self.abandon_as(user, last_seen, key, false);
     }
 
     /// [`Tracker::abandon`], for the first member of a key who leaves right after creating it.
-    pub fn abandon_new_key(&mut self, user: u64, last_seen: f64) {
-        self.abandon_as(user, last_seen, true);
+    pub fn abandon_new_key(&mut self, user: u64, last_seen: f64, key: Arc<[u8]>) {
+        self.abandon_as(user, last_seen, key, true);
     }
 
-    fn abandon_as(&mut self, user: u64, last_seen: f64, new_key: bool) {
-        self.tokens
-            .insert(user, Token::Abandoned { last_seen, new_key });
+    fn abandon_as(&mut self, user: u64, last_seen: f64, key: Arc<[u8]>, new_key: bool) {
+        self.tokens.insert(
+            user,
+            Token::Abandoned {
+                last_seen,
+                new_key,
+                key,
+            },
+        );
         self.abandoned += 1;
     }
 
@@ -130,7 +173,7 @@ impl Tracker {
             Some(Token::Active) => Verdict::False,
             Some(Token::Evicted) => Verdict::Duplicate,
             Some(Token::Abandoned { last_seen, .. }) => Verdict::Evicted {
-                lag: timestamp - (last_seen + self.ttl),
+                lag: timestamp - (*last_seen + self.ttl),
             },
         };
         match verdict {
@@ -148,20 +191,52 @@ impl Tracker {
         verdict
     }
 
-    /// The outcome at `end`: an abandoned member not announced is missed once its last score is
-    /// more than `grace` seconds before `end`, else pending.
-    pub fn tally(&self, end: f64, grace: f64) -> Tally {
-        let (mut missed, mut pending) = (0, 0);
-        for token in self.tokens.values() {
-            if let Token::Abandoned { last_seen, .. } = token {
-                if last_seen + grace < end {
-                    missed += 1;
-                } else {
-                    pending += 1;
+    /// The abandoned members not announced although their last score is more than `grace`
+    /// seconds before `end`.
+    pub fn overdue(&self, end: f64, grace: f64) -> Vec<Overdue> {
+        self.tokens
+            .iter()
+            .filter_map(|(&user, token)| match token {
+                Token::Abandoned { last_seen, key, .. } if last_seen + grace < end => {
+                    Some(Overdue {
+                        user,
+                        key: key.clone(),
+                        last_seen: *last_seen,
+                    })
                 }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The outcome at `end`: an abandoned member not announced is overdue once its last score is
+    /// more than `grace` seconds before `end` (and `fate` says what became of it), else pending.
+    pub fn tally(&self, end: f64, grace: f64, fate: impl Fn(&Overdue) -> Fate) -> Tally {
+        let (mut missed, mut pending, mut lost, mut unobserved, mut unverified) = (0, 0, 0, 0, 0);
+        for (&user, token) in &self.tokens {
+            let Token::Abandoned { last_seen, key, .. } = token else {
+                continue;
+            };
+            if last_seen + grace >= end {
+                pending += 1;
+                continue;
+            }
+            let overdue = Overdue {
+                user,
+                key: key.clone(),
+                last_seen: *last_seen,
+            };
+            match fate(&overdue) {
+                Fate::Missed => missed += 1,
+                Fate::LostInRestart => lost += 1,
+                Fate::Unobserved => unobserved += 1,
+                Fate::Unverified => unverified += 1,
             }
         }
         Tally {
+            lost_in_restart: lost,
+            unobserved,
+            unverified,
             abandoned: self.abandoned,
             evictions: self.lags.len() as u64,
             lag: lag(&self.lags),
@@ -200,13 +275,13 @@ mod tests {
         let mut t = Tracker::new(2.0);
         t.activate(1);
         t.activate(2);
-        t.abandon(2, 100.0);
+        t.abandon(2, 100.0, key());
         assert_eq!(t.observe(1, 103.0), Verdict::False);
         assert_eq!(t.observe(2, 102.5), Verdict::Evicted { lag: 0.5 });
         assert_eq!(t.observe(2, 102.6), Verdict::Duplicate);
         assert_eq!(t.observe(3, 102.6), Verdict::Unknown);
         assert!(t.is_idle(2) && t.is_idle(3) && !t.is_idle(1));
-        let tally = t.tally(200.0, 3.0);
+        let tally = t.tally(200.0, 3.0, |_| Fate::Missed);
         assert_eq!(tally.abandoned, 1);
         assert_eq!(tally.evictions, 1);
         assert_eq!(tally.false_evictions, 1);
@@ -218,23 +293,41 @@ mod tests {
     #[test]
     fn members_who_leave_a_new_key_are_judged_apart_too() {
         let mut t = Tracker::new(2.0);
-        t.abandon(1, 100.0);
-        t.abandon_new_key(2, 100.0);
+        t.abandon(1, 100.0, key());
+        t.abandon_new_key(2, 100.0, key());
         t.observe(1, 103.0);
         t.observe(2, 102.25);
-        let tally = t.tally(200.0, 3.0);
+        let tally = t.tally(200.0, 3.0, |_| Fate::Missed);
         assert_eq!((tally.evictions, tally.new_key_evictions), (2, 1));
         assert_eq!(tally.new_key_lag.unwrap().max, 0.25);
     }
 
     #[test]
-    fn missed_only_after_the_grace() {
+    fn overdue_only_after_the_grace_and_judged_by_their_fate() {
         let mut t = Tracker::new(2.0);
-        t.abandon(1, 100.0);
-        t.abandon(2, 104.0);
-        let tally = t.tally(105.0, 3.0);
+        t.abandon(1, 100.0, key());
+        t.abandon(2, 104.0, key());
+        let tally = t.tally(105.0, 3.0, |_| Fate::Missed);
         assert_eq!((tally.missed, tally.pending), (1, 1));
         assert_eq!(tally.lag, None);
+        let overdue = t.overdue(105.0, 3.0);
+        assert_eq!(overdue.len(), 1);
+        assert_eq!((overdue[0].user, overdue[0].last_seen), (1, 100.0));
+        for (fate, counts) in [
+            (Fate::LostInRestart, (0, 1, 0, 0)),
+            (Fate::Unobserved, (0, 0, 1, 0)),
+            (Fate::Unverified, (0, 0, 0, 1)),
+        ] {
+            let t = t.tally(105.0, 3.0, |_| fate);
+            assert_eq!(
+                (t.missed, t.lost_in_restart, t.unobserved, t.unverified),
+                counts
+            );
+        }
+    }
+
+    fn key() -> Arc<[u8]> {
+        Arc::from(&b"presence:c:online"[..])
     }
 
     #[test]

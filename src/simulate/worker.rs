@@ -47,6 +47,8 @@ pub(super) struct Counts {
     pub(super) calls: u64,
     /// Typing keystrokes written.
     pub(super) keystrokes: u64,
+    /// Pipelines of heartbeats that failed (Redis away).
+    pub(super) failed_calls: u64,
 }
 
 impl Counts {
@@ -55,6 +57,7 @@ impl Counts {
         self.heartbeats += other.heartbeats;
         self.calls += other.calls;
         self.keystrokes += other.keystrokes;
+        self.failed_calls += other.failed_calls;
     }
 }
 
@@ -93,8 +96,8 @@ struct Burst {
 /// One conversation, owned by one worker.
 #[derive(Debug)]
 struct Conversation {
-    key: Vec<u8>,
-    typing_key: Option<Vec<u8>>,
+    key: Arc<[u8]>,
+    typing_key: Option<Arc<[u8]>>,
     slot: u64,
     live: Vec<Live>,
     burst: Option<Burst>,
@@ -165,8 +168,11 @@ impl Worker {
                     })
                     .collect();
                 Conversation {
-                    key: plan.sweep.pattern.key(id.as_bytes()),
-                    typing_key: plan.typing.as_ref().map(|t| t.pattern.key(id.as_bytes())),
+                    key: plan.sweep.pattern.key(id.as_bytes()).into(),
+                    typing_key: plan
+                        .typing
+                        .as_ref()
+                        .map(|t| t.pattern.key(id.as_bytes()).into()),
                     // Spread this worker's conversations evenly over the period.
                     slot: i as u64 * slots / count,
                     live,
@@ -201,13 +207,10 @@ impl Worker {
         }
     }
 
-    /// Ticks until the end of the run or `stop`. Returns what it wrote, and the error that
-    /// stopped it, if any.
-    pub(super) async fn run(
-        mut self,
-        clock: Clock,
-        stop: CancellationToken,
-    ) -> (Counts, Option<Error>) {
+    /// Ticks until the end of the run or `stop`. Returns what it wrote. Redis failing (down,
+    /// restarted, failing over) does not stop it: the heartbeats of a failed pipeline are not
+    /// recorded, as the apps' would not be, and the next tick tries again.
+    pub(super) async fn run(mut self, clock: Clock, stop: CancellationToken) -> Counts {
         let mut counts = Counts::default();
         // Workers tick in turn rather than all at once, so Redis sees an even stream.
         let offset = self.tick.mul_f64(self.index as f64 / self.workers as f64);
@@ -234,14 +237,13 @@ impl Worker {
                 self.typists(now, vanishing);
             }
             if let Err(e) = self.heartbeat(tick % self.slots, now, &mut counts).await {
-                // Stop the others too: the run cannot be judged any more.
-                stop.cancel();
-                return (counts, Some(e));
+                counts.failed_calls += 1;
+                tracing::debug!(worker = self.index, error = %e, "heartbeats failed");
             }
             self.visits_end();
             tick += 1;
         }
-        (counts, None)
+        counts
     }
 
     /// Lets users vanish at the configured rate: they simply stop heartbeating.
@@ -272,14 +274,15 @@ impl Worker {
             };
             let gone = conversation.live.swap_remove(li);
             let last_seen = self.unit.to_seconds(gone.last_score.unwrap_or_default());
-            lock(&self.shared.online).abandon(gone.user, last_seen);
+            lock(&self.shared.online).abandon(gone.user, last_seen, conversation.key.clone());
             if conversation
                 .burst
                 .as_ref()
                 .is_some_and(|b| b.user == gone.user)
             {
                 let burst = conversation.burst.take();
-                self.end_burst(burst);
+                let key = conversation.typing_key.clone();
+                self.end_burst(burst, key);
             }
             if self.rejoin {
                 let user = self.shared.new_user();
@@ -307,8 +310,12 @@ impl Worker {
                 })
                 .collect();
             self.conversations.push(Conversation {
-                key: self.patterns.0.key(id.as_bytes()),
-                typing_key: self.patterns.1.as_ref().map(|p| p.key(id.as_bytes())),
+                key: self.patterns.0.key(id.as_bytes()).into(),
+                typing_key: self
+                    .patterns
+                    .1
+                    .as_ref()
+                    .map(|p| p.key(id.as_bytes()).into()),
                 slot,
                 live,
                 burst: None,
@@ -326,7 +333,7 @@ impl Worker {
             {
                 let gone = c.live.swap_remove(i);
                 let last_seen = self.unit.to_seconds(gone.last_score.unwrap_or_default());
-                lock(&self.shared.online).abandon_new_key(gone.user, last_seen);
+                lock(&self.shared.online).abandon_new_key(gone.user, last_seen, c.key.clone());
             }
         }
     }
@@ -341,7 +348,8 @@ impl Worker {
                 .is_some_and(|b| !starting || now >= b.ends);
             if ended {
                 let burst = self.conversations[ci].burst.take();
-                self.end_burst(burst);
+                let key = self.conversations[ci].typing_key.clone();
+                self.end_burst(burst, key);
                 continue;
             }
             if !starting || self.conversations[ci].burst.is_some() || !self.rng.chance(chance) {
@@ -371,12 +379,12 @@ impl Worker {
         }
     }
 
-    fn end_burst(&self, burst: Option<Burst>) {
-        let (Some(burst), Some((unit, _))) = (burst, self.typing) else {
+    fn end_burst(&self, burst: Option<Burst>, key: Option<Arc<[u8]>>) {
+        let (Some(burst), Some((unit, _)), Some(key)) = (burst, self.typing, key) else {
             return;
         };
         if let Some(score) = burst.last_score {
-            lock(&self.shared.typing).abandon(burst.user, unit.to_seconds(score));
+            lock(&self.shared.typing).abandon(burst.user, unit.to_seconds(score), key);
         }
     }
 
@@ -393,7 +401,7 @@ impl Worker {
         for (ci, c) in self.conversations.iter_mut().enumerate() {
             if c.slot == slot && !c.live.is_empty() {
                 let mut call = self.script.prepare_invoke();
-                call.key(&c.key).arg(self.key_ttl).arg(unit);
+                call.key(&*c.key).arg(self.key_ttl).arg(unit);
                 for l in &c.live {
                     call.arg(&l.member);
                 }
@@ -405,7 +413,7 @@ impl Worker {
                 && b.next <= now
             {
                 let mut call = self.script.prepare_invoke();
-                call.key(key)
+                call.key(&**key)
                     .arg(ttl)
                     .arg(unit_arg(typing_unit))
                     .arg(&b.member);
@@ -420,8 +428,9 @@ impl Worker {
         let scores: Vec<f64> = match pipe.query_async(&mut self.con).await {
             Ok(s) => s,
             Err(_) => {
-                // Most likely NOSCRIPT after a Redis restart: load the script and try once more
-                // (heartbeats are idempotent: ZADD GT and EXPIRE).
+                // Most likely NOSCRIPT from a restarted Redis, or a connection being
+                // re-established: load the script and try once more (heartbeats are idempotent:
+                // ZADD GT and EXPIRE).
                 self.script.load_async(&mut self.con).await?;
                 pipe.query_async(&mut self.con).await?
             }
