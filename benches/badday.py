@@ -137,6 +137,63 @@ def long_ids(binary, id_bytes):
         redis.stop()
 
 
+def soak(binary, seconds):
+    """simulate against the daemon for `seconds` of vanishing users, with Redis killed and
+    restarted (append-only file fsynced on every write) and paused past the ttl in turns."""
+    work = tempfile.mkdtemp(prefix="soak-")
+    redis = Redis(work, extra=("--appendonly", "yes", "--appendfsync", "always",
+                               "--notify-keyspace-events", "KEA"))
+    try:
+        port = free_port()
+        sweeps = ('[sweeps.typing]\nenabled = false\n'
+                  '[sweeps.online]\nttl = "6s"\nschedule = "1s"\n')
+        cfg = write(os.path.join(work, "s.toml"),
+                    f'[http]\nlisten = "127.0.0.1:{port}"\n[log]\nlevel = "warn"\n{sweeps}')
+        common.BIN = binary
+        d = Daemon(cfg, redis, port)
+        d.wait_ready()
+        sim = subprocess.Popen(
+            common.sweeper(cfg, redis, "simulate", "--json", "--conversations", "2000", "--users", "10",
+                           "--heartbeat", "2s", "--vanish-rate", "0.2", "--duration", f"{seconds}s"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started = time.time()
+        chaos = []
+        turn = 0
+        while time.time() - started < seconds - 15:
+            time.sleep(12)
+            if turn % 2 == 0:
+                redis.kill_restart()
+                chaos.append("kill -9 + restart")
+            else:
+                redis.signal(signal.SIGSTOP)
+                time.sleep(9)
+                redis.signal(signal.SIGCONT)
+                chaos.append("SIGSTOP 9 s (1.5 x ttl)")
+            turn += 1
+        out, err = sim.communicate(timeout=seconds + 120)
+        report = json.loads(out)
+        outages = d.metric("presence_sweeper_redis_outages_total")
+        holds = d.metric("presence_sweeper_storm_holds_total")
+        lost = d.metric("presence_sweeper_events_failed_total")
+        peak = d.peak_rss_mb()
+        d.stop()
+        keys = ("users_vanished", "evictions", "false_evictions", "duplicate_events", "missed_zombies",
+                "lost_in_restart", "unobserved_evictions", "unverified_zombies", "redis_outages",
+                "redis_restarts", "subscription_gaps", "failed_heartbeat_calls", "eviction_lag_seconds", "ok")
+        result = {k: report[k] for k in keys}
+        result.update({"seconds": seconds, "chaos": chaos, "daemon_outage_credits": outages,
+                       "daemon_storm_holds": holds, "daemon_events_failed": lost,
+                       "daemon_peak_rss_mb": round(peak, 1)})
+        print(f"soak {seconds} s, {len(chaos)} incidents ({', '.join(chaos)}): "
+              f"{result['users_vanished']} vanished, {result['evictions']} announced, "
+              f"{result['false_evictions']} false, {result['duplicate_events']} duplicates, "
+              f"{result['missed_zombies']} missed, {result['lost_in_restart']} lost in a restart, "
+              f"{result['unobserved_evictions']} unobserved; ok={result['ok']}", flush=True)
+        return result
+    finally:
+        redis.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stages", default="long-ids,soak")
@@ -155,6 +212,8 @@ def main():
             print(f"long ids {r['id_bytes']:>6} B: peak RSS {r['peak_rss_mb']} MB, "
                   f"{r['events_received']}/500 events received, largest {r['largest_event_bytes']} B, "
                   f"{r['members_left']} members left", flush=True)
+    if "soak" in stages:
+        results["soak"] = soak(binary, a.soak_seconds)
     print(json.dumps(results, indent=2))
 
 

@@ -27,16 +27,28 @@ class Redis:
 
     def __init__(self, workdir, wrapper=(), extra=()):
         self.port = free_port()
-        self.proc = subprocess.Popen(
-            [*wrapper, "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", workdir, "--logfile", os.path.join(workdir, "redis.log"),
-             "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "4096", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.argv = [*wrapper, "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                     "--save", "", "--appendonly", "no", "--dir", workdir,
+                     "--logfile", os.path.join(workdir, "redis.log"),
+                     "--slowlog-log-slower-than", "10000", "--slowlog-max-len", "4096", *extra]
+        self._start()
+
+    def _start(self):
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(600):
             if self.cli("PING", check=False) == "PONG":
                 return
             time.sleep(0.05)
         raise SystemExit("redis-server did not start")
+
+    def kill_restart(self):
+        """SIGKILL, then the same server again on the same port and directory."""
+        self.proc.kill()
+        self.proc.wait(10)
+        self._start()
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
 
     @property
     def url(self):

@@ -614,3 +614,139 @@ async fn a_score_of_minus_infinity_is_the_epoch_not_null() {
         Some(0.0)
     );
 }
+
+/// Chaos: `simulate` judges a daemon while Redis is killed and restarted (its append-only file
+/// fsynced on every write, so nothing acknowledged is lost), then paused past the ttl. No live
+/// user is announced, none twice, and every vanished user is announced; the simulator rides
+/// the outages out and says what it saw of them.
+#[test]
+fn chaos_kill_restart_and_pause_make_no_false_or_double_leaves() {
+    let mut server = RedisServer::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--notify-keyspace-events",
+        "KEA",
+    ]);
+    let d = Binary::spawn(&online(""), &["--redis-url", &server.url()], &[]);
+    d.wait_ready(Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let config = support::write_file(dir.path(), "c.toml", &online(""));
+    let sim = std::process::Command::new(support::binary_path())
+        .args(["--redis-url", &server.url(), "--config"])
+        .arg(&config)
+        .args([
+            "simulate",
+            "--json",
+            "--conversations",
+            "100",
+            "--users",
+            "5",
+            "--heartbeat",
+            "500ms",
+            "--vanish-rate",
+            "0.5",
+            "--duration",
+            "18s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    server.restart();
+    std::thread::sleep(Duration::from_secs(5));
+    server.signal("STOP");
+    std::thread::sleep(Duration::from_secs(5));
+    server.signal("CONT");
+    let out = sim.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let r: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("a report ({e}): {stdout}\n{stderr}\n{}", d.log()));
+    let why = format!("{r:#}\n{stderr}\n{}", d.log());
+    assert!(r["redis_restarts"].as_u64().unwrap() >= 1, "{why}");
+    assert!(
+        r["redis_outages"].as_u64().unwrap() >= 1,
+        "the pause: {why}"
+    );
+    assert_eq!(r["false_evictions"], 0, "{why}");
+    assert_eq!(r["duplicate_events"], 0, "{why}");
+    assert_eq!(r["missed_zombies"], 0, "{why}");
+    assert_eq!(r["unverified_zombies"], 0, "{why}");
+    assert_eq!(r["unexpected_events"], 0, "{why}");
+    assert_eq!(
+        r["lost_in_restart"], 0,
+        "the append-only file kept everything: {why}"
+    );
+    let vanished = r["users_vanished"].as_u64().unwrap();
+    assert!(vanished > 20, "{why}");
+    assert_eq!(
+        r["evictions"].as_u64().unwrap() + r["unobserved_evictions"].as_u64().unwrap(),
+        vanished,
+        "{why}"
+    );
+    assert_eq!(r["ok"], true, "{why}");
+    assert_eq!(out.status.code(), Some(0), "{why}");
+}
+
+/// A Redis restarted without persistence loses the zombies not yet evicted: `simulate` goes on,
+/// reports them apart from missed zombies, and still gives its verdict.
+#[test]
+fn simulate_tells_users_lost_in_a_restart_from_missed_zombies() {
+    let mut server = RedisServer::start();
+    let d = Binary::spawn(&online(""), &["--redis-url", &server.url()], &[]);
+    d.wait_ready(Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let config = support::write_file(dir.path(), "c.toml", &online(""));
+    let sim = std::process::Command::new(support::binary_path())
+        .args(["--redis-url", &server.url(), "--config"])
+        .arg(&config)
+        .args([
+            "simulate",
+            "--conversations",
+            "100",
+            "--users",
+            "5",
+            "--heartbeat",
+            "500ms",
+            "--vanish-rate",
+            "1",
+            "--duration",
+            "8s",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    server.restart();
+    let out = sim.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let why = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let line = |name: &str| -> u64 {
+        let l = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name:?}: {why}"));
+        l[name.len() + 2..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(line("lost in a restart") > 0, "{why}");
+    assert_eq!(line("missed zombies"), 0, "{why}");
+    assert_eq!(line("false evictions"), 0, "{why}");
+    assert_eq!(line("duplicate events"), 0, "{why}");
+    assert_eq!(
+        line("evictions observed") + line("lost in a restart") + line("evicted unobserved"),
+        line("users vanished"),
+        "{why}"
+    );
+    assert!(stdout.contains("restarts or failovers 1"), "{why}");
+    assert!(stdout.contains("  result               ok"), "{why}");
+    assert_eq!(out.status.code(), Some(0), "{why}");
+}
