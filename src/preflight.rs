@@ -85,6 +85,7 @@ where
                 .arg(0)
                 .arg(0)
                 .arg("")
+                .arg("")
                 .to_owned(),
             key,
         ),

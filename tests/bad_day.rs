@@ -118,6 +118,23 @@ fn announced(events: &[support::Received]) -> HashMap<String, usize> {
 /// announced; real zombies still leave, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_stall_longer_than_the_ttl_makes_no_false_leaves() {
+    stall_makes_no_false_leaves("", 0).await;
+}
+
+/// The same through the bounded script: just before the stall ten rooms get 3 zombies each,
+/// scored in the past (a delayed write), so that with at most 2 members per call those rooms
+/// go to the script when they come due after it. The script must judge at the outage's start,
+/// as the transactions do, and take the 3 zombies but not the 5 users the stall kept from
+/// heartbeating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_spares_big_keys_too() {
+    stall_makes_no_false_leaves("[evict]\nmax_members_per_call = 2\n", 3).await;
+}
+
+/// The storm guard is off: the outage credit alone must spare everyone.
+async fn stall_makes_no_false_leaves(extra: &str, late_zombies: usize) {
+    let extra = format!("[sweeps.online.storm_guard]\nenabled = false\n{extra}");
+    let extra = extra.as_str();
     let server = RedisServer::start_with(&["--notify-keyspace-events", "KEA"]);
     let mut con = server.con();
     // Real zombies, gone before the stall.
@@ -132,12 +149,23 @@ async fn a_redis_stall_longer_than_the_ttl_makes_no_false_leaves() {
     }
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
     let apps = Apps::start(&server, 200, 5, Duration::from_secs(1));
-    let d = Binary::spawn(&online(""), &["--redis-url", &server.url()], &[]);
+    let d = Binary::spawn(&online(extra), &["--redis-url", &server.url()], &[]);
     d.wait_ready(Duration::from_secs(10));
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(members(&server, 200), 1000, "the apps heartbeat");
 
     apps.pause(true);
+    let now = redis_now(&mut con);
+    for c in 0..10 {
+        for z in 0..late_zombies {
+            let _: () = redis::cmd("ZADD")
+                .arg(format!("presence:c{c}:online"))
+                .arg(now - 10.0)
+                .arg(format!("zombie-late{c}-{z}"))
+                .query(&mut con)
+                .unwrap();
+        }
+    }
     server.signal("STOP");
     tokio::time::sleep(Duration::from_secs(6)).await;
     server.signal("CONT");
@@ -145,7 +173,8 @@ async fn a_redis_stall_longer_than_the_ttl_makes_no_false_leaves() {
     apps.pause(false);
     tokio::time::sleep(Duration::from_secs(6)).await;
 
-    let events = sub.wait_for(20, Duration::from_secs(5)).await;
+    let expected = 20 + 10 * late_zombies;
+    let events = sub.wait_for(expected, Duration::from_secs(5)).await;
     let seen = announced(&events);
     let live: Vec<&String> = seen.keys().filter(|u| u.starts_with('u')).collect();
     assert!(
@@ -155,7 +184,12 @@ async fn a_redis_stall_longer_than_the_ttl_makes_no_false_leaves() {
         d.log()
     );
     let zombies: HashSet<&String> = seen.keys().filter(|u| u.starts_with("zombie")).collect();
-    assert_eq!(zombies.len(), 20, "every zombie announced: {}", d.log());
+    assert_eq!(
+        zombies.len(),
+        expected,
+        "every zombie announced: {}",
+        d.log()
+    );
     assert!(seen.values().all(|&n| n == 1), "none twice");
     assert!(
         d.log().contains("Redis did not answer for a while"),

@@ -13,6 +13,9 @@
 -- ARGV[4]  budget: most members this call removes or returns over all keys; keeps it short
 -- ARGV[5]  roster limit: most remaining members returned per key that lost members
 -- ARGV[6]  '' to use TIME, or a fixed "now" in the score unit (tests)
+-- ARGV[7]  '' or a ceiling in the score unit: staleness is judged at the earlier of it and now
+--          (after an outage the daemon judges at the outage's start, so that members who could
+--          not heartbeat meanwhile are spared); events are still stamped with now
 --
 -- Returns { now, results }, now formatted with %.17g in the score unit, and per key:
 --   { status, card, oldest, removed, roster, stale }
@@ -39,7 +42,11 @@ else
     now = tonumber(t[1]) + tonumber(t[2]) / 1000000
   end
 end
-local cutoff = now - ttl
+local judged = now
+if ARGV[7] and ARGV[7] ~= '' then
+  judged = math.min(now, tonumber(ARGV[7]))
+end
+local cutoff = judged - ttl
 -- Exclusive bound: a score exactly at the cutoff is still inside the window.
 local below = '(' .. string.format('%.17g', cutoff)
 

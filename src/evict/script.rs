@@ -27,6 +27,10 @@ pub(crate) struct Params {
     pub(crate) roster: usize,
     /// The clock.
     pub(crate) clock: Clock,
+    /// Staleness is judged no later than this instant (Unix seconds), though events are
+    /// stamped with the script's own `TIME`: the daemon's judging instant, held back after an
+    /// outage.
+    pub(crate) judge_by: Option<f64>,
 }
 
 /// The outcome of one call.
@@ -120,7 +124,10 @@ impl EvictScript {
             .arg(CHUNK)
             .arg(params.budget)
             .arg(params.roster)
-            .arg(now);
+            .arg(now)
+            .arg(params.judge_by.map_or_else(String::new, |t| {
+                format!("{:?}", params.unit.from_seconds(t))
+            }));
         let value: Value = inv.invoke_async(con).await?;
         Ok(parse_reply(value, keys.len(), params.unit)?)
     }

@@ -520,6 +520,9 @@ impl Sweep {
             budget: (most / FIRST_PAGE_SHARE as usize).max(1),
             roster: self.sizing.roster(),
             clock: opts.fixed.map_or(Clock::Redis, Clock::Fixed),
+            // Judged at the caller's instant, as the transactions are: after an outage that is
+            // its start, so big keys get the outage's credit too.
+            judge_by: Some(opts.now),
         };
         for group in slot_groups(keys, &big, node.needs_slot_groups()) {
             let mut pending: Vec<usize> = group;
