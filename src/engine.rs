@@ -21,7 +21,7 @@ use crate::index::Capacity;
 use crate::keyspace::NotificationMode;
 use crate::lease::Lease;
 use crate::metrics::{Metrics, Totals};
-use crate::primary::{self, Command, Job, Primary};
+use crate::primary::{self, Command, Job, LastAnswer, Primary};
 use crate::schedule::{CronClock, Ticker};
 use crate::store::{NodeId, Store};
 use crate::sweep::Sweep;
@@ -78,6 +78,7 @@ struct PrimaryHandle {
     commands: mpsc::Sender<Command>,
     task: JoinHandle<()>,
     subscribed: Arc<AtomicBool>,
+    last_answer: Arc<LastAnswer>,
     stop: CancellationToken,
 }
 
@@ -395,6 +396,12 @@ impl Engine {
             .filter(|id| !ids.contains(id))
             .cloned()
             .collect();
+        // Primaries that left while not answering failed over: the apps could not write to
+        // their keys since then, and the loops that take those keys over never saw it.
+        let inherited_outage = gone
+            .iter()
+            .filter_map(|id| self.primaries[id].last_answer.stalled_since())
+            .reduce(f64::min);
         for id in gone {
             let p = self.primaries.remove(&id).expect("listed above");
             tracing::info!(node = %id, "no longer a primary; its loop stops");
@@ -411,6 +418,7 @@ impl Engine {
             let _ = commands.try_send(Command::Jobs(jobs.clone()));
             let stop = self.cancel.child_token();
             let subscribed = Arc::new(AtomicBool::new(false));
+            let last_answer = Arc::new(LastAnswer::default());
             let primary = Primary {
                 node,
                 store: self.store.clone(),
@@ -420,6 +428,8 @@ impl Engine {
                 health: self.health.clone(),
                 subscribed: subscribed.clone(),
                 suspect: self.suspect.clone(),
+                last_answer: last_answer.clone(),
+                inherited_outage,
             };
             let task = tokio::spawn(primary.run(inbox, stop.clone()));
             tracing::debug!(node = %id, "primary loop started");
@@ -429,6 +439,7 @@ impl Engine {
                     commands,
                     task,
                     subscribed,
+                    last_answer,
                     stop,
                 },
             );

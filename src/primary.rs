@@ -118,6 +118,29 @@ pub(crate) struct Primary {
     pub(crate) subscribed: Arc<AtomicBool>,
     /// Told when work fails here: the topology may have changed (a failover).
     pub(crate) suspect: Arc<tokio::sync::Notify>,
+    /// Where the loop records Redis's last answer, so that a loop replacing this one after a
+    /// failover knows since when the apps could not write.
+    pub(crate) last_answer: Arc<LastAnswer>,
+    /// This loop replaces primaries that stopped answering at this instant (Redis's clock): a
+    /// failover. Its first answer ends that outage, and the credit follows.
+    pub(crate) inherited_outage: Option<f64>,
+}
+
+/// Redis's last answer to a primary's loop: when (local instant) and its clock then.
+#[derive(Debug, Default)]
+pub(crate) struct LastAnswer(std::sync::Mutex<Option<(Instant, f64)>>);
+
+impl LastAnswer {
+    fn set(&self, at: Instant, redis: f64) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, redis));
+    }
+
+    /// Redis's clock at the last answer, if that is longer ago than an outage takes to show.
+    pub(crate) fn stalled_since(&self) -> Option<f64> {
+        let last = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        last.filter(|(at, _)| at.elapsed() > STALL)
+            .map(|(_, redis)| redis)
+    }
 }
 
 impl Primary {
@@ -167,6 +190,8 @@ impl Primary {
             last_error_log: None,
             failure: None,
             last_reply: None,
+            last_answer: self.last_answer,
+            inherited_outage: self.inherited_outage,
             probing: false,
             credit: None,
             refresh_after: Instant::now(),
@@ -376,6 +401,11 @@ struct Run {
     failure: Option<Error>,
     /// When Redis last answered (the local instant, and its clock then).
     last_reply: Option<(Instant, f64)>,
+    /// Shares `last_reply` with the engine.
+    last_answer: Arc<LastAnswer>,
+    /// Since when the primaries this loop replaces did not answer (a failover), until its
+    /// first answer.
+    inherited_outage: Option<f64>,
     probing: bool,
     /// The last outage, on Redis's clock: members whose window closed during it are spared
     /// until a ttl after its end.
@@ -473,7 +503,6 @@ impl Run {
             _ => {}
         }
         if !self.probing
-            && !self.jobs.is_empty()
             && let Some((replied, _)) = self.last_reply
         {
             at(replied + PROBE_EVERY);
@@ -534,9 +563,11 @@ impl Run {
         }
     }
 
-    /// Asks for `TIME` when nothing else was answered lately, so that an outage shows.
+    /// Asks for `TIME` when nothing else was answered lately, so that an outage shows. With no
+    /// sweep to run here too (a standby without the lease): the outage is known when the
+    /// lease is won back.
     fn probe_if_quiet(&mut self) {
-        if self.probing || self.jobs.is_empty() || self.cancel.is_cancelled() {
+        if self.probing || self.cancel.is_cancelled() {
             return;
         }
         if self
@@ -562,11 +593,16 @@ impl Run {
             return;
         };
         let now = Instant::now();
-        if let Some((at, redis_at)) = self.last_reply
-            && now.duration_since(at) > STALL
-        {
+        let gap = match (self.last_reply, self.inherited_outage.take()) {
+            (Some((at, redis_at)), _) if now.duration_since(at) > STALL => {
+                Some((redis_at, now.duration_since(at).as_secs_f64()))
+            }
+            (None, Some(from)) => Some((from, redis_now - from)),
+            _ => None,
+        };
+        if let Some((from, seconds)) = gap {
             let outage = Credit {
-                from: redis_at,
+                from,
                 to: redis_now,
             };
             self.credit = Some(match self.credit {
@@ -580,11 +616,12 @@ impl Run {
             self.outages.inc();
             tracing::warn!(
                 node = %self.id,
-                seconds = format_args!("{:.1}", now.duration_since(at).as_secs_f64()),
+                seconds = format_args!("{seconds:.1}"),
                 "Redis did not answer for a while: members whose window closed meanwhile get a full ttl from now"
             );
         }
         self.last_reply = Some((now, redis_now));
+        self.last_answer.set(now, redis_now);
     }
 
     /// The instant a check of a sweep of window `ttl` judges staleness at: Redis's "now", but
@@ -650,10 +687,6 @@ impl Run {
             t.job.sweep.guard().forget(&self.id);
         }
         self.jobs = kept;
-        if self.jobs.is_empty() {
-            // Nothing is asked of Redis now: a quiet time is not an outage.
-            self.last_reply = None;
-        }
         if added || removed {
             self.sync_wanted = true;
             self.sync_after = Instant::now();
@@ -717,6 +750,10 @@ impl Run {
                 if !ripe {
                     continue;
                 }
+                let ttl = self.jobs[i].job.sweep.config().ttl.as_secs_f64();
+                let Some(now) = self.judge_at(ttl) else {
+                    return;
+                };
                 taken.clear();
                 self.jobs[i].index.take_due(
                     now_ms.saturating_sub(DEADLINE_MARGIN_MS),
@@ -733,10 +770,6 @@ impl Run {
                     .drain(..)
                     .map(|(ticket, id)| (ticket, pattern.key(&id)))
                     .unzip();
-                let ttl = t.job.sweep.config().ttl.as_secs_f64();
-                let Some(now) = self.judge_at(ttl) else {
-                    return;
-                };
                 let opts = CheckOpts {
                     now,
                     fixed: None,

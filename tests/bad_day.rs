@@ -132,6 +132,14 @@ async fn a_redis_stall_spares_big_keys_too() {
 }
 
 /// The storm guard is off: the outage credit alone must spare everyone.
+/// With the lease, a stall longer than `redis.command_timeout` loses it (renewals time out) and
+/// the sweep stops; it starts again when the lease is won back, and must still know that the
+/// apps could not write meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_that_costs_the_lease_makes_no_false_leaves() {
+    stall_makes_no_false_leaves("[coordination]\nlease = true\n", 0).await;
+}
+
 async fn stall_makes_no_false_leaves(extra: &str, late_zombies: usize) {
     let extra = format!("[sweeps.online.storm_guard]\nenabled = false\n{extra}");
     let extra = extra.as_str();

@@ -445,3 +445,125 @@ async fn notifications_on_every_primary_through_a_failover() {
     assert_eq!(seen.len(), 60, "every zombie announced: {}", d.log());
     assert!(seen.values().all(|&n| n == 1), "nothing announced twice");
 }
+
+/// A primary dies while the apps heartbeat: until its replica is promoted they cannot write to
+/// its slots. The loop that takes those keys over starts after the failover, so it must inherit
+/// the outage from the loop it replaces, or every member of those slots would be announced as
+/// left. The storm guard is off: the credit alone must spare them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_longer_than_the_ttl_makes_no_false_leaves() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let sub = Subscriber::start(
+        &format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port),
+        "presence:*",
+    )
+    .await;
+    let running = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // One app thread per primary's keys, so that the keys of the dead one do not hold up the
+    // others' heartbeats.
+    let mut by_primary: HashMap<u16, Vec<String>> = HashMap::new();
+    for c in 0..60 {
+        let key = format!("presence:h{c}:online");
+        by_primary
+            .entry(owner(&cluster, &key))
+            .or_default()
+            .push(key);
+    }
+    let apps: Vec<_> = by_primary
+        .into_values()
+        .map(|keys| {
+            let (seeds, running) = (cluster.seeds(), running.clone());
+            std::thread::spawn(move || heartbeat_cluster(&seeds, &keys, 3, &running))
+        })
+        .collect();
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+         [sweeps.online]\nttl = \"3s\"\nschedule = \"500ms\"\n\
+         [sweeps.online.storm_guard]\nenabled = false\n",
+        cluster.redis_toml()
+    );
+    let d = Binary::spawn(&toml, &[], &[]);
+    d.wait_ready(Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let listener = cluster.nodes[0].port;
+    let victim = cluster
+        .primaries()
+        .into_iter()
+        .map(|(_, port)| port)
+        .find(|&port| port != listener)
+        .unwrap();
+    cluster.node(victim).stop();
+    wait_until("the replica promoted", Duration::from_secs(30), || {
+        let primaries = cluster.primaries();
+        primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
+    });
+    cluster.wait_ok(Duration::from_secs(30));
+    d.wait_for_log(
+        &format!("no longer a primary; its loop stops node=127.0.0.1:{victim}"),
+        1,
+        Duration::from_secs(20),
+    );
+    // Heartbeats resume; two ttls more for anything falsely judged stale to show.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    running.store(false, std::sync::atomic::Ordering::Relaxed);
+    for app in apps {
+        app.join().unwrap();
+    }
+
+    let events = sub.received();
+    assert!(
+        events.is_empty(),
+        "{} live users announced as left: {}",
+        events.len(),
+        d.log()
+    );
+    assert!(
+        d.log().contains("Redis did not answer for a while"),
+        "the new primary's loop took the outage over: {}",
+        d.log()
+    );
+}
+
+/// Heartbeats `users` members (`<key>-u<n>`) of each of `keys` (scores from Redis TIME) every
+/// 500 ms through a cluster connection, until `running` is cleared; a write that fails (a
+/// primary down) is tried again on the next round.
+fn heartbeat_cluster(
+    seeds: &[String],
+    keys: &[String],
+    users: usize,
+    running: &std::sync::atomic::AtomicBool,
+) {
+    let script = redis::Script::new(
+        "local t = redis.call('TIME') \
+         local now = tonumber(t[1]) + tonumber(t[2]) / 1000000 \
+         for i = 1, #ARGV do redis.call('ZADD', KEYS[1], 'GT', now, ARGV[i]) end \
+         return 1",
+    );
+    let client = redis::cluster::ClusterClient::builder(seeds.to_vec())
+        .connection_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let mut con = None;
+    while running.load(std::sync::atomic::Ordering::Relaxed) {
+        let started = Instant::now();
+        if con.is_none() {
+            con = client.get_connection().ok();
+        }
+        if let Some(c) = con.as_mut() {
+            for key in keys {
+                let mut call = script.key(key);
+                for u in 0..users {
+                    call.arg(format!("{key}-u{u}"));
+                }
+                if call.invoke::<i64>(c).is_err() {
+                    // Lost a primary: a new connection reads the slots anew.
+                    con = None;
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500).saturating_sub(started.elapsed()));
+    }
+}
