@@ -132,6 +132,16 @@ impl Index {
         }
     }
 
+    /// The ids of up to `n` keys with the latest deadlines: those whose oldest member was
+    /// freshest when last checked, the likeliest to hold members who heartbeat.
+    pub(crate) fn latest(&self, n: usize) -> impl Iterator<Item = &[u8]> {
+        self.due
+            .iter()
+            .rev()
+            .take(n)
+            .map(|&(_, slot)| self.slots[slot as usize].id.as_slice())
+    }
+
     /// Keys tracked.
     pub(crate) fn len(&self) -> usize {
         self.table.len()
@@ -388,6 +398,17 @@ mod tests {
         i.retry(next[1].0, 5000);
         assert_eq!(i.next_due(), Some(5000));
         assert_eq!(i.members(), 6);
+    }
+
+    #[test]
+    fn the_latest_deadlines_are_the_witnesses() {
+        let mut i = index(10);
+        for (id, due) in [(&b"a"[..], 300), (b"b", 100), (b"c", 200), (b"d", 400)] {
+            i.track(id, due);
+        }
+        let latest: Vec<&[u8]> = i.latest(2).collect();
+        assert_eq!(latest, [&b"d"[..], b"a"]);
+        assert_eq!(i.latest(10).count(), 4);
     }
 
     #[test]

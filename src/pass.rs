@@ -115,6 +115,7 @@ impl Pass {
             routed: &routed,
             observer,
             cancel,
+            witnesses: &[],
         };
         // `scan.max_keys_per_second` caps the whole pass: each node gets its share.
         let rate = match self.scan.max_keys_per_second {

@@ -61,6 +61,8 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// A key found due but not stale (a heartbeat raced its deadline, or clocks disagree) is looked
 /// at again no sooner than this, so no disagreement can make the loop spin.
 const MIN_RECHECK_MS: u64 = 20;
+/// Keys whose newest heartbeat a check reads when the storm guard suspects silence.
+const WITNESSES: usize = 16;
 /// How often a subscription proves it still delivers.
 const SUBSCRIPTION_PING: Duration = Duration::from_secs(5);
 /// Bounds of the wait before subscribing again after a failure.
@@ -228,6 +230,22 @@ struct Tracked {
     verify: Vec<Vec<u8>>,
     direct: Vec<Vec<u8>>,
     direct_time: f64,
+    /// Members of the keys walks check directly (untracked): at the last walk's end, and so
+    /// far in the walk in flight. The storm guard counts them with the index's.
+    direct_members: u64,
+    walk_direct_members: u64,
+}
+
+impl Tracked {
+    /// Tells the storm guard how many members this sweep has here: the tracked keys' as of
+    /// their checks, and the untracked keys' as of the walks that checked them.
+    fn report_population(&self, node: &NodeId) {
+        let direct = self.direct_members.max(self.walk_direct_members);
+        self.job
+            .sweep
+            .guard()
+            .population(node, self.index.members() + direct);
+    }
 }
 
 /// What a future of the loop finished.
@@ -721,6 +739,8 @@ impl Run {
             verify: Vec::new(),
             direct: Vec::new(),
             direct_time: f64::INFINITY,
+            direct_members: 0,
+            walk_direct_members: 0,
         }
     }
 
@@ -794,13 +814,24 @@ impl Run {
         }
     }
 
-    /// A check of `keys` of sweep `t`, as a future that owns what it needs.
+    /// A check of `keys` of sweep `t`, as a future that owns what it needs. When the storm
+    /// guard suspects the sweep went silent, a few busy keys go with it as witnesses.
     fn check(
         &self,
         t: &Tracked,
         keys: Vec<Vec<u8>>,
         opts: CheckOpts,
     ) -> impl Future<Output = Checked> + Send + 'static {
+        let witnesses: Vec<Vec<u8>> =
+            if opts.guarded && t.job.sweep.guard().suspects_silence(opts.now) {
+                let pattern = &t.job.sweep.config().pattern;
+                t.index
+                    .latest(WITNESSES)
+                    .map(|id| pattern.key(id))
+                    .collect()
+            } else {
+                Vec::new()
+            };
         let sweep = t.job.sweep.clone();
         let observer = t.observer.clone();
         let node = self.node.clone();
@@ -813,6 +844,7 @@ impl Run {
                 routed: &routed,
                 observer: &*observer,
                 cancel: &cancel,
+                witnesses: &witnesses,
             };
             sweep.check(node, keys, opts, ctx).await
         }
@@ -847,7 +879,7 @@ impl Run {
                         dry_run: false,
                         track: false,
                         read_time: false,
-                        guarded: false,
+                        guarded: true,
                     };
                     if t.direct.is_empty() {
                         t.direct_time = f64::INFINITY;
@@ -904,6 +936,7 @@ impl Run {
         for t in &mut self.jobs {
             t.walk_scanned = 0;
             t.walk_untracked = 0;
+            t.walk_direct_members = 0;
         }
         self.loop_health.busy(true);
         self.walk = Some(Walk {
@@ -1024,6 +1057,8 @@ impl Run {
                 );
             }
             t.untracked = t.walk_untracked;
+            t.direct_members = t.walk_direct_members;
+            t.report_population(&self.id);
             if !t.synced {
                 tracing::info!(
                     sweep = %t.job.name(),
@@ -1083,6 +1118,10 @@ impl Run {
                 self.walk_future_done();
                 if checked.error.is_none() {
                     self.replied(checked.time);
+                }
+                if let Some(t) = self.jobs.iter_mut().find(|t| t.epoch == epoch) {
+                    t.walk_direct_members += checked.counts.members;
+                    t.report_population(&self.id);
                 }
                 if let Some(e) = checked.error {
                     self.walk_failed(epoch, e);
@@ -1160,7 +1199,7 @@ impl Run {
             .metrics
             .deadline_checks(checked.states.len() as u64, checked.error.is_some());
         let (tracked, members) = (t.index.len() as u64, t.index.members());
-        t.job.sweep.guard().population(&self.id, members);
+        t.report_population(&self.id);
         t.job.metrics.node_figures(&self.id, |f| {
             f.tracked = tracked;
             f.members = members;

@@ -7,7 +7,10 @@
 //!   check read, or a keyspace notification of a write). Then every member not written since will
 //!   go within one ttl: the whole population. This is seen before the first of them is due, so a
 //!   total stop makes no false leave at all. (It assumes apps heartbeat more often than every
-//!   half ttl, as they must to stay present.)
+//!   half ttl, as they must to stay present.) Without notifications the keys that come due may
+//!   all be quiet ones while the busy ones are not due, so silence is only suspected
+//!   ([`StormGuard::suspects_silence`]) until a check has read a few busy witnesses' newest
+//!   scores too.
 //! - **share**: the members evicted within the last ttl plus those about to be exceed `share` of
 //!   the sweep's members (those left plus those evicted in that window): a partial stop, seen
 //!   once that share has left.
@@ -140,6 +143,21 @@ impl StormGuard {
         }
     }
 
+    /// Whether the silence sign would trip at `now`: no heartbeat seen for half a ttl, in a
+    /// sweep big enough to guard. The newest heartbeats are learnt from the keys checks read,
+    /// which without keyspace notifications may all be quiet ones (the busy keys are not due):
+    /// a check then reads the newest heartbeat of a few witnesses first (see [`Self::heartbeat`]).
+    pub(crate) fn suspects_silence(&self, now: f64) -> bool {
+        if !self.cfg.enabled {
+            return false;
+        }
+        let st = self.state();
+        st.hold_until.is_none()
+            && now >= st.calm_until
+            && st.population.values().sum::<u64>() >= self.cfg.min_members
+            && st.freshest.is_some_and(|f| now - f > self.ttl / 2.0)
+    }
+
     /// Whether `stale` members may be evicted at `now` (Redis's clock).
     pub(crate) fn admit(&self, now: f64, stale: u64) -> Admit {
         if !self.cfg.enabled || stale == 0 {
@@ -229,6 +247,20 @@ mod tests {
         assert_eq!(g.admit(120.0, 50), Admit::Evict);
         assert!(!g.holding(120.0));
         assert_eq!(g.metrics.holding.get(), 0);
+    }
+
+    #[test]
+    fn silence_is_suspected_only_in_a_big_enough_sweep_past_half_a_ttl() {
+        let g = guard();
+        g.heartbeat(100.0);
+        assert!(!g.suspects_silence(106.0), "no population known yet");
+        g.population(&NodeId::new("a"), 1000);
+        assert!(!g.suspects_silence(104.0), "4 s is under half the ttl");
+        assert!(g.suspects_silence(106.0));
+        // A witness's heartbeat clears it.
+        g.heartbeat(105.5);
+        assert!(!g.suspects_silence(106.0));
+        assert_eq!(g.admit(106.0, 10), Admit::Evict);
     }
 
     #[test]

@@ -211,68 +211,132 @@ async fn stall_makes_no_false_leaves(extra: &str, late_zombies: usize) {
 /// never come back, everyone leaves once the hold ends, each announced once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_every_heartbeat_stops_the_storm_guard_holds_the_leaves() {
-    for notifications in [true, false] {
-        let extra: &[&str] = if notifications {
-            &["--notify-keyspace-events", "KEA"]
-        } else {
-            &[]
-        };
-        let server = RedisServer::start_with(extra);
-        let sub = Subscriber::start(&server.url(), "presence:*:events").await;
-        let apps = Apps::start(&server, 200, 5, Duration::from_secs(1));
-        let d = Binary::spawn(
-            &online(""),
-            &[
-                "--redis-url",
-                &server.url(),
-                "--log-level",
-                "info,presence_sweeper=debug",
-            ],
-            &[],
-        );
-        d.wait_ready(Duration::from_secs(10));
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        assert_eq!(members(&server, 200), 1000, "the apps heartbeat");
+    storm_guard_holds(&["--notify-keyspace-events", "KEA"], "", 1).await;
+    storm_guard_holds(&[], "", 1).await;
+}
 
-        // A 4.5 s gap, with a ttl of 3 s.
-        apps.pause(true);
-        tokio::time::sleep(Duration::from_millis(4500)).await;
-        apps.pause(false);
-        tokio::time::sleep(Duration::from_secs(4)).await;
-        assert!(
-            sub.received().is_empty(),
-            "notifications {notifications}: {} false leaves: {}",
-            sub.received().len(),
-            d.log()
-        );
-        assert!(d.log().contains("storm guard"), "{}", d.log());
-        let s = support::scrape(d.http_addr());
-        assert!(
-            support::metric(
-                &s,
-                "presence_sweeper_storm_holds_total",
-                &[("sweep", "online")]
+/// The same where walks check every key on the schedule (nothing tracked): the guard watches
+/// those passes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storm_guard_holds_scheduled_passes_too() {
+    storm_guard_holds(&[], "[tracking]\nmax_keys = 0\n", 1).await;
+}
+
+/// Two replicas sharing the work without a lease: each one's guard holds, and once the hold
+/// ends each member is announced once, by whichever replica removed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_storm_guard_holds_on_every_replica() {
+    storm_guard_holds(&["--notify-keyspace-events", "KEA"], "", 2).await;
+}
+
+async fn storm_guard_holds(server_args: &[&str], extra: &str, replicas: usize) {
+    let why = format!("server {server_args:?}, {extra:?}, {replicas} replicas");
+    let server = RedisServer::start_with(server_args);
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let apps = Apps::start(&server, 200, 5, Duration::from_secs(1));
+    let daemons: Vec<Binary> = (0..replicas)
+        .map(|_| {
+            Binary::spawn(
+                &online(extra),
+                &[
+                    "--redis-url",
+                    &server.url(),
+                    "--log-level",
+                    "info,presence_sweeper=debug",
+                ],
+                &[],
             )
-            .unwrap()
-                >= 1.0
-        );
-
-        // For good this time: after the hold, all 1,000 leave, once each.
-        apps.pause(true);
-        let stopped = std::time::Instant::now();
-        let events = sub.wait_for(1000, Duration::from_secs(15)).await;
-        let seen = announced(&events);
-        assert_eq!(
-            seen.len(),
-            1000,
-            "notifications {notifications}: {}",
-            d.log()
-        );
-        assert!(seen.values().all(|&n| n == 1), "none twice");
-        // Not before the hold ended: the first zombie was due about 2 s after the stop.
-        assert!(stopped.elapsed() > Duration::from_secs(4));
-        drop(apps);
+        })
+        .collect();
+    for d in &daemons {
+        d.wait_ready(Duration::from_secs(10));
     }
+    let logs = || {
+        daemons
+            .iter()
+            .map(Binary::log)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(members(&server, 200), 1000, "the apps heartbeat");
+
+    // A 4.5 s gap, with a ttl of 3 s.
+    apps.pause(true);
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    apps.pause(false);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        sub.received().is_empty(),
+        "{why}: {} false leaves: {}",
+        sub.received().len(),
+        logs()
+    );
+    for d in &daemons {
+        assert!(d.log().contains("storm guard"), "{why}: {}", logs());
+        let s = support::scrape(d.http_addr());
+        let holds = support::metric(
+            &s,
+            "presence_sweeper_storm_holds_total",
+            &[("sweep", "online")],
+        );
+        assert!(holds.unwrap() >= 1.0, "{why}");
+    }
+
+    // For good this time: after the hold, all 1,000 leave, once each.
+    apps.pause(true);
+    let stopped = std::time::Instant::now();
+    let events = sub.wait_for(1000, Duration::from_secs(15)).await;
+    let seen = announced(&events);
+    assert_eq!(seen.len(), 1000, "{why}: {}", logs());
+    assert!(seen.values().all(|&n| n == 1), "{why}: none twice");
+    // Not before the hold ended: the first zombie was due about 2 s after the stop.
+    assert!(stopped.elapsed() > Duration::from_secs(4), "{why}");
+}
+
+/// Without keyspace notifications the guard learns of heartbeats from the keys it reads. When
+/// only quiet keys come due (users who left), a busy room's heartbeats are not in sight: its
+/// members heartbeat every second, so with a 6 s ttl it is checked about every 5 s, longer than
+/// the half ttl of silence. That is not silence: the zombies leave at once, with no hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_keys_coming_due_beside_a_busy_room_are_not_a_storm() {
+    let server = RedisServer::start();
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let apps = Apps::start(&server, 1, 150, Duration::from_secs(1));
+    let config = "[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+                  [sweeps.online]\nttl = \"6s\"\nschedule = \"1s\"\n";
+    let d = Binary::spawn(config, &["--redis-url", &server.url()], &[]);
+    d.wait_ready(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let mut con = server.con();
+    let zombies = 8;
+    for z in 0..zombies {
+        // Gone ten seconds ago: due as soon as a walk finds the key.
+        let now = redis_now(&mut con);
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("presence:q{z}:online"))
+            .arg(now - 10.0)
+            .arg(format!("zombie{z}"))
+            .query(&mut con)
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let events = sub.wait_for(zombies, Duration::from_secs(4)).await;
+    let seen = announced(&events);
+    assert_eq!(seen.len(), zombies, "{}", d.log());
+    assert!(seen.keys().all(|u| u.starts_with("zombie")), "{seen:?}");
+    let s = support::scrape(d.http_addr());
+    assert_eq!(
+        support::metric(
+            &s,
+            "presence_sweeper_storm_holds_total",
+            &[("sweep", "online")]
+        ),
+        Some(0.0),
+        "{}",
+        d.log()
+    );
+    drop(apps);
 }
 
 /// One conversation whose ids are 16 KiB each: 100 live members and 500 zombies. Every event

@@ -20,6 +20,11 @@ use crate::store::{Packed, SendPacked};
 pub(crate) enum Read<'c> {
     /// `ZCOUNT -inf (cutoff`: the zombies.
     Stale(&'c Cutoff),
+    /// `ZCOUNT -inf (cutoff` and `ZRANGE key -1 -1 WITHSCORES`: the zombies and the newest
+    /// heartbeat, for the storm guard of a walk that checks keys it does not track.
+    StaleNewest(&'c Cutoff),
+    /// `ZRANGE key -1 -1 WITHSCORES`: the newest heartbeat alone (a storm guard's witness).
+    Newest,
     /// `ZCARD`: the members.
     Members,
     /// `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs.
@@ -38,6 +43,7 @@ impl Read<'_> {
         match self {
             Self::Probe { newest: false, .. } => 2,
             Self::Probe { newest: true, .. } => 3,
+            Self::StaleNewest(_) => 2,
             _ => 1,
         }
     }
@@ -45,9 +51,11 @@ impl Read<'_> {
     /// The name of the `i`th command sent per key.
     fn command(self, i: usize) -> &'static str {
         match (self, i) {
-            (Self::Stale(_), _) => "ZCOUNT",
+            (Self::Stale(_), _) | (Self::StaleNewest(_), 0) => "ZCOUNT",
             (Self::Members, _) | (Self::Probe { .. }, 1) => "ZCARD",
-            (Self::Probe { .. }, _) | (Self::Oldest, _) => "ZRANGE",
+            (Self::Probe { .. } | Self::Oldest | Self::StaleNewest(_) | Self::Newest, _) => {
+                "ZRANGE"
+            }
         }
     }
 }
@@ -120,6 +128,14 @@ where
         match what {
             Read::Stale(cutoff) => {
                 batch.command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()]);
+            }
+            Read::StaleNewest(cutoff) => {
+                batch
+                    .command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()])
+                    .command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]);
+            }
+            Read::Newest => {
+                batch.command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]);
             }
             Read::Members => {
                 batch.command(&[b"ZCARD", key]);
@@ -197,6 +213,12 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
     let mut read = KeyRead::default();
     match (what, replies) {
         (Read::Stale(_), [stale]) => read.stale = count(stale)?,
+        (Read::StaleNewest(_), [stale, newest]) => {
+            read.stale = count(stale)?;
+            read.newest = single_score(newest)?;
+            read.id_bytes = id_bytes(newest);
+        }
+        (Read::Newest, [newest]) => read.newest = single_score(newest)?,
         (Read::Members, [card]) => read.card = count(card)?,
         (Read::Oldest, [oldest]) => {
             read.oldest = single_score(oldest)?;

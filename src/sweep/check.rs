@@ -37,7 +37,7 @@ pub(crate) struct CheckOpts {
     pub(crate) track: bool,
     /// With `track`: read Redis's clock too (the caller's reading is getting old).
     pub(crate) read_time: bool,
-    /// With `track`: ask the sweep's storm guard before evicting, and feed it.
+    /// Ask the sweep's storm guard before evicting, and feed it.
     pub(crate) guarded: bool,
 }
 
@@ -52,6 +52,9 @@ pub(crate) struct CheckCtx<'a> {
     pub(crate) observer: &'a dyn Observer,
     /// No new eviction starts once it fires.
     pub(crate) cancel: &'a CancellationToken,
+    /// Keys whose newest heartbeat tells whether the sweep went silent, when the storm guard
+    /// suspects it: the tracked keys checked most recently and found well.
+    pub(crate) witnesses: &'a [Vec<u8>],
 }
 
 /// What a check learned about one key.
@@ -131,13 +134,14 @@ impl Sweep {
             self.config.score_unit,
         );
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let guarded = opts.track && opts.guarded && self.guard.enabled();
-        let what = match opts.track {
-            true => Read::Probe {
+        let guarded = opts.guarded && self.guard.enabled() && !opts.dry_run;
+        let what = match (opts.track, guarded) {
+            (true, _) => Read::Probe {
                 time: opts.read_time,
                 newest: guarded,
             },
-            false => Read::Stale(&cutoff),
+            (false, true) => Read::StaleNewest(&cutoff),
+            (false, false) => Read::Stale(&cutoff),
         };
         let reads = precheck::read(node, &refs, what).await?;
         out.time = reads.time;
@@ -180,9 +184,9 @@ impl Sweep {
                 }
                 KeyStatus::Set(read) => read,
             };
+            newest = newest.max(read.newest.unwrap_or(f64::NEG_INFINITY));
             if opts.track {
                 let KeyRead { card, oldest, .. } = read;
-                newest = newest.max(read.newest.unwrap_or(f64::NEG_INFINITY));
                 match oldest {
                     Some(score) if cutoff.is_stale(score) => {
                         seen.insert(i, read);
@@ -215,17 +219,24 @@ impl Sweep {
             }
         }
         if guarded {
-            if newest.is_finite() {
-                self.guard
-                    .heartbeat(self.config.score_unit.to_seconds(newest));
-            }
+            self.heard(newest, opts.now);
             let zombies: u64 = stale.iter().map(|&(_, n)| n).sum();
+            if zombies > 0 && !ctx.witnesses.is_empty() && self.guard.suspects_silence(opts.now) {
+                // Quiet keys came due, but the busy ones may be well: ask them.
+                let refs: Vec<&[u8]> = ctx.witnesses.iter().map(Vec::as_slice).collect();
+                let heard = precheck::read(node, &refs, Read::Newest).await?;
+                for read in heard.keys.iter().filter_map(|r| r.set()) {
+                    self.heard(read.newest.unwrap_or(f64::NEG_INFINITY), opts.now);
+                }
+            }
             if let Admit::Hold(until) = self.guard.admit(opts.now, zombies) {
-                // Nothing is removed: the keys are looked at again when the hold ends.
+                // Nothing is removed: tracked keys are looked at again when the hold ends, the
+                // others at the next walk.
                 for (i, _) in stale {
-                    let read = seen[&i];
-                    out.states[i] = self.live(read.card, read.oldest);
-                    self.count_clean(read.card, out, ctx.observer);
+                    if let Some(read) = seen.get(&i) {
+                        out.states[i] = self.live(read.card, read.oldest);
+                        self.count_clean(read.card, out, ctx.observer);
+                    }
                 }
                 out.hold_until = Some(until);
                 return Ok(());
@@ -301,6 +312,15 @@ impl Sweep {
             self.sweep_big(node, &refs, big, opts, ctx, out).await?;
         }
         Ok(())
+    }
+
+    /// Tells the storm guard of a heartbeat scored `newest` (score unit), if any, read at
+    /// `now`: a score ahead of Redis's clock (an app's clock ahead) counts as now, not later.
+    fn heard(&self, newest: f64, now: f64) {
+        if newest.is_finite() {
+            self.guard
+                .heartbeat(self.config.score_unit.to_seconds(newest).min(now));
+        }
     }
 
     /// What is left of a key of `card` members whose lowest score is `oldest` (score unit).
