@@ -20,6 +20,10 @@ use base64::Engine as _;
 /// Value of the `reason` field.
 pub const REASON_EXPIRED: &str = "expired";
 
+/// Most remaining members an event lists (fewer when they do not fit `events.max_bytes`); the
+/// full count goes beside it.
+pub(crate) const ROSTER_LIMIT: usize = 100;
+
 /// One eviction to announce.
 #[derive(Debug, Clone, Copy)]
 pub struct Event<'a> {
@@ -184,7 +188,10 @@ impl EventEncoder {
         out.push(b']');
         out.extend_from_slice(&self.count_key);
         out.extend_from_slice(count);
-        if members < roster.len() {
+        // Cut here to fit, or read short (a sweep that met long ids reads fewer members for
+        // its rosters): either way the roster is not all it would have been.
+        let whole_roster = event.roster_count.min(ROSTER_LIMIT as u64);
+        if members < roster.len() || (members as u64) < whole_roster {
             out.extend_from_slice(&self.truncated);
         }
         out.push(b'}');
@@ -415,5 +422,19 @@ mod tests {
             "longer than the cap, whole"
         );
         assert_eq!(v["online_truncated"], true);
+    }
+
+    #[test]
+    fn a_roster_read_short_says_so_too() {
+        let members: Vec<Vec<u8>> = (0..5).map(|i| format!("u{i}").into_bytes()).collect();
+        let roster = Roster::of(&members);
+        let enc = EventEncoder::new("presence.leave", "online", 64 * 1024);
+        let mut e = event(b"c", b"u", &roster);
+        for (count, truncated) in [(5, false), (150, true), (6, true)] {
+            e.roster_count = count;
+            let v: serde_json::Value = serde_json::from_slice(&enc.encode(&e)).unwrap();
+            assert_eq!(v["online"].as_array().unwrap().len(), 5);
+            assert_eq!(v.get("online_truncated").is_some(), truncated, "{count}");
+        }
     }
 }

@@ -56,10 +56,13 @@ pub struct SweepStats {
     /// Members whose score is older than `ttl` on Redis's clock: what a pass would evict now.
     pub stale_members: u64,
     /// Age of the oldest score of all, in seconds on Redis's clock; `null` without members. A
-    /// score of `-inf` counts as the Unix epoch, as in events.
+    /// score of `-inf` counts as the Unix epoch, as in events; `+inf` (every member pinned:
+    /// none ever goes stale) as Redis's now, an age of 0.
     pub oldest_heartbeat_age_seconds: Option<f64>,
     /// Whether the oldest score is `-inf`: a member that never heartbeat (written by hand).
     pub oldest_heartbeat_never: bool,
+    /// Whether the oldest score is `+inf`: every member is pinned (written by hand).
+    pub oldest_heartbeat_pinned: bool,
     /// How many members the keys hold.
     pub members_per_key: Distribution,
     /// The largest conversations, largest first (ties: by id).
@@ -296,8 +299,13 @@ impl Tally {
             keys: self.keys,
             members: self.members,
             stale_members: self.stale,
-            oldest_heartbeat_age_seconds: self.oldest.map(|o| now - crate::events::seconds(o)),
+            // `+inf` never goes stale: it counts as now (age 0), and `-inf` as the epoch.
+            oldest_heartbeat_age_seconds: self.oldest.map(|o| match o {
+                f64::INFINITY => 0.0,
+                o => now - crate::events::seconds(o),
+            }),
             oldest_heartbeat_never: self.oldest == Some(f64::NEG_INFINITY),
+            oldest_heartbeat_pinned: self.oldest == Some(f64::INFINITY),
             members_per_key: Distribution {
                 buckets,
                 max: self.max,
@@ -345,6 +353,10 @@ impl fmt::Display for SweepStats {
             Some(_) if self.oldest_heartbeat_never => {
                 writeln!(f, "  oldest heartbeat   {:>12}  (a score of -inf)", "never")?
             }
+            Some(age) if self.oldest_heartbeat_pinned => writeln!(
+                f,
+                "  oldest heartbeat   {age:>12.1}  (a score of +inf: never stale)"
+            )?,
             Some(age) => writeln!(f, "  oldest heartbeat   {age:>12.1}  seconds ago")?,
             None => writeln!(f, "  oldest heartbeat   {:>12}", "-")?,
         }
@@ -457,5 +469,23 @@ mod tests {
         assert_eq!(v["members_per_key"]["buckets"][0]["le"], 1);
         assert_eq!(v["members_per_key"]["buckets"][10]["le"], "+Inf");
         assert!(v["oldest_heartbeat_age_seconds"].is_null());
+    }
+
+    #[test]
+    fn infinite_scores_are_numbers() {
+        for (score, age, never, pinned) in [
+            (f64::INFINITY, 0.0, false, true),
+            (f64::NEG_INFINITY, 1000.0, true, false),
+        ] {
+            let mut t = Tally::new(0);
+            t.key(1, 0, Some(score), || unreachable!());
+            let s = t.finish(&sweep(), 1000.0, 0.0);
+            assert_eq!(s.oldest_heartbeat_age_seconds, Some(age), "{score}");
+            assert_eq!(
+                (s.oldest_heartbeat_never, s.oldest_heartbeat_pinned),
+                (never, pinned)
+            );
+            assert!(!s.to_string().contains("inf seconds"), "{s}");
+        }
     }
 }

@@ -27,10 +27,6 @@ use crate::config::ScoreUnit;
 
 pub use script::EvictScript;
 
-/// Most remaining members an event lists (fewer when they do not fit `events.max_bytes`); the
-/// full count goes beside it.
-pub(crate) const ROSTER_LIMIT: usize = 100;
-
 /// Where "now" comes from.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Clock {

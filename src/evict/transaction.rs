@@ -14,8 +14,9 @@
 //! The range is not LIMITed: only keys whose precheck counted at most `evict.max_members_per_call`
 //! zombies come here; bigger ones go to the bounded script.
 
-use super::{Cutoff, ROSTER_LIMIT};
+use super::Cutoff;
 use crate::Error;
+use crate::events::ROSTER_LIMIT;
 use crate::events::Roster;
 use crate::store::reply::{ReplyError, is_moved, number, time_from_parts};
 use crate::store::resp::{Item, Reader};
