@@ -30,6 +30,9 @@ struct State {
     sweeps: BTreeMap<String, SweepState>,
     nodes: BTreeSet<NodeId>,
     loops: BTreeMap<String, LoopState>,
+    /// Primaries where Redis refused the daemon's user a command it needs (an ACL), and what
+    /// it said; until the permission is proven again.
+    refused: BTreeMap<NodeId, String>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -122,6 +125,16 @@ impl Health {
         *self.redis_down.lock().unwrap_or_else(|e| e.into_inner()) = status.err();
     }
 
+    /// Redis refused (`Some`: what it said) or again allows (`None`) on `node` a command the
+    /// daemon needs: an ACL problem, which no retry fixes and `/readyz` must name.
+    pub(crate) fn set_refused(&self, node: &NodeId, why: Option<String>) {
+        let mut state = self.state();
+        match why {
+            Some(why) => state.refused.insert(node.clone(), why),
+            None => state.refused.remove(node),
+        };
+    }
+
     /// Why Redis is not usable now, if it is not.
     fn redis_down(&self) -> Option<String> {
         self.redis_down
@@ -166,6 +179,9 @@ impl Health {
         let state = self.state();
         if let Some((name, _)) = state.loops.iter().find(|(_, l)| l.stopped) {
             return Err(format!("{name}: its loop stopped"));
+        }
+        if let Some((node, why)) = state.refused.iter().next() {
+            return Err(format!("{node}: {why}"));
         }
         let waiting: Vec<&str> = state
             .sweeps
@@ -286,6 +302,16 @@ mod tests {
             "Redis refused the credentials: WRONGPASS"
         );
         h.set_redis(Ok(()));
+        h.set_refused(
+            &node("a"),
+            Some("the Redis user may not run PUBLISH".into()),
+        );
+        assert_eq!(
+            h.readiness().unwrap_err(),
+            "a: the Redis user may not run PUBLISH"
+        );
+        h.set_refused(&node("a"), None);
+        assert!(h.readiness().is_ok());
         h.set_shutting_down();
         assert_eq!(h.readiness().unwrap_err(), "shutting down");
         assert!(h.liveness().is_ok());

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::{EvictConfig, ScanConfig, TrackingConfig};
+use crate::error::Trouble;
 use crate::evict::precheck::{self, KeyRead, Read, Reads};
 use crate::health::{Health, LoopHealth};
 use crate::index::{Capacity, Index, NEVER, Ticket, Track};
@@ -61,6 +62,9 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// A key found due but not stale (a heartbeat raced its deadline, or clocks disagree) is looked
 /// at again no sooner than this, so no disagreement can make the loop spin.
 const MIN_RECHECK_MS: u64 = 20;
+/// After Redis refused the daemon's user a command, how often the permissions are proven
+/// again (a preflight, which changes nothing), so that a fixed ACL shows at once.
+const REFUSED_RECHECK: Duration = Duration::from_secs(5);
 /// Keys whose newest heartbeat a check reads when the storm guard suspects silence.
 const WITNESSES: usize = 16;
 /// How often a subscription proves it still delivers.
@@ -195,12 +199,14 @@ impl Primary {
             last_answer: self.last_answer,
             inherited_outage: self.inherited_outage,
             probing: false,
+            refused: None,
             credit: None,
             refresh_after: Instant::now(),
         };
         run.main().await;
         run.drain().await;
         run.metrics.forget_node(&run.id);
+        run.health.set_refused(&run.id, None);
         for t in &run.jobs {
             t.job.metrics.forget_node(&run.id);
             t.job.sweep.guard().forget(&run.id);
@@ -252,6 +258,8 @@ impl Tracked {
 enum Done {
     /// A `TIME` asked to show Redis still answers.
     Probe(Result<f64, Error>),
+    /// After a refusal: whether the Redis user may now do all that every sweep's checks do.
+    Permitted(Result<(), Error>),
     /// A check of keys the index handed out.
     Checked {
         epoch: u64,
@@ -425,6 +433,9 @@ struct Run {
     /// first answer.
     inherited_outage: Option<f64>,
     probing: bool,
+    /// Redis refused a command the daemon needs here (an ACL): when to prove the permissions
+    /// again, and whether a proof is in flight.
+    refused: Option<(Instant, bool)>,
     /// The last outage, on Redis's clock: members whose window closed during it are spared
     /// until a ttl after its end.
     credit: Option<Credit>,
@@ -573,6 +584,7 @@ impl Run {
         self.dispatch_checks();
         self.dispatch_walk_work();
         self.probe_if_quiet();
+        self.recheck_permissions();
         if let Some(clock) = &self.clock {
             // A hold whose time is up ends even if no check asks the guard.
             for t in &self.jobs {
@@ -598,6 +610,34 @@ impl Run {
         let mut node = self.node.clone();
         self.in_flight.push(Box::pin(async move {
             Done::Probe(crate::store::reply::redis_time(&mut node).await)
+        }));
+    }
+
+    /// After a refusal, proves every sweep's permissions again every [`REFUSED_RECHECK`], on a
+    /// key of each sweep's pattern that need not exist: nothing runs, the commands are only
+    /// queued and discarded.
+    fn recheck_permissions(&mut self) {
+        let Some((at, false)) = self.refused else {
+            return;
+        };
+        if at > Instant::now() || self.cancel.is_cancelled() {
+            return;
+        }
+        self.refused = Some((at, true));
+        let sweeps: Vec<Arc<Sweep>> = self.jobs.iter().map(|t| t.job.sweep.clone()).collect();
+        let (store, node) = (self.store.clone(), self.node.clone());
+        self.in_flight.push(Box::pin(async move {
+            for sweep in sweeps {
+                let key = sweep
+                    .config()
+                    .pattern
+                    .key(b"presence-sweeper-permission-check");
+                sweep.forget_preflight(&node);
+                if let Err(e) = sweep.preflight(&store, &node, &key).await {
+                    return Done::Permitted(Err(e));
+                }
+            }
+            Done::Permitted(Ok(()))
         }));
     }
 
@@ -1099,6 +1139,15 @@ impl Run {
     fn done(&mut self, done: Done) {
         self.loop_health.progress();
         match done {
+            Done::Permitted(Ok(())) => {
+                tracing::info!(node = %self.id, "the Redis user may now run everything the checks need");
+                self.refused = None;
+                self.health.set_refused(&self.id, None);
+            }
+            Done::Permitted(Err(e)) => {
+                self.refused = Some((Instant::now() + REFUSED_RECHECK, false));
+                self.note_refusal(&e);
+            }
             Done::Probe(result) => {
                 self.probing = false;
                 match result {
@@ -1210,9 +1259,27 @@ impl Run {
         }
     }
 
+    /// A refusal of the credentials or of a command (an ACL) is not an outage: it is counted by
+    /// kind, and a refused command makes `/readyz` name it until the permissions are proven.
+    fn note_refusal(&mut self, e: &Error) {
+        let trouble = e.trouble();
+        match trouble {
+            Trouble::Permission => {
+                self.metrics.redis_failure(trouble);
+                self.health.set_refused(&self.id, Some(e.to_string()));
+                if self.refused.is_none() {
+                    self.refused = Some((Instant::now() + REFUSED_RECHECK, false));
+                }
+            }
+            Trouble::Credentials => self.metrics.redis_failure(trouble),
+            Trouble::Unreachable | Trouble::Other => {}
+        }
+    }
+
     /// After a failure: Redis may have restarted (keys gone, or created anew), so the index is
     /// reconciled once Redis answers again; and behind Sentinel the primary may have moved.
     fn failed(&mut self, e: Error) {
+        self.note_refusal(&e);
         self.suspect.notify_one();
         self.sync_wanted = true;
         self.sync_after = Instant::now() + RETRY;

@@ -203,21 +203,45 @@ async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
 fn notifications_need_config_get_and_the_keyspace_channels() {
     let server = RedisServer::start_with(&["--notify-keyspace-events", "KEA"]);
     create_user(&server, "sweeper", MINIMAL);
+    // The README's line for notifications, as it stands.
     create_user(
         &server,
         "listener",
-        &format!("{MINIMAL} +config|get +psubscribe &__keyspace@0__:presence:*:online"),
+        &format!(
+            "{MINIMAL} +config|get +psubscribe &__keyspace@0__:presence:*:online \
+             &__keyspace@0__:presence:*:typing"
+        ),
+    );
+    create_user(
+        &server,
+        "deaf",
+        &format!("{MINIMAL} +config|get &__keyspace@0__:presence:*:online"),
+    );
+    create_user(
+        &server,
+        "elsewhere",
+        &format!("{MINIMAL} +config|get +psubscribe"),
     );
     let port = server.port;
     let node = format!("127.0.0.1:{port}");
+    let channel = "may not PSUBSCRIBE __keyspace@0__:presence:*:online \
+                   (add each to its ACL as a channel: &__keyspace@0__:presence:*:online)";
     for (user, in_use, says) in [
         ("sweeper", 0.0, "may not run CONFIG GET"),
         ("listener", 1.0, "keyspace notifications in use"),
+        ("deaf", 0.0, channel),
+        ("elsewhere", 0.0, channel),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let pw = write_file(dir.path(), "pw", "user-secret\n");
+        // Both built-in sweeps for the README's user, the online one alone for the others.
+        let typing = if user == "listener" {
+            ""
+        } else {
+            "[sweeps.typing]\nenabled = false\n"
+        };
         let toml = format!(
-            "[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+            "[http]\nlisten = \"127.0.0.1:0\"\n{typing}\
              [redis]\nusername = \"{user}\"\npassword_file = {:?}\n",
             pw.to_str().unwrap()
         );
@@ -236,4 +260,59 @@ fn notifications_need_config_get_and_the_keyspace_channels() {
             d.log()
         );
     }
+}
+
+/// A running daemon whose user may not PUBLISH: it evicts nothing it could not announce,
+/// `/readyz` names the refusal, `redis_failures_total{kind="permission"}` counts it, and once
+/// the ACL grants PUBLISH the daemon proves it within seconds and sweeps on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_refused_a_command_names_it_on_readyz_and_recovers_once_granted() {
+    let server = RedisServer::start();
+    create_user(&server, "mute", &MINIMAL.replace("+publish", ""));
+    let dir = tempfile::tempdir().unwrap();
+    let pw = write_file(dir.path(), "pw", "user-secret\n");
+    let toml = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\n[redis]\nusername = \"mute\"\npassword_file = {:?}\n\
+         [sweeps.typing]\nenabled = false\n[sweeps.online]\nschedule = \"500ms\"\n",
+        pw.to_str().unwrap()
+    );
+    let d = support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
+    seed(&server);
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    support::wait_until("/readyz names the refusal", Duration::from_secs(15), || {
+        let (code, body) = support::http_get(d.http_addr(), "/readyz");
+        code == 503 && body.contains("may not run PUBLISH")
+    });
+    let mut con = server.con();
+    let n: u64 = con.zcard("presence:c0:online").unwrap();
+    assert_eq!(n, 2, "nothing removed without its event");
+    let s = support::scrape(d.http_addr());
+    let refused = support::metric(
+        &s,
+        "presence_sweeper_redis_failures_total",
+        &[("kind", "permission")],
+    );
+    assert!(refused.unwrap_or(0.0) >= 1.0, "{refused:?}");
+
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("mute")
+        .arg("+publish")
+        .query(&mut con)
+        .unwrap();
+    support::wait_until("ready again", Duration::from_secs(15), || {
+        support::http_get(d.http_addr(), "/readyz").0 == 200
+    });
+    assert_eq!(
+        sub.wait_for(53, Duration::from_secs(15)).await.len(),
+        53,
+        "{}",
+        d.log()
+    );
+    assert!(
+        d.log()
+            .contains("the Redis user may now run everything the checks need"),
+        "{}",
+        d.log()
+    );
 }

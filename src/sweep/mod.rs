@@ -99,7 +99,12 @@ impl Sweep {
 
     /// Proves, once per [`PREFLIGHT_VALID`] per node, that the Redis user may do everything a
     /// check does with `key`, before anything is evicted. On connections of its own.
-    async fn preflight(&self, store: &Store, node: &Node, key: &[u8]) -> Result<(), Error> {
+    pub(crate) async fn preflight(
+        &self,
+        store: &Store,
+        node: &Node,
+        key: &[u8],
+    ) -> Result<(), Error> {
         let id = node.id().to_string();
         let fresh = self
             .preflights
