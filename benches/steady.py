@@ -10,7 +10,7 @@ leave. Each scenario runs the same traffic three ways in one run, side by side:
 
 The sweeper's cost is Redis's CPU (INFO cpu, main thread) over a window of the run minus the
 traffic alone's over the same window, in % of one core. The traffic is `presence-sweeper
-simulate`, which also judges every event: lag (event timestamp - (last heartbeat + ttl)) of
+simulate`, which also judges every event: lag (event arrival - (last heartbeat + ttl), on Redis's clock) of
 zombies in known keys, in brand-new keys, and of typists; false evictions, duplicates, missed
 zombies.
 

@@ -1324,8 +1324,23 @@ impl Run {
                 }
                 if !t.index.written(id) {
                     let now_ms = self.clock.map_or(0, |c| c.now_ms());
-                    // Full: the key is left to walks on the schedule, like any untracked key.
-                    let _ = t.index.track(id, now_ms);
+                    if t.index.track(id, now_ms) == Track::Full {
+                        // Left to walks on the schedule, like any key a walk could not track:
+                        // from now on ticks walk again.
+                        if t.untracked == 0 {
+                            tracing::warn!(
+                                sweep = %t.job.name(),
+                                node = %self.id,
+                                max_keys = self.settings.tracking.max_keys,
+                                "tracking.max_keys reached: new keys are checked by walks on the sweep's schedule"
+                            );
+                        }
+                        t.untracked += 1;
+                        let untracked = t.untracked;
+                        t.job
+                            .metrics
+                            .node_figures(&self.id, |f| f.untracked = untracked);
+                    }
                 }
             }
             Change::Deleted => t.index.deleted(id),

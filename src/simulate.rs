@@ -255,14 +255,14 @@ pub struct SimulateReport {
     pub users_vanished: u64,
     /// Events for vanished users.
     pub evictions: u64,
-    /// Event timestamp minus (last heartbeat + ttl), on Redis's clock.
+    /// Event arrival minus (last heartbeat + ttl), on Redis's clock.
     pub eviction_lag_seconds: Option<Lag>,
     /// Conversations opened during the run (`--new-conversations`).
     pub new_conversations: u64,
     /// Of the evictions, those of the first user of a new conversation, who left right after
     /// creating its key; and their lag.
     pub new_key_evictions: u64,
-    /// Event timestamp minus (last heartbeat + ttl) of those evictions.
+    /// Event arrival minus (last heartbeat + ttl) of those evictions.
     pub new_key_eviction_lag_seconds: Option<Lag>,
     /// Events for users still heartbeating (they come back at their next heartbeat).
     pub false_evictions: u64,
@@ -300,7 +300,7 @@ pub struct TypingReport {
     pub keystrokes: u64,
     /// Events for ended bursts.
     pub stops: u64,
-    /// Event timestamp minus (last keystroke + ttl).
+    /// Event arrival minus (last keystroke + ttl).
     pub stop_lag_seconds: Option<Lag>,
     /// Events for typists still typing.
     pub false_stops: u64,
@@ -813,7 +813,10 @@ impl Shared {
     }
 
     /// Judges one event payload.
-    fn event(&self, payload: &[u8]) {
+    /// Judges one event, which arrived at `arrived` on Redis's clock (as the watcher last read
+    /// it, plus the time since; its `timestamp`, the eviction's own instant, when the watcher has
+    /// not read it yet).
+    fn event(&self, payload: &[u8], arrived: Option<f64>) {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else {
             self.unexpected.fetch_add(1, Ordering::Relaxed);
             return;
@@ -847,7 +850,7 @@ impl Shared {
             self.unexpected.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if lock(tracker).observe(user, timestamp) == Verdict::Unknown {
+        if lock(tracker).observe(user, arrived.unwrap_or(timestamp)) == Verdict::Unknown {
             self.unexpected.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -884,7 +887,7 @@ async fn listen(
         tokio::select! {
             () = stop.cancelled() => return,
             msg = stream.next() => if let Some(msg) = msg {
-                shared.event(msg.get_payload_bytes());
+                shared.event(msg.get_payload_bytes(), watch.now());
                 continue;
             },
         }

@@ -396,6 +396,55 @@ async fn past_the_cap_keys_are_checked_by_scheduled_walks() {
     assert!(late.iter().all(|&l| l < 0.8), "{late:?}");
 }
 
+/// The cap reached by a notification, not a walk: the key written past it is left to walks on
+/// the schedule, which start again at once, with a warning and the metric.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_key_noticed_past_the_cap_is_checked_by_scheduled_walks() {
+    let server = RedisServer::start_with(NOTIFICATIONS);
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    for c in 0..2 {
+        let _: () = con
+            .zadd(format!("presence:full{c}:online"), "live", now + 600.0)
+            .unwrap();
+    }
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    let d = daemon(
+        &server,
+        &online("2s", "500ms", "[tracking]\nmax_keys = 2\n"),
+    );
+    d.wait_ready(Duration::from_secs(10));
+    wait_until("notifications in use", Duration::from_secs(5), || {
+        d.log().contains("keyspace notifications in use")
+    });
+    // Walks are skipped now: every key is tracked and notifications are in use.
+    let walks = d.walks("online");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(d.walks("online"), walks, "{}", d.log());
+    let now = redis_now(&mut con);
+    let _: () = con.zadd("presence:late:online", "soon", now).unwrap();
+    let events = sub.wait_for(1, Duration::from_secs(5)).await;
+    assert_eq!(events.len(), 1, "{}", d.log());
+    let late: Vec<f64> = lags(&events, 2.0).into_values().collect();
+    assert!(late.iter().all(|&l| l < 0.8), "{late:?}");
+    assert!(
+        d.log()
+            .contains("tracking.max_keys reached: new keys are checked by walks"),
+        "{}",
+        d.log()
+    );
+    let s = scrape(d.http_addr());
+    assert!(
+        metric(
+            &s,
+            "presence_sweeper_untracked_keys",
+            &[("sweep", "online")]
+        )
+        .unwrap()
+            >= 1.0
+    );
+}
+
 /// One SCAN walk serves every sweep: its MATCH is what their patterns share.
 #[test]
 fn one_walk_serves_every_sweep() {

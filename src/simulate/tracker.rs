@@ -1,8 +1,9 @@
 //! The simulator's bookkeeping for one sweep: which members it still writes, which it abandoned
 //! and when they were last written, and a verdict on every event the sweeper publishes.
 //!
-//! Pure bookkeeping, no I/O: every instant is a Unix time in seconds on Redis's clock (scores and
-//! event timestamps), so the verdicts never depend on the simulator's own clock.
+//! Pure bookkeeping, no I/O: every instant is a Unix time in seconds on Redis's clock (scores, and
+//! the instants events arrived, as Redis's clock read then), so the verdicts never depend on the
+//! simulator's own clock.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -56,7 +57,7 @@ pub enum Fate {
 pub enum Verdict {
     /// An abandoned member was announced, `lag` seconds after its window closed.
     Evicted {
-        /// `timestamp - (last_seen + ttl)`.
+        /// `arrival - (last_seen + ttl)`.
         lag: f64,
     },
     /// A member that is still written was announced.
@@ -86,7 +87,7 @@ pub struct Tally {
     pub abandoned: u64,
     /// Abandoned members announced.
     pub evictions: u64,
-    /// Eviction lag (event timestamp minus last score plus ttl); `None` without evictions.
+    /// Eviction lag (event arrival minus last score plus ttl); `None` without evictions.
     pub lag: Option<Lag>,
     /// Events for members still written.
     pub false_evictions: u64,
@@ -166,14 +167,14 @@ impl Tracker {
         matches!(self.tokens.get(&user), None | Some(Token::Evicted))
     }
 
-    /// Judges an event announcing `user` at `timestamp`.
-    pub fn observe(&mut self, user: u64, timestamp: f64) -> Verdict {
+    /// Judges an event announcing `user` that arrived at `arrival`.
+    pub fn observe(&mut self, user: u64, arrival: f64) -> Verdict {
         let verdict = match self.tokens.get(&user) {
             None => Verdict::Unknown,
             Some(Token::Active) => Verdict::False,
             Some(Token::Evicted) => Verdict::Duplicate,
             Some(Token::Abandoned { last_seen, .. }) => Verdict::Evicted {
-                lag: timestamp - (*last_seen + self.ttl),
+                lag: arrival - (*last_seen + self.ttl),
             },
         };
         match verdict {
