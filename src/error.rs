@@ -12,16 +12,16 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// Connecting to Redis failed.
-    #[error("cannot connect to Redis at {url}: {source}")]
+    #[error("cannot connect to Redis at {url}: {cause}")]
     Connect {
         /// The URL, password redacted.
         url: String,
         /// Why.
-        source: redis::RedisError,
+        cause: redis::RedisError,
     },
     /// A Redis command failed.
     #[error("Redis: {0}")]
-    Redis(#[from] redis::RedisError),
+    Redis(redis::RedisError),
     /// The Redis user may not run a command a pass needs (an ACL without it).
     #[error(
         "the Redis user may not run {command} on {target}: {detail} (the README lists the minimal ACL)"
@@ -41,13 +41,22 @@ pub enum Error {
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
     /// A local I/O operation failed (binding a socket, for instance).
-    #[error("{context}: {source}")]
+    #[error("{context}: {cause}")]
     Io {
         /// What was being done.
         context: String,
         /// Why it failed.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
+}
+
+// The causes above are part of each message (logs print errors with `Display` alone), so they
+// are not also exposed as `source()`: a chain printer such as anyhow's `{:#}` would print them
+// twice ("Address already in use (os error 98): Address already in use (os error 98)").
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Redis(e)
+    }
 }
 
 /// What an error says about the daemon's standing with Redis: readiness and metrics report the
@@ -80,7 +89,7 @@ impl Error {
     /// What kind of trouble with Redis this is.
     pub fn trouble(&self) -> Trouble {
         match self {
-            Self::Connect { source, .. } | Self::Redis(source) => redis_trouble(source),
+            Self::Connect { cause, .. } | Self::Redis(cause) => redis_trouble(cause),
             Self::Permission { .. } => Trouble::Permission,
             _ => Trouble::Other,
         }

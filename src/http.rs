@@ -45,9 +45,9 @@ pub struct State {
 
 /// Binds the server's address.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr).await.map_err(|source| Error::Io {
+    TcpListener::bind(addr).await.map_err(|cause| Error::Io {
         context: format!("cannot listen on {addr} (http.listen)"),
-        source,
+        cause,
     })
 }
 

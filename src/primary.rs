@@ -200,6 +200,7 @@ impl Primary {
             inherited_outage: self.inherited_outage,
             probing: false,
             refused: None,
+            unavailable_said: None,
             credit: None,
             refresh_after: Instant::now(),
         };
@@ -433,6 +434,9 @@ struct Run {
     /// first answer.
     inherited_outage: Option<f64>,
     probing: bool,
+    /// Why notifications were last said to be unavailable here, so that each reconciliation's
+    /// look does not say it again.
+    unavailable_said: Option<String>,
     /// Redis refused a command the daemon needs here (an ACL): when to prove the permissions
     /// again, and whether a proof is in flight.
     refused: Option<(Instant, bool)>,
@@ -1356,6 +1360,7 @@ impl Run {
         match outcome {
             NotifyOutcome::Subscribed(sub) => {
                 tracing::info!(node = %self.id, sweeps = self.jobs.len(), "keyspace notifications in use");
+                self.unavailable_said = None;
                 self.notify = Notify::Active(sub);
                 self.set_subscribed(true);
                 self.next_ping = Instant::now() + SUBSCRIPTION_PING;
@@ -1366,11 +1371,17 @@ impl Run {
             NotifyOutcome::Kept(sub) => self.notify = Notify::Active(sub),
             NotifyOutcome::Unavailable(why) => {
                 let expected = self.settings.tracking.notifications == NotificationMode::On;
-                if self.subscribed || expected {
-                    tracing::warn!(node = %self.id, reason = %why, "keyspace notifications are not in use here: walks follow each sweep's schedule");
+                // Looked at again every reconciliation: said once, and again if it changes.
+                if self.subscribed || self.unavailable_said.as_deref() != Some(why.as_str()) {
+                    if self.subscribed || expected {
+                        tracing::warn!(node = %self.id, reason = %why, "keyspace notifications are not in use here: walks follow each sweep's schedule");
+                    } else {
+                        tracing::info!(node = %self.id, reason = %why, "keyspace notifications are off here: walks follow each sweep's schedule");
+                    }
                 } else {
-                    tracing::info!(node = %self.id, reason = %why, "keyspace notifications are off here: walks follow each sweep's schedule");
+                    tracing::debug!(node = %self.id, reason = %why, "keyspace notifications are still off here");
                 }
+                self.unavailable_said = Some(why);
                 self.notify = Notify::Unavailable;
                 self.set_subscribed(false);
             }

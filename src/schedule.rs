@@ -35,7 +35,14 @@ pub enum ScheduleError {
     Zero,
     /// The cron scheduler failed.
     #[error("cron scheduler: {0}")]
-    Scheduler(#[from] JobSchedulerError),
+    Scheduler(JobSchedulerError),
+}
+
+// Part of the message, so not also a `source()` (see `crate::Error`).
+impl From<JobSchedulerError> for ScheduleError {
+    fn from(e: JobSchedulerError) -> Self {
+        Self::Scheduler(e)
+    }
 }
 
 impl Schedule {

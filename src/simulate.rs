@@ -373,8 +373,8 @@ pub async fn run(
         sweep = %plan.sweep.name,
         conversations = plan.conversations,
         users = plan.users,
-        duration_s = plan.duration.as_secs_f64(),
-        grace_s = plan.tail().as_secs_f64(),
+        duration = %humantime::format_duration(plan.duration),
+        grace = %humantime::format_duration(plan.tail()),
         "simulation started"
     );
     if plan.heartbeat >= plan.sweep.ttl {

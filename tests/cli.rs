@@ -295,3 +295,41 @@ fn password_from_file_works_and_a_wrong_one_fails_clearly() {
         "{stderr}"
     );
 }
+
+/// `run` with its metrics address taken exits 1 with one line that names the address and says
+/// why once.
+#[test]
+fn a_taken_metrics_address_exits_1_with_its_cause_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(
+        dir.path(),
+        "c.toml",
+        &format!("[http]\nlisten = \"{addr}\"\n"),
+    );
+    let (code, stdout, stderr) = run_binary(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "--redis-url",
+            "redis://127.0.0.1:1/0",
+            "run",
+        ],
+        &[],
+    );
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!(
+            "presence-sweeper: cannot listen on {addr} (http.listen): "
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        last.matches("Address already in use").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

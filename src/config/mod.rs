@@ -186,12 +186,12 @@ pub struct Overrides {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file named by `--config` could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {cause}")]
     ReadFile {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (part of the message, so not also a `source()`).
+        cause: std::io::Error,
     },
     /// A layer could not be parsed (TOML syntax, for instance).
     #[error("{0}")]
@@ -255,9 +255,9 @@ impl Config {
                     }
                 })
                 .and_then(|()| std::fs::File::open(path).map(drop))
-                .map_err(|source| ConfigError::ReadFile {
+                .map_err(|cause| ConfigError::ReadFile {
                     path: path.clone(),
-                    source,
+                    cause,
                 })?;
             builder =
                 builder.add_source(config::File::new(&path.to_string_lossy(), FileFormat::Toml));

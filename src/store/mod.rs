@@ -75,9 +75,9 @@ impl Store {
         tokio::time::timeout(cfg.connect_timeout * 2 + Duration::from_secs(1), attempt)
             .await
             .unwrap_or_else(|_| Err(timed_out("connect timed out")))
-            .map_err(|source| Error::Connect {
+            .map_err(|cause| Error::Connect {
                 url: describe(cfg),
-                source,
+                cause,
             })
     }
 
@@ -360,9 +360,9 @@ pub async fn subscriber(cfg: &RedisConfig) -> Result<redis::aio::PubSub, Error> 
     tokio::time::timeout(cfg.connect_timeout, attempt)
         .await
         .unwrap_or_else(|_| Err(timed_out("connect timed out")))
-        .map_err(|source| Error::Connect {
+        .map_err(|cause| Error::Connect {
             url: redact_url(&cfg.url),
-            source,
+            cause,
         })
 }
 

@@ -4,6 +4,8 @@
 //! Labels are the sweep's configured name, a primary's address (one per primary) and small enums
 //! only; no user id, conversation id or key ever becomes a label value.
 
+mod process;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -295,7 +297,7 @@ impl Metrics {
             Box::new(m.config_reloads.clone()),
             Box::new(m.lease_held.clone()),
             Box::new(build_info),
-            Box::new(prometheus::process_collector::ProcessCollector::for_self()),
+            Box::new(process::ProcessCollector::for_self()),
         ];
         for c in collectors {
             m.registry.register(c).expect("metric names are unique");
