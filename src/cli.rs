@@ -1,4 +1,5 @@
-//! The command line: subcommands and global flags.
+//! The command line: subcommands and global flags, and how they resolve into the library's
+//! options. Only the binary knows this module.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -6,18 +7,18 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{Overrides, Sources};
-use crate::seed::SeedOptions;
-use crate::simulate::SimulateOptions;
+use presence_sweeper::config::{Overrides, Sources};
+use presence_sweeper::{seed, simulate};
 
 /// Evicts zombie members from Redis presence sorted sets and announces every eviction.
 ///
-/// Discovers keys such as `presence:{conversation}:online` with SCAN, removes members whose score
-/// (last heartbeat) fell out of the sweep's window, atomically and on Redis's clock, and publishes
+/// Knows every key such as `presence:{conversation}:online` (from keyspace notifications and SCAN
+/// walks) and when its oldest member's window closes; at that instant removes the members whose
+/// score (last heartbeat) fell out of the window, atomically and on Redis's clock, and publishes
 /// one JSON event per removed member.
 #[derive(Debug, Parser)]
 #[command(name = "presence-sweeper", version, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// TOML configuration file (layered over the built-in defaults).
     #[arg(
         long,
@@ -25,32 +26,37 @@ pub struct Cli {
         value_name = "PATH",
         env = "PRESENCE_SWEEPER_CONFIG"
     )]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 
     /// Redis URL, overriding `redis.url`. Prefer `redis.password_file` to a password here: the
     /// command line is visible to other users of the machine.
     #[arg(long, global = true, value_name = "URL")]
-    pub redis_url: Option<String>,
+    pub(crate) redis_url: Option<String>,
 
     /// Log format, overriding `log.format`.
     #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
-    pub log_format: Option<String>,
+    pub(crate) log_format: Option<String>,
 
     /// Log level or tracing filter, overriding `log.level` (e.g. `debug`).
     #[arg(long, global = true, value_name = "LEVEL")]
-    pub log_level: Option<String>,
+    pub(crate) log_level: Option<String>,
 
     /// What to do; `run` when omitted.
     #[command(subcommand)]
-    pub command: Option<Command>,
+    pub(crate) command: Option<Command>,
 }
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run the daemon: every enabled sweep on its schedule until SIGTERM or SIGINT.
+pub(crate) enum Command {
+    /// Run the daemon: every enabled sweep, its keys checked at their deadlines, until SIGTERM or
+    /// SIGINT.
     Run,
-    /// Run every enabled sweep (or the named ones) once, print a summary line each, and exit.
+    /// Run one full pass of every enabled sweep (or the named ones): every key checked; print a
+    /// summary line each, and exit.
+    ///
+    /// The line: `keys_scanned` (what SCAN returned), `keys` (sorted sets checked), `members` (the
+    /// members left in them after the eviction), `evicted`, `events_published`, `seconds`.
     Sweep {
         /// A sweep to run, enabled or not; repeat for several. Default: every enabled sweep.
         #[arg(long = "sweep", value_name = "NAME")]
@@ -76,7 +82,7 @@ pub enum Command {
     /// every key, the others fresh, with scores from Redis TIME. Keys are written over on a
     /// rerun and never deleted. Refuses (exit 2) a Redis that is not 127.0.0.1, ::1, localhost
     /// or a unix socket.
-    Seed(SeedOptions),
+    Seed(SeedArgs),
     /// Report the presence keyspace of every enabled sweep (or the named ones), read-only: keys,
     /// members, stale members, members per key, oldest heartbeat, largest conversations.
     ///
@@ -103,7 +109,7 @@ pub enum Command {
     Simulate {
         /// What to simulate.
         #[command(flatten)]
-        options: SimulateOptions,
+        options: SimulateArgs,
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
@@ -133,7 +139,7 @@ pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
 
 impl Cli {
     /// The configuration sources these flags and `env` describe.
-    pub fn sources(&self, env: HashMap<String, String>) -> Sources {
+    pub(crate) fn sources(&self, env: HashMap<String, String>) -> Sources {
         Sources {
             file: self.config.clone(),
             env,
@@ -142,6 +148,102 @@ impl Cli {
                 log_format: self.log_format.clone(),
                 log_level: self.log_level.clone(),
             },
+        }
+    }
+}
+
+/// The `seed` command's arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct SeedArgs {
+    /// Conversations, one key each.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) conversations: u64,
+    /// Members per key (a key of more than 20,000 members is written over several script calls).
+    #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub(crate) members: u32,
+    /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
+    #[arg(long, value_name = "F", default_value_t = 0.1, value_parser = fraction)]
+    pub(crate) stale_fraction: f64,
+    /// The sweep whose `match` and `score_unit` shape the keys.
+    #[arg(long, value_name = "NAME", default_value = "online")]
+    pub(crate) sweep: String,
+    /// Also seed the `typing` sweep's keys for the same conversations (3 members each, the same
+    /// stale share).
+    #[arg(long)]
+    pub(crate) typing: bool,
+    /// Also write N unrelated keys (`cache:<n>` strings, `session:<n>` hashes), as a shared
+    /// Redis has.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) noise: u64,
+}
+
+impl From<SeedArgs> for seed::SeedOptions {
+    fn from(a: SeedArgs) -> Self {
+        Self {
+            conversations: a.conversations,
+            members: a.members,
+            stale_fraction: a.stale_fraction,
+            sweep: a.sweep,
+            typing: a.typing,
+            noise: a.noise,
+        }
+    }
+}
+
+/// The `simulate` command's arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct SimulateArgs {
+    /// Conversations.
+    #[arg(long, value_name = "C", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) conversations: u32,
+    /// Live users per conversation.
+    #[arg(long, value_name = "U", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) users: u32,
+    /// Heartbeat period of every live user.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub(crate) heartbeat: Duration,
+    /// Share of live users who vanish per minute without a leave (they stop heartbeating).
+    #[arg(long, value_name = "R", default_value_t = 0.05, value_parser = fraction)]
+    pub(crate) vanish_rate: f64,
+    /// Vanished users do not come back; by default they return as new user ids, so the
+    /// population stays steady.
+    #[arg(long = "no-rejoin", action = clap::ArgAction::SetFalse)]
+    pub(crate) rejoin: bool,
+    /// Conversations opened per minute while users vanish, each a key that did not exist: its
+    /// first user heartbeats once and leaves at once (a zombie in a brand-new key, judged on its
+    /// own: `new_key_eviction_lag_seconds`), the others stay like any user.
+    #[arg(long, value_name = "N", default_value_t = 0.0)]
+    pub(crate) new_conversations: f64,
+    /// Some users also type in bursts (a keystroke a second for a few seconds) on the `typing`
+    /// sweep's keys.
+    #[arg(long)]
+    pub(crate) typing: bool,
+    /// How long users vanish; the grace period follows.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = positive_duration)]
+    pub(crate) duration: Duration,
+    /// Time a zombie is given from its last heartbeat before it counts as missed; also how long
+    /// the run goes on after `--duration` (with `--typing`, at least the typing sweep's ttl + 2 x
+    /// schedule). Default: the sweep's ttl + 2 x schedule.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub(crate) grace: Option<Duration>,
+    /// The sweep whose keys, ttl, score unit and channel are used.
+    #[arg(long, value_name = "NAME", default_value = "online")]
+    pub(crate) sweep: String,
+}
+
+impl From<SimulateArgs> for simulate::SimulateOptions {
+    fn from(a: SimulateArgs) -> Self {
+        Self {
+            conversations: a.conversations,
+            users: a.users,
+            heartbeat: a.heartbeat,
+            vanish_rate: a.vanish_rate,
+            rejoin: a.rejoin,
+            new_conversations: a.new_conversations,
+            typing: a.typing,
+            duration: a.duration,
+            grace: a.grace,
+            sweep: a.sweep,
         }
     }
 }

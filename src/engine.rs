@@ -15,10 +15,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::config::{Config, CoordinationConfig, EventsConfig, EvictConfig, SweepConfig};
+use crate::config::{
+    Config, CoordinationConfig, EventsConfig, EvictConfig, NotificationMode, SweepConfig,
+};
 use crate::health::{Health, LoopHealth};
 use crate::index::Capacity;
-use crate::keyspace::NotificationMode;
 use crate::lease::Lease;
 use crate::metrics::{Metrics, Totals};
 use crate::primary::{self, Command, Job, LastAnswer, Primary};

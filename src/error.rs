@@ -2,8 +2,8 @@
 //! have their own type in [`crate::config`].
 
 use crate::config::ConfigError;
+use crate::reply::ReplyError;
 use crate::schedule::ScheduleError;
-use crate::store::reply::ReplyError;
 
 /// Everything that can fail in presence-sweeper.
 #[derive(Debug, thiserror::Error)]

@@ -21,29 +21,6 @@ use redis::aio::{ConnectionLike, PubSubSink, PubSubStream};
 
 use crate::Error;
 
-/// `tracking.notifications`: whether to use keyspace notifications.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotificationMode {
-    /// Where the server has them on; report per primary whether they are in use.
-    Auto,
-    /// Expected on every primary: a primary without them is logged as a warning and alerted
-    /// on (`presence_sweeper_notifications_expected`), and walks follow the schedule there.
-    On,
-    /// Never: walks follow each sweep's schedule.
-    Off,
-}
-
-impl NotificationMode {
-    /// The configuration value.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::On => "on",
-            Self::Off => "off",
-        }
-    }
-}
-
 /// What a primary's `notify-keyspace-events` allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Availability {

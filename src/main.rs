@@ -7,14 +7,14 @@ use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod cli;
+
 use clap::Parser;
-use presence_sweeper::cli::{Cli, Command};
+use cli::{Cli, Command};
 use presence_sweeper::config::Config;
 use presence_sweeper::daemon::{Daemon, EXIT_DEADLINE};
 use presence_sweeper::logging::LogStats;
 use presence_sweeper::pass::PassOptions;
-use presence_sweeper::seed::SeedOptions;
-use presence_sweeper::simulate::SimulateOptions;
 use presence_sweeper::systemd::Notifier;
 use presence_sweeper::{http, logging, oneshot, seed, signals, simulate, stats};
 use tokio_util::sync::CancellationToken;
@@ -61,9 +61,9 @@ fn main() -> ExitCode {
             Command::Run => run(config, cli, logs).await,
             Command::Sweep { sweeps, dry_run } => sweep(&config, &sweeps, dry_run).await,
             Command::Healthcheck { timeout } => healthcheck(&config, timeout).await,
-            Command::Seed(opts) => seed(&config, &opts).await,
+            Command::Seed(args) => seed(&config, &args.into()).await,
             Command::Stats { sweeps, top, json } => report_stats(&config, &sweeps, top, json).await,
-            Command::Simulate { options, json } => simulate(&config, &options, json).await,
+            Command::Simulate { options, json } => simulate(&config, &options.into(), json).await,
             Command::CheckConfig => unreachable!("handled before the runtime starts"),
         }
     });
@@ -120,7 +120,7 @@ async fn run(config: Config, cli: Cli, logs: LogStats) -> anyhow::Result<ExitCod
 
 /// One pass of each selected sweep, a summary line each.
 async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Result<ExitCode> {
-    let selected = match oneshot::select(config, names) {
+    let selected = match config.select_sweeps(names) {
         Ok(s) => s,
         Err(e) => return Ok(refused(e)),
     };
@@ -149,7 +149,7 @@ async fn healthcheck(config: &Config, timeout: std::time::Duration) -> anyhow::R
     })
 }
 
-async fn seed(config: &Config, opts: &SeedOptions) -> anyhow::Result<ExitCode> {
+async fn seed(config: &Config, opts: &seed::SeedOptions) -> anyhow::Result<ExitCode> {
     let plan = match seed::plan(config, opts) {
         Ok(p) => p,
         Err(e) => return Ok(refused(e)),
@@ -169,7 +169,7 @@ async fn report_stats(
     top: usize,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let selected = match oneshot::select(config, names) {
+    let selected = match config.select_sweeps(names) {
         Ok(s) => s,
         Err(e) => return Ok(refused(e)),
     };
@@ -180,7 +180,11 @@ async fn report_stats(
     Ok(ExitCode::SUCCESS)
 }
 
-async fn simulate(config: &Config, opts: &SimulateOptions, json: bool) -> anyhow::Result<ExitCode> {
+async fn simulate(
+    config: &Config,
+    opts: &simulate::SimulateOptions,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let plan = match simulate::plan(config, opts) {
         Ok(p) => p,
         Err(e) => return Ok(refused(e)),

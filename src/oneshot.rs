@@ -10,40 +10,6 @@ use crate::pass::{Pass, PassOptions, PassReport};
 use crate::store::Store;
 use crate::sweep::{NoObserver, Sweep};
 
-/// A `--sweep` name that is not configured.
-#[derive(Debug, thiserror::Error)]
-#[error("unknown sweep `{name}` (configured: {known})")]
-pub struct UnknownSweep {
-    /// The name asked for.
-    pub name: String,
-    /// The configured names.
-    pub known: String,
-}
-
-/// Picks the sweeps to run: the named ones, enabled or not, or else every enabled one.
-pub fn select<'c>(
-    config: &'c Config,
-    names: &[String],
-) -> Result<Vec<&'c SweepConfig>, UnknownSweep> {
-    if names.is_empty() {
-        return Ok(config.enabled_sweeps().collect());
-    }
-    names
-        .iter()
-        .map(|name| {
-            config.sweep(name).ok_or_else(|| UnknownSweep {
-                name: name.clone(),
-                known: config
-                    .sweeps
-                    .iter()
-                    .map(|s| s.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })
-        })
-        .collect()
-}
-
 /// Connects (one attempt) and runs one full pass of every sweep in `sweeps`: one walk of each
 /// primary serves them all.
 pub async fn run(

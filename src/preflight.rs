@@ -14,7 +14,7 @@ use redis::aio::ConnectionLike;
 
 use crate::Error;
 use crate::evict::EvictScript;
-use crate::store::reply::ReplyError;
+use crate::reply::ReplyError;
 
 /// Queues what a pass does with `key` and (when `publish` is given) `channel`, discards it, and
 /// fails with [`Error::Permission`] on the first command the ACL refuses. `con` must be a

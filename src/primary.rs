@@ -30,12 +30,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::config::{EvictConfig, ScanConfig, TrackingConfig};
+use crate::clock::{RedisClock, unix_now};
+use crate::config::{EvictConfig, NotificationMode, ScanConfig, TrackingConfig};
 use crate::error::Trouble;
 use crate::evict::precheck::{self, KeyRead, Read, Reads};
 use crate::health::{Health, LoopHealth};
 use crate::index::{Capacity, Index, NEVER, Ticket, Track};
-use crate::keyspace::{self, Availability, Change, Notice, NotificationMode, Subscription};
+use crate::keyspace::{self, Availability, Change, Notice, Subscription};
 use crate::metrics::{Metrics, SweepMetrics};
 use crate::store::{Node, NodeId, Store};
 use crate::sweep::{CheckCtx, CheckOpts, Checked, KeyState, Observer, Sweep};
@@ -337,33 +338,6 @@ enum NotifyOutcome {
     Failed(Error),
 }
 
-/// Redis's clock, as last read, and when.
-#[derive(Debug, Clone, Copy)]
-struct RedisClock {
-    redis: f64,
-    at: Instant,
-}
-
-impl RedisClock {
-    fn now(&self) -> f64 {
-        self.redis + self.at.elapsed().as_secs_f64()
-    }
-
-    fn now_ms(&self) -> u64 {
-        (self.now() * 1000.0) as u64
-    }
-
-    /// The local instant Redis's clock reads `ms`.
-    fn local(&self, ms: u64) -> Instant {
-        let ahead = ms as f64 / 1000.0 - self.redis;
-        if ahead <= 0.0 {
-            self.at
-        } else {
-            self.at + Duration::from_secs_f64(ahead.min(1e9))
-        }
-    }
-}
-
 /// An outage of Redis as the loop saw it: from its last reply before the gap to its first
 /// after, on Redis's clock (Unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -613,7 +587,7 @@ impl Run {
         self.probing = true;
         let mut node = self.node.clone();
         self.in_flight.push(Box::pin(async move {
-            Done::Probe(crate::store::reply::redis_time(&mut node).await)
+            Done::Probe(crate::clock::redis_time(&mut node).await)
         }));
     }
 
@@ -1654,15 +1628,6 @@ impl Observer for LoopObserver {
     }
 }
 
-/// The wall clock, in Unix seconds (for `last_success_timestamp_seconds`, and where Redis's
-/// own clock cannot be asked).
-pub(crate) fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1673,17 +1638,5 @@ mod tests {
         assert_eq!(deadline_ms(f64::NEG_INFINITY, 45_000), 0);
         assert_eq!(deadline_ms(f64::INFINITY, 45_000), NEVER);
         assert_eq!(deadline_ms(f64::NAN, 45_000), 0);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_clock_maps_redis_time_to_local_instants() {
-        let clock = RedisClock {
-            redis: 1000.0,
-            at: Instant::now(),
-        };
-        tokio::time::advance(Duration::from_millis(1500)).await;
-        assert_eq!(clock.now_ms(), 1_001_500);
-        assert_eq!(clock.local(1_002_000), clock.at + Duration::from_secs(2));
-        assert_eq!(clock.local(0), clock.at, "the past maps to the reading");
     }
 }

@@ -15,9 +15,8 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::config::{Config, RedisConfig, ScoreUnit, SweepConfig};
+use crate::config::{Config, RedisConfig, ScoreUnit, SweepConfig, UnknownSweep};
 use crate::loopback::{self, NotLoopback};
-use crate::oneshot::{self, UnknownSweep};
 use crate::pattern::KeyPattern;
 use crate::store::Store;
 
@@ -35,28 +34,22 @@ pub const TYPING_MEMBERS: u32 = 3;
 /// The sweep whose keys `--typing` seeds.
 pub const TYPING_SWEEP: &str = "typing";
 
-/// What to seed; also the `seed` command's arguments.
-#[derive(Debug, Clone, clap::Args)]
+/// What to seed, resolved from the `seed` command's arguments.
+#[derive(Debug, Clone)]
 pub struct SeedOptions {
     /// Conversations, one key each.
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub conversations: u64,
     /// Members per key (a key of more than 20,000 members is written over several script calls).
-    #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub members: u32,
     /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
-    #[arg(long, value_name = "F", default_value_t = 0.1, value_parser = crate::cli::fraction)]
     pub stale_fraction: f64,
     /// The sweep whose `match` and `score_unit` shape the keys.
-    #[arg(long, value_name = "NAME", default_value = "online")]
     pub sweep: String,
     /// Also seed the `typing` sweep's keys for the same conversations (3 members each, the same
     /// stale share).
-    #[arg(long)]
     pub typing: bool,
     /// Also write N unrelated keys (`cache:<n>` strings, `session:<n>` hashes), as a shared
     /// Redis has.
-    #[arg(long, value_name = "N", default_value_t = 0)]
     pub noise: u64,
 }
 
@@ -151,7 +144,7 @@ pub fn plan(config: &Config, opts: &SeedOptions) -> Result<Plan, SeedError> {
     if !(0.0..=1.0).contains(&opts.stale_fraction) {
         return Err(SeedError::StaleFraction(opts.stale_fraction));
     }
-    let main = oneshot::select(config, std::slice::from_ref(&opts.sweep))?[0];
+    let main = config.select_sweeps(std::slice::from_ref(&opts.sweep))?[0];
     let typing = if opts.typing {
         let sweep = config.sweep(TYPING_SWEEP).ok_or(SeedError::NoTypingSweep)?;
         Some(key_set(

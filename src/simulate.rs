@@ -34,9 +34,9 @@ pub use tracker::{Fate, Lag, Tally, Tracker, Verdict};
 use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
 
 use crate::Error;
-use crate::config::{Config, RedisConfig, SweepConfig};
+use crate::clock::{RedisClock, redis_time, unix_now};
+use crate::config::{Config, RedisConfig, SweepConfig, UnknownSweep};
 use crate::loopback::{self, NotLoopback};
-use crate::oneshot::{self, UnknownSweep};
 use crate::pattern::CONVERSATION_ID;
 use crate::store::{self, Store};
 
@@ -51,44 +51,34 @@ const DRAIN: Duration = Duration::from_millis(300);
 /// Keys deleted per DEL at the end.
 const DELETE_BATCH: usize = 500;
 
-/// What to simulate; also the `simulate` command's arguments.
-#[derive(Debug, Clone, clap::Args)]
+/// What to simulate, resolved from the `simulate` command's arguments.
+#[derive(Debug, Clone)]
 pub struct SimulateOptions {
     /// Conversations.
-    #[arg(long, value_name = "C", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub conversations: u32,
     /// Live users per conversation.
-    #[arg(long, value_name = "U", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub users: u32,
     /// Heartbeat period of every live user.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::cli::positive_duration)]
     pub heartbeat: Duration,
     /// Share of live users who vanish per minute without a leave (they stop heartbeating).
-    #[arg(long, value_name = "R", default_value_t = 0.05, value_parser = crate::cli::fraction)]
     pub vanish_rate: f64,
     /// Vanished users do not come back; by default they return as new user ids, so the
     /// population stays steady.
-    #[arg(long = "no-rejoin", action = clap::ArgAction::SetFalse)]
     pub rejoin: bool,
     /// Conversations opened per minute while users vanish, each a key that did not exist: its
     /// first user heartbeats once and leaves at once (a zombie in a brand-new key, judged on its
     /// own: `new_key_eviction_lag_seconds`), the others stay like any user.
-    #[arg(long, value_name = "N", default_value_t = 0.0)]
     pub new_conversations: f64,
     /// Some users also type in bursts (a keystroke a second for a few seconds) on the `typing`
     /// sweep's keys.
-    #[arg(long)]
     pub typing: bool,
     /// How long users vanish; the grace period follows.
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = crate::cli::positive_duration)]
     pub duration: Duration,
     /// Time a zombie is given from its last heartbeat before it counts as missed; also how long
     /// the run goes on after `--duration` (with `--typing`, at least the typing sweep's ttl + 2 x
     /// schedule). Default: the sweep's ttl + 2 x schedule.
-    #[arg(long, value_name = "DURATION", value_parser = crate::cli::positive_duration)]
     pub grace: Option<Duration>,
     /// The sweep whose keys, ttl, score unit and channel are used.
-    #[arg(long, value_name = "NAME", default_value = "online")]
     pub sweep: String,
 }
 
@@ -164,7 +154,7 @@ pub fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateErr
             opts.new_conversations
         ));
     }
-    let sweep = oneshot::select(config, std::slice::from_ref(&opts.sweep))?[0].clone();
+    let sweep = config.select_sweeps(std::slice::from_ref(&opts.sweep))?[0].clone();
     let typing = match opts.typing {
         true => Some(
             config
@@ -472,7 +462,7 @@ struct Watch {
 #[derive(Debug, Default)]
 struct WatchState {
     /// Redis's clock at the last answer, and when that was.
-    clock: Option<(f64, Instant)>,
+    clock: Option<RedisClock>,
     /// The server's `run_id` at the last answer.
     run_id: Option<String>,
     /// Redis's clock when a new `run_id` was first seen: a restart or a failover before then.
@@ -492,9 +482,7 @@ impl Watch {
 
     /// Redis's clock now, estimated from its last answer; `None` before any.
     fn now(&self) -> Option<f64> {
-        self.state()
-            .clock
-            .map(|(t, at)| t + at.elapsed().as_secs_f64())
+        self.state().clock.map(|c| c.now())
     }
 }
 
@@ -504,7 +492,7 @@ async fn watch_redis(store: Store, watch: Arc<Watch>, stop: CancellationToken) {
     loop {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME").cmd("INFO").arg("server");
-        let asked = Instant::now();
+        let asked = tokio::time::Instant::now();
         let reply: Result<(redis::Value, String), _> =
             tokio::time::timeout(WATCH_EVERY * 4, pipe.query_async(&mut con))
                 .await
@@ -513,13 +501,16 @@ async fn watch_redis(store: Store, watch: Arc<Watch>, stop: CancellationToken) {
             let mut st = watch.state();
             match reply {
                 Ok((time, info)) => {
-                    let time = crate::store::reply::parse_time(&time);
+                    let time = crate::reply::parse_time(&time);
                     let run_id = info
                         .lines()
                         .find_map(|l| l.strip_prefix("run_id:"))
                         .map(|id| id.trim().to_owned());
                     if let Some(t) = time {
-                        st.clock = Some((t, asked));
+                        st.clock = Some(RedisClock {
+                            redis: t,
+                            at: asked,
+                        });
                     }
                     if st.down {
                         st.down = false;
@@ -556,12 +547,12 @@ async fn watch_redis(store: Store, watch: Arc<Watch>, stop: CancellationToken) {
 async fn end_time(store: &Store, watch: &Watch) -> f64 {
     let deadline = Instant::now() + END_WAIT;
     loop {
-        if let Ok(t) = redis_time(store).await {
+        if let Ok(t) = redis_time(&mut store.connection()).await {
             return t;
         }
         if Instant::now() >= deadline {
             tracing::warn!("Redis did not answer at the end; judging on its clock as last seen");
-            return watch.now().unwrap_or_else(crate::primary::unix_now);
+            return watch.now().unwrap_or_else(unix_now);
         }
         tokio::time::sleep(WATCH_EVERY).await;
     }
@@ -732,10 +723,6 @@ pub fn channel_pattern(template: &str, prefix: &str) -> String {
         .join(&format!("{}*", escape(prefix)))
 }
 
-async fn redis_time(store: &Store) -> Result<f64, Error> {
-    crate::store::reply::redis_time(&mut store.connection()).await
-}
-
 /// Deletes the keys this run wrote, by name: never a pattern another user of the Redis may share.
 async fn delete_keys(plan: &Plan, shared: &Shared, store: &Store) -> Result<(), Error> {
     let mut con = store.connection();
@@ -891,7 +878,7 @@ async fn listen(
                 continue;
             },
         }
-        let lost_at = watch.now().unwrap_or_else(crate::primary::unix_now);
+        let lost_at = watch.now().unwrap_or_else(unix_now);
         watch.state().gaps.push((lost_at, None));
         tracing::warn!("the event subscription was lost; taking it up again");
         stream = loop {
@@ -904,7 +891,7 @@ async fn listen(
                 Err(e) => tracing::debug!(error = %e, "subscribing again failed"),
             }
         };
-        let resumed = watch.now().unwrap_or_else(crate::primary::unix_now);
+        let resumed = watch.now().unwrap_or_else(unix_now);
         if let Some(gap) = watch.state().gaps.last_mut() {
             gap.1 = Some(resumed);
         }

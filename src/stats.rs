@@ -23,6 +23,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 use crate::Error;
+use crate::clock::redis_time;
 use crate::config::{Config, SweepConfig};
 use crate::store::Store;
 use crate::walk;
@@ -118,7 +119,7 @@ pub async fn run(
     top: usize,
 ) -> Result<StatsReport, Error> {
     let store = Store::connect(&config.redis).await?;
-    let redis_time = redis_time(&store).await?;
+    let redis_time = redis_time(&mut store.connection()).await?;
     let mut report = StatsReport {
         redis_time,
         sweeps: Vec::with_capacity(sweeps.len()),
@@ -131,10 +132,6 @@ pub async fn run(
     Ok(report)
 }
 
-async fn redis_time(store: &Store) -> Result<f64, Error> {
-    crate::store::reply::redis_time(&mut store.connection()).await
-}
-
 async fn sweep_stats(
     store: &Store,
     sweep: &SweepConfig,
@@ -142,7 +139,7 @@ async fn sweep_stats(
     top: usize,
 ) -> Result<SweepStats, Error> {
     let started = Instant::now();
-    let redis_start = redis_time(store).await?;
+    let redis_start = redis_time(&mut store.connection()).await?;
     let now = || redis_start + started.elapsed().as_secs_f64();
     let mut tally = Tally::new(top);
     // Every primary in turn (one in standalone and Sentinel mode), each with its own cursor.

@@ -10,7 +10,7 @@ use futures_util::Stream;
 
 use crate::Error;
 use crate::pattern::KeyPattern;
-use crate::store::reply::{ReplyError, parse_time};
+use crate::reply::{ReplyError, parse_time};
 use crate::store::{Packed, SendPacked, all_ok};
 
 /// One SCAN page and Redis's clock when it was read.

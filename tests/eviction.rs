@@ -5,9 +5,9 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use presence_sweeper::evict::Clock;
+use presence_sweeper::Clock;
+use presence_sweeper::FIRST_PAGE_SHARE;
 use presence_sweeper::pass::{PassOptions, PassReport};
-use presence_sweeper::walk::FIRST_PAGE_SHARE;
 use redis::Commands;
 use support::{OnePass, RedisServer, Subscriber, config, redis_now};
 use tokio_util::sync::CancellationToken;

@@ -16,8 +16,6 @@ use std::time::Duration;
 
 use config::{FileFormat, Map};
 
-use crate::keyspace::NotificationMode;
-
 pub use self::redis::{RedisConfig, RedisMode, Secret, TlsConfig, redact_url};
 pub use self::sweep::{ScoreUnit, StormGuardConfig, SweepConfig};
 use self::tree::{Table, one_line, q};
@@ -179,6 +177,39 @@ pub struct Overrides {
     pub log_format: Option<String>,
     /// `--log-level`.
     pub log_level: Option<String>,
+}
+
+/// A `--sweep` name that is not configured.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown sweep `{name}` (configured: {known})")]
+pub struct UnknownSweep {
+    /// The name asked for.
+    pub name: String,
+    /// The configured names.
+    pub known: String,
+}
+
+/// `tracking.notifications`: whether to use keyspace notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotificationMode {
+    /// Where the server has them on; report per primary whether they are in use.
+    Auto,
+    /// Expected on every primary: a primary without them is logged as a warning and alerted
+    /// on (`presence_sweeper_notifications_expected`), and walks follow the schedule there.
+    On,
+    /// Never: walks follow each sweep's schedule.
+    Off,
+}
+
+impl NotificationMode {
+    /// The configuration value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::On => "on",
+            Self::Off => "off",
+        }
+    }
 }
 
 /// Why the configuration was rejected. Each message names the key and, where there is one, the
@@ -436,6 +467,27 @@ impl Config {
     /// The sweep called `name`, enabled or not.
     pub fn sweep(&self, name: &str) -> Option<&SweepConfig> {
         self.sweeps.iter().find(|s| s.name == name)
+    }
+
+    /// The sweeps a command runs: the named ones, enabled or not, or else every enabled one.
+    pub fn select_sweeps(&self, names: &[String]) -> Result<Vec<&SweepConfig>, UnknownSweep> {
+        if names.is_empty() {
+            return Ok(self.enabled_sweeps().collect());
+        }
+        names
+            .iter()
+            .map(|name| {
+                self.sweep(name).ok_or_else(|| UnknownSweep {
+                    name: name.clone(),
+                    known: self
+                        .sweeps
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })
+            })
+            .collect()
     }
 
     /// The effective configuration as TOML, with every secret redacted.

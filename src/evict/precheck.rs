@@ -12,7 +12,7 @@ use redis::Value;
 
 use super::Cutoff;
 use crate::Error;
-use crate::store::reply::{ReplyError, int, is_moved, parse_time, single_score};
+use crate::reply::{ReplyError, int, is_moved, parse_time, single_score};
 use crate::store::{Packed, SendPacked};
 
 /// What [`read`] asks of each key.

@@ -18,7 +18,7 @@ use super::Cutoff;
 use crate::Error;
 use crate::events::ROSTER_LIMIT;
 use crate::events::Roster;
-use crate::store::reply::{ReplyError, is_moved, number, time_from_parts};
+use crate::reply::{ReplyError, is_moved, number, time_from_parts};
 use crate::store::resp::{Item, Reader};
 use crate::store::{Packed, SendPacked};
 

@@ -10,7 +10,6 @@
 
 mod conn;
 pub(crate) mod packed;
-pub(crate) mod reply;
 pub(crate) mod resp;
 mod sentinel;
 mod wire;

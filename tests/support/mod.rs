@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use presence_sweeper::Store;
 use presence_sweeper::config::{Config, Sources};
 use presence_sweeper::pass::{Pass, PassError, PassOptions, PassReport};
-use presence_sweeper::store::Store;
-use presence_sweeper::sweep::{NoObserver, Sweep};
+use presence_sweeper::{NoObserver, Sweep};
 use tokio_util::sync::CancellationToken;
 
 /// Polls `f` until it holds; fails the test, naming `what`, after `timeout`.

@@ -1,8 +1,8 @@
-//! What Redis answers, below every user of it: the error for a reply of the wrong shape, the
-//! cluster redirection codes, Redis `TIME`, and the small conversions of reply values.
+//! What Redis answers, below every user of it (the store, eviction, discovery, the error type):
+//! the error for a reply of the wrong shape, the cluster redirection codes, Redis `TIME`, and the
+//! small conversions of reply values. It depends on nothing of the crate.
 
 use redis::Value;
-use redis::aio::ConnectionLike;
 
 /// A reply did not have the expected shape.
 #[derive(Debug, thiserror::Error)]
@@ -36,15 +36,6 @@ pub(crate) fn parse_time(v: &Value) -> Option<f64> {
         return None;
     };
     Some(time_from_parts(int(secs)? as f64, int(micros)? as f64))
-}
-
-/// Redis's clock now, in Unix seconds, by one `TIME` round trip.
-pub(crate) async fn redis_time<C>(con: &mut C) -> Result<f64, crate::Error>
-where
-    C: ConnectionLike + Send,
-{
-    let v: Value = redis::cmd("TIME").query_async(con).await?;
-    Ok(parse_time(&v).ok_or_else(|| ReplyError::new("TIME is not a time"))?)
 }
 
 /// An integer reply (or a bulk or status string holding one).
