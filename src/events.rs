@@ -18,7 +18,7 @@
 use base64::Engine as _;
 
 /// Value of the `reason` field.
-pub const REASON_EXPIRED: &str = "expired";
+pub(crate) const REASON_EXPIRED: &str = "expired";
 
 /// Most remaining members an event lists (fewer when they do not fit `events.max_bytes`); the
 /// full count goes beside it.
@@ -26,7 +26,7 @@ pub(crate) const ROSTER_LIMIT: usize = 100;
 
 /// One eviction to announce.
 #[derive(Debug, Clone, Copy)]
-pub struct Event<'a> {
+pub(crate) struct Event<'a> {
     /// What the key pattern's `*` matched.
     pub conversation_id: &'a [u8],
     /// The removed member.
@@ -44,7 +44,7 @@ pub struct Event<'a> {
 /// A roster encoded as JSON strings as its members are read, so that they need not be kept;
 /// where each one ends is remembered, so that an event can carry as many as fit its cap.
 #[derive(Debug, Clone, Default)]
-pub struct Roster {
+pub(crate) struct Roster {
     /// The members as JSON strings, separated by commas (no brackets).
     json: Vec<u8>,
     /// Where each member's string ends in `json`.
@@ -53,7 +53,7 @@ pub struct Roster {
 
 impl Roster {
     /// An empty roster with room for about `bytes` bytes of JSON.
-    pub fn with_capacity(bytes: usize) -> Self {
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
         Self {
             json: Vec::with_capacity(bytes),
             ends: Vec::new(),
@@ -61,7 +61,7 @@ impl Roster {
     }
 
     /// The roster of `members`, most recently seen first.
-    pub fn of(members: &[Vec<u8>]) -> Self {
+    pub(crate) fn of(members: &[Vec<u8>]) -> Self {
         let mut roster = Self::with_capacity(members.iter().map(|m| m.len() + 3).sum());
         for m in members {
             roster.push(m);
@@ -70,7 +70,7 @@ impl Roster {
     }
 
     /// Adds a member; one that is not valid UTF-8 is written lossily.
-    pub fn push(&mut self, member: &[u8]) {
+    pub(crate) fn push(&mut self, member: &[u8]) {
         if !self.ends.is_empty() {
             self.json.push(b',');
         }
@@ -83,7 +83,7 @@ impl Roster {
 
     /// How many members it lists.
     #[allow(clippy::len_without_is_empty)] // nothing asks whether a roster is empty
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.ends.len()
     }
 
@@ -119,7 +119,7 @@ impl Roster {
 
 /// Encodes the events of one sweep; the parts that never change are encoded once.
 #[derive(Debug, Clone)]
-pub struct EventEncoder {
+pub(crate) struct EventEncoder {
     head: Vec<u8>,
     roster_key: Vec<u8>,
     count_key: Vec<u8>,
@@ -130,7 +130,7 @@ pub struct EventEncoder {
 impl EventEncoder {
     /// An encoder for events of type `event_type` whose roster field is `roster_field`, each at
     /// most `max_bytes` long (but for an id longer than that).
-    pub fn new(event_type: &str, roster_field: &str, max_bytes: usize) -> Self {
+    pub(crate) fn new(event_type: &str, roster_field: &str, max_bytes: usize) -> Self {
         let mut head = b"{\"type\":".to_vec();
         push_str(&mut head, event_type);
         let mut roster_key = b",".to_vec();
@@ -153,7 +153,7 @@ impl EventEncoder {
 
     /// Writes the event's JSON into `out` (cleared first): the roster is cut to what fits in
     /// the encoder's `max_bytes`.
-    pub fn encode_into(&self, event: &Event<'_>, out: &mut Vec<u8>) {
+    pub(crate) fn encode_into(&self, event: &Event<'_>, out: &mut Vec<u8>) {
         out.clear();
         out.extend_from_slice(&self.head);
         push_id(out, "conversation_id", event.conversation_id);

@@ -23,7 +23,7 @@ const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
 
 /// One sweep's lease, as seen by this replica.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     key: String,
     token: String,
     ttl: Duration,
@@ -34,7 +34,7 @@ pub struct Lease {
 
 impl Lease {
     /// The lease of `sweep`, stored at `prefix` + `sweep`, lasting `ttl` after each renewal.
-    pub fn new(prefix: &str, sweep: &str, ttl: Duration) -> Self {
+    pub(crate) fn new(prefix: &str, sweep: &str, ttl: Duration) -> Self {
         Self {
             key: format!("{prefix}{sweep}"),
             token: uuid::Uuid::new_v4().simple().to_string(),
@@ -46,13 +46,13 @@ impl Lease {
     }
 
     /// Whether this replica held the lease at its last attempt.
-    pub fn held(&self) -> bool {
+    pub(crate) fn held(&self) -> bool {
         self.held.load(Ordering::Relaxed)
     }
 
     /// How often to try: the holder renews three times per ttl; a standby checks ten times per
     /// ttl, so it takes over soon after the lease of a dead holder expires.
-    pub fn attempt_every(&self) -> Duration {
+    pub(crate) fn attempt_every(&self) -> Duration {
         if self.held() {
             self.ttl / 3
         } else {
@@ -62,7 +62,7 @@ impl Lease {
 
     /// Renews the lease if this replica holds it, else tries to take it. Returns whether this
     /// replica holds it now; on an error it counts as not held.
-    pub async fn try_hold<C>(&self, con: &mut C) -> Result<bool, Error>
+    pub(crate) async fn try_hold<C>(&self, con: &mut C) -> Result<bool, Error>
     where
         C: ConnectionLike + Send,
     {
@@ -105,7 +105,7 @@ impl Lease {
 
     /// Gives the lease up (at shutdown, or when the sweep is removed), if this replica holds it,
     /// so a standby can take over at once instead of after the ttl.
-    pub async fn release<C>(&self, con: &mut C)
+    pub(crate) async fn release<C>(&self, con: &mut C)
     where
         C: ConnectionLike + Send,
     {

@@ -32,7 +32,7 @@ pub enum NotLoopback {
 
 /// Accepts `cfg` only if it is one standalone server whose URL names a loopback address,
 /// `localhost` or a unix socket.
-pub fn require(cfg: &RedisConfig) -> Result<(), NotLoopback> {
+pub(crate) fn require(cfg: &RedisConfig) -> Result<(), NotLoopback> {
     match cfg.mode {
         RedisMode::Standalone => {}
         RedisMode::Cluster => return Err(NotLoopback::NotStandalone { mode: "cluster" }),
@@ -49,7 +49,7 @@ pub fn require(cfg: &RedisConfig) -> Result<(), NotLoopback> {
 
 /// Whether `url` reaches Redis on this machine. Names are not resolved: only the literal
 /// `localhost` counts, since what another name resolves to can change under our feet.
-pub fn is_loopback(url: &str) -> bool {
+pub(crate) fn is_loopback(url: &str) -> bool {
     let Ok(info) = url.into_connection_info() else {
         return false;
     };

@@ -102,7 +102,7 @@ impl fmt::Display for Schedule {
 
 /// Owns the tokio-cron-scheduler instance shared by every cron sweep; created on first use.
 #[derive(Default)]
-pub struct CronClock {
+pub(crate) struct CronClock {
     scheduler: Option<JobScheduler>,
 }
 
@@ -117,7 +117,7 @@ impl CronClock {
     }
 
     /// Stops the scheduler, if one was started.
-    pub async fn shutdown(&mut self) {
+    pub(crate) async fn shutdown(&mut self) {
         if let Some(mut scheduler) = self.scheduler.take()
             && let Err(e) = scheduler.shutdown().await
         {
@@ -126,7 +126,7 @@ impl CronClock {
     }
 
     /// Removes a job that a [`Ticker`] registered.
-    pub async fn remove(&mut self, job: Uuid) {
+    pub(crate) async fn remove(&mut self, job: Uuid) {
         if let Some(scheduler) = &self.scheduler
             && let Err(e) = scheduler.remove(&job).await
         {
@@ -136,7 +136,7 @@ impl CronClock {
 }
 
 /// The stream of ticks of one sweep.
-pub enum Ticker {
+pub(crate) enum Ticker {
     /// A tokio interval; missed ticks are skipped, never bunched.
     Every(Interval),
     /// Ticks sent by a cron job.
@@ -151,7 +151,10 @@ pub enum Ticker {
 impl Ticker {
     /// Starts ticking for `schedule`. The first tick of a periodic schedule comes one period from
     /// now: the daemon runs every sweep once at start on its own.
-    pub async fn start(schedule: &Schedule, cron: &mut CronClock) -> Result<Self, ScheduleError> {
+    pub(crate) async fn start(
+        schedule: &Schedule,
+        cron: &mut CronClock,
+    ) -> Result<Self, ScheduleError> {
         match schedule {
             Schedule::Every(period) => {
                 let mut interval =
@@ -175,7 +178,7 @@ impl Ticker {
     }
 
     /// Waits for the next tick. A cron ticker whose scheduler is gone never ticks again.
-    pub async fn tick(&mut self) {
+    pub(crate) async fn tick(&mut self) {
         match self {
             Self::Every(interval) => {
                 interval.tick().await;
@@ -189,7 +192,7 @@ impl Ticker {
     }
 
     /// The cron job behind this ticker, if any.
-    pub fn cron_job(&self) -> Option<Uuid> {
+    pub(crate) fn cron_job(&self) -> Option<Uuid> {
         match self {
             Self::Every(_) => None,
             Self::Cron { job, .. } => Some(*job),

@@ -72,7 +72,7 @@ impl ConnectionLike for Conn {
 /// address of the one server, or the name Sentinel knows the primary by. It names the primary in
 /// logs and in metric labels (a handful of values: one per primary).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(String);
+pub(crate) struct NodeId(String);
 
 impl NodeId {
     /// The identity `name`.

@@ -24,7 +24,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
-pub use self::conn::{Conn, Node, NodeId};
+pub(crate) use self::conn::{Conn, Node, NodeId};
 pub(crate) use self::packed::{Packed, SendPacked, all_ok};
 use self::sentinel::SentinelBackend;
 use self::wire::{Target, Wire};
@@ -354,7 +354,7 @@ impl Store {
 
 /// A dedicated pub/sub connection (a subscribed connection cannot carry other commands), with
 /// the configured credentials, bounded by `redis.connect_timeout`. Standalone only.
-pub async fn subscriber(cfg: &RedisConfig) -> Result<redis::aio::PubSub, Error> {
+pub(crate) async fn subscriber(cfg: &RedisConfig) -> Result<redis::aio::PubSub, Error> {
     let attempt = async { client(cfg, &cfg.url)?.get_async_pubsub().await };
     tokio::time::timeout(cfg.connect_timeout, attempt)
         .await

@@ -12,14 +12,14 @@ use super::{Conn, Node};
 
 /// Commands encoded as RESP arrays of bulk strings, in the order they are sent.
 #[derive(Debug, Default, Clone)]
-pub struct Packed {
+pub(crate) struct Packed {
     bytes: Vec<u8>,
     commands: usize,
 }
 
 impl Packed {
     /// An empty batch with room for about `bytes` bytes of commands.
-    pub fn with_capacity(bytes: usize) -> Self {
+    pub(crate) fn with_capacity(bytes: usize) -> Self {
         Self {
             bytes: Vec::with_capacity(bytes),
             commands: 0,
@@ -27,7 +27,7 @@ impl Packed {
     }
 
     /// Appends one command.
-    pub fn command(&mut self, args: &[&[u8]]) -> &mut Self {
+    pub(crate) fn command(&mut self, args: &[&[u8]]) -> &mut Self {
         // No reserve here: the caller sized the batch, and asking for room per command would make
         // a batch sized up front double (and copy itself) near its end.
         self.header(b'*', args.len());
@@ -63,17 +63,17 @@ impl Packed {
     }
 
     /// How many commands the batch holds: as many replies come back.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.commands
     }
 
     /// How many bytes the batch's commands take.
-    pub fn byte_len(&self) -> usize {
+    pub(crate) fn byte_len(&self) -> usize {
         self.bytes.len()
     }
 
     /// Whether the batch holds no command.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.commands == 0
     }
 
@@ -82,7 +82,7 @@ impl Packed {
     }
 
     /// The commands, each as its arguments.
-    pub fn commands(&self) -> Vec<Vec<&[u8]>> {
+    pub(crate) fn commands(&self) -> Vec<Vec<&[u8]>> {
         let mut commands = Vec::with_capacity(self.commands);
         let mut at = 0;
         // Our own encoding, so its shape is known: a count, then that many bulk strings.
@@ -125,7 +125,7 @@ impl Packed {
 
 /// A connection that takes [`Packed`] batches. Every reply comes back in order, error replies
 /// as [`Value::ServerError`]; `Err` means the request itself failed (connection, timeout).
-pub trait SendPacked {
+pub(crate) trait SendPacked {
     /// Sends `batch` and returns one reply per command.
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>>;
 
@@ -193,7 +193,7 @@ async fn by_pipeline<C: ConnectionLike + Send>(
 
 /// The replies, or the first error reply as an error: for batches in which any refusal means
 /// the whole request failed.
-pub fn all_ok(mut replies: Vec<Value>) -> redis::RedisResult<Vec<Value>> {
+pub(crate) fn all_ok(mut replies: Vec<Value>) -> redis::RedisResult<Vec<Value>> {
     let first = replies
         .iter()
         .position(|v| matches!(v, Value::ServerError(_)));

@@ -173,7 +173,7 @@ pub(super) fn server_error(line: &[u8]) -> Value {
 
 /// One element of a reply, as [`Reader::item`] meets it.
 #[derive(Debug, PartialEq)]
-pub enum Item<'a> {
+pub(crate) enum Item<'a> {
     /// A status reply (`+OK`, `+QUEUED`), without its `+`.
     Status(&'a [u8]),
     /// An error reply.
@@ -189,19 +189,19 @@ pub enum Item<'a> {
 }
 
 /// Reads replies in place, one element at a time.
-pub struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
     /// A reader at the start of `buf`, which holds whole replies.
-    pub fn new(buf: &'a [u8]) -> Self {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
         Self { buf, at: 0 }
     }
 
     /// The next element; `Err` if the bytes end or are not RESP2.
-    pub fn item(&mut self) -> redis::RedisResult<Item<'a>> {
+    pub(crate) fn item(&mut self) -> redis::RedisResult<Item<'a>> {
         Ok(self.read()?)
     }
 
@@ -250,7 +250,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Skips the rest of an element whose head was `item` (the elements of an array).
-    pub fn skip_rest(&mut self, item: &Item<'_>) -> redis::RedisResult<()> {
+    pub(crate) fn skip_rest(&mut self, item: &Item<'_>) -> redis::RedisResult<()> {
         if let Item::Array(n) = *item {
             for _ in 0..n {
                 // The whole reply was framed (and its depth checked) before it was read.
@@ -263,14 +263,14 @@ impl<'a> Reader<'a> {
     }
 
     /// Skips one whole reply.
-    pub fn skip(&mut self) -> redis::RedisResult<()> {
+    pub(crate) fn skip(&mut self) -> redis::RedisResult<()> {
         let item = self.item()?;
         self.skip_rest(&item)
     }
 }
 
 /// Appends `value` to `out` as RESP2, as Redis would have sent it.
-pub fn encode(value: &Value, out: &mut Vec<u8>) {
+pub(crate) fn encode(value: &Value, out: &mut Vec<u8>) {
     let mut digits = itoa::Buffer::new();
     let mut head = |out: &mut Vec<u8>, kind: u8, n: i64| {
         out.push(kind);

@@ -34,7 +34,7 @@ const MAX_GATHER: usize = 512;
 /// batches are written in order and answered in order. It never reconnects: once its socket
 /// fails every request fails, [`Wire::is_closed`] turns true, and the store opens a new one.
 #[derive(Clone)]
-pub struct Wire {
+pub(super) struct Wire {
     requests: mpsc::UnboundedSender<Request>,
     /// Fired when a request times out: a server that stops answering (paused, or a connection
     /// a firewall dropped silently) is not asked again on this socket.
@@ -45,7 +45,7 @@ pub struct Wire {
 
 /// Where a wire connects and as whom. Not `Debug`: it holds the password.
 #[derive(Clone)]
-pub struct Target {
+pub(super) struct Target {
     addr: Addr,
     username: Option<String>,
     password: Option<String>,
@@ -61,7 +61,7 @@ enum Addr {
 impl Target {
     /// The target of a redis-rs connection description; `None` for TLS, which this connection
     /// does not speak.
-    pub fn from_info(info: &ConnectionInfo) -> Option<Self> {
+    pub(super) fn from_info(info: &ConnectionInfo) -> Option<Self> {
         let addr = match info.addr() {
             ConnectionAddr::Tcp(host, port) => Addr::Tcp(host.clone(), *port),
             ConnectionAddr::Unix(path) => Addr::Unix(path.clone()),
@@ -145,7 +145,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 impl Wire {
     /// Connects, authenticates and selects the database, within `connect_timeout`. Each request
     /// then waits at most `timeout` for its replies.
-    pub async fn connect(
+    pub(super) async fn connect(
         target: &Target,
         connect_timeout: Duration,
         timeout: Duration,
@@ -202,7 +202,7 @@ impl Wire {
     }
 
     /// Whether the socket has failed or closed; such a wire only answers errors.
-    pub fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         self.requests.is_closed() || self.retire.is_cancelled()
     }
 
