@@ -20,7 +20,7 @@ use crate::events::ROSTER_LIMIT;
 use crate::events::Roster;
 use crate::reply::{ReplyError, is_moved, number, time_from_parts};
 use crate::store::resp::{Item, Reader};
-use crate::store::{Packed, SendPacked};
+use crate::store::{Node, Packed};
 
 /// What became of one key of a transaction.
 #[derive(Debug)]
@@ -55,17 +55,14 @@ pub(crate) struct Evicted {
 /// what was removed (a key whose slot moved in a cluster is found on its new node by that node's
 /// walk).
 /// With `oldest`, each key's lowest remaining score is read too.
-pub(crate) async fn evict<C>(
-    con: &mut C,
+pub(crate) async fn evict(
+    con: &mut Node,
     groups: &[Vec<&[u8]>],
     cutoff: &Cutoff,
     fixed_now: Option<f64>,
     oldest: bool,
     roster: usize,
-) -> Result<(f64, Vec<TxKey>), Error>
-where
-    C: SendPacked + Send,
-{
+) -> Result<(f64, Vec<TxKey>), Error> {
     let roster_first = format!("-{roster}");
     let below = cutoff.below.as_bytes();
     let keys: usize = groups.iter().map(Vec::len).sum();

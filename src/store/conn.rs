@@ -87,42 +87,42 @@ impl std::fmt::Display for NodeId {
     }
 }
 
-/// One primary of the data path of a pass. Everything about the keys a node's SCAN returned goes
-/// to that same node: in a cluster that is where they live (a key that moved meanwhile answers
-/// MOVED and waits for the next pass), and one node may serve commands on many slots in one
-/// pipeline, which the cluster's own routing would refuse.
+/// One primary of the data path. Everything about the keys a node's SCAN returned goes to that
+/// same node over its own connection (a [`Wire`]): in a cluster that is where they live (a key
+/// that moved meanwhile answers MOVED and is left to its new primary), and one node may serve
+/// commands on many slots in one pipeline, which the cluster's own routing would refuse.
 ///
-/// With a `Wire` attached, every command goes straight to the node over it; without one (TLS,
-/// or it could not connect) they take the shared connection.
+/// A node whose wire could not connect answers every command with an error saying so; the next
+/// look at the topology tries to connect again.
 #[derive(Clone)]
 pub struct Node {
-    con: Conn,
     id: NodeId,
     /// The server's address now (behind Sentinel it changes with a failover).
     server: String,
     address: Option<(String, u16)>,
+    db: i64,
     wire: Option<Wire>,
 }
 
 impl Node {
-    /// The only node of a standalone or Sentinel topology.
-    pub(crate) fn direct(con: ConnectionManager, id: NodeId, server: String) -> Self {
+    /// The only node of a standalone or Sentinel topology, its keys in database `db`.
+    pub(crate) fn direct(id: NodeId, server: String, db: i64) -> Self {
         Self {
-            con: Conn::Direct(con),
             id,
             server,
             address: None,
+            db,
             wire: None,
         }
     }
 
-    /// A cluster primary, reached through the cluster connection.
-    pub(crate) fn cluster_primary(con: ClusterConnection, host: String, port: u16) -> Self {
+    /// A cluster primary.
+    pub(crate) fn cluster_primary(host: String, port: u16) -> Self {
         Self {
-            con: Conn::Cluster(con),
             id: NodeId(format!("{host}:{port}")),
             server: format!("{host}:{port}"),
             address: Some((host, port)),
+            db: 0,
             wire: None,
         }
     }
@@ -139,19 +139,26 @@ impl Node {
 
     /// The database its keys live in (always 0 in a cluster).
     pub(crate) fn db(&self) -> i64 {
-        self.con.get_db()
+        self.db
     }
 
-    /// Whether its data-path connection failed: the store opens a new one ([`Store::node`]).
+    /// Whether its data-path connection failed or never connected: the store opens a new one
+    /// ([`Store::node`]).
     ///
     /// [`Store::node`]: super::Store::node
     pub(crate) fn is_broken(&self) -> bool {
-        self.wire.as_ref().is_some_and(Wire::is_closed)
+        self.wire.as_ref().is_none_or(Wire::is_closed)
     }
 
-    /// The node's own connection, if it has one.
-    pub(super) fn wire(&self) -> Option<&Wire> {
-        self.wire.as_ref()
+    /// The node's own connection, or the error that says it has none.
+    pub(super) fn wire(&self) -> redis::RedisResult<&Wire> {
+        self.wire.as_ref().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!("no connection to {}", self.server),
+            )
+            .into()
+        })
     }
 
     /// Sends this node's commands over `wire`, which must reach the same server.
@@ -169,29 +176,16 @@ impl Node {
     pub(crate) fn host_port(&self) -> Option<(&str, u16)> {
         self.address.as_ref().map(|(h, p)| (h.as_str(), *p))
     }
-
-    fn route(&self) -> Option<SingleNodeRoutingInfo> {
-        self.address
-            .as_ref()
-            .map(|(host, port)| SingleNodeRoutingInfo::ByAddress {
-                host: host.clone(),
-                port: *port,
-            })
-    }
 }
 
 impl ConnectionLike for Node {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let route = self.route();
-        if let Some(wire) = &mut self.wire {
-            return wire.req_packed_command(cmd);
-        }
-        match (route, &mut self.con) {
-            (Some(route), Conn::Cluster(c)) => Box::pin(async move {
-                c.route_command(cmd.clone(), RoutingInfo::SingleNode(route))
-                    .await
-            }),
-            (_, con) => con.req_packed_command(cmd),
+        match self.wire() {
+            Ok(wire) => {
+                let mut wire = wire.clone();
+                Box::pin(async move { wire.req_packed_command(cmd).await })
+            }
+            Err(e) => Box::pin(std::future::ready(Err(e))),
         }
     }
 
@@ -201,20 +195,16 @@ impl ConnectionLike for Node {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let route = self.route();
-        if let Some(wire) = &mut self.wire {
-            return wire.req_packed_commands(pipeline, offset, count);
-        }
-        match (route, &mut self.con) {
-            (Some(route), Conn::Cluster(c)) => Box::pin(async move {
-                c.route_pipeline(pipeline.clone(), offset, count, route)
-                    .await
-            }),
-            (_, con) => con.req_packed_commands(pipeline, offset, count),
+        match self.wire() {
+            Ok(wire) => {
+                let mut wire = wire.clone();
+                Box::pin(async move { wire.req_packed_commands(pipeline, offset, count).await })
+            }
+            Err(e) => Box::pin(std::future::ready(Err(e))),
         }
     }
 
     fn get_db(&self) -> i64 {
-        self.con.get_db()
+        self.db
     }
 }

@@ -12,6 +12,7 @@ mod conn;
 pub(crate) mod packed;
 pub(crate) mod resp;
 mod sentinel;
+mod tls;
 mod wire;
 
 use std::collections::HashMap;
@@ -39,6 +40,8 @@ pub struct Store {
     cfg: Arc<RedisConfig>,
     /// The data path's connections, by server address; replaced when one fails.
     wires: Arc<Mutex<HashMap<String, Wire>>>,
+    /// How the data path reaches TLS servers, where the configuration has any.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 enum Backend {
@@ -62,10 +65,14 @@ impl Store {
                 }
                 RedisMode::Cluster => Backend::Cluster(cluster(cfg).await?),
             };
+            let tls = uses_tls(cfg)
+                .then(|| tls::client_config(&cfg.tls))
+                .transpose()?;
             let store = Self {
                 backend: Arc::new(backend),
                 cfg: Arc::new(cfg.clone()),
                 wires: Arc::default(),
+                tls,
             };
             store.require_version().await?;
             store.ping_once().await?;
@@ -98,9 +105,10 @@ impl Store {
     /// socket: the one of the last pass while it lives, a new one otherwise.
     pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
         let nodes: Vec<(Node, Client)> = match &*self.backend {
-            Backend::Standalone(c, client) => {
+            Backend::Standalone(_, client) => {
                 let server = client.get_connection_info().addr().to_string();
-                let node = Node::direct(c.clone(), NodeId::new(server.clone()), server);
+                let db = client.get_connection_info().redis_settings().db();
+                let node = Node::direct(NodeId::new(server.clone()), server, db);
                 vec![(node, (**client).clone())]
             }
             Backend::Sentinel(s) => {
@@ -110,7 +118,8 @@ impl Store {
                 ));
                 let client = s.current_client();
                 let server = client.get_connection_info().addr().to_string();
-                vec![(Node::direct(s.current(), id, server), client)]
+                let db = client.get_connection_info().redis_settings().db();
+                vec![(Node::direct(id, server, db), client)]
             }
             Backend::Cluster(c) => {
                 let mut con = c.clone();
@@ -123,19 +132,22 @@ impl Store {
                 let mut nodes = Vec::new();
                 for (host, port) in primaries(&slots) {
                     let client = self.node_client(&host, port)?;
-                    nodes.push((Node::cluster_primary(c.clone(), host, port), client));
+                    nodes.push((Node::cluster_primary(host, port), client));
                 }
                 nodes
             }
         };
-        let targets: Vec<Option<Target>> = nodes
+        let targets: Vec<Result<Target, String>> = nodes
             .iter()
-            .map(|(_, client)| Target::from_info(client.get_connection_info()))
+            .map(|(_, client)| Target::from_info(client.get_connection_info(), self.tls.as_ref()))
             .collect();
         let wires = targets.iter().map(|target| async move {
             match target {
-                Some(target) => self.wire(target).await,
-                None => None,
+                Ok(target) => self.wire(target).await,
+                Err(why) => {
+                    tracing::warn!(why = %why, "no data-path connection to this server");
+                    None
+                }
             }
         });
         let wires = futures_util::future::join_all(wires).await;
@@ -152,8 +164,8 @@ impl Store {
             .collect())
     }
 
-    /// The data-path connection to `target`. `None` when it cannot connect: the pass then takes
-    /// the shared connection, which reports the failure its own way.
+    /// The data-path connection to `target`. `None` when it cannot connect: the node's commands
+    /// then fail, saying so, and the loop looks at the topology again.
     async fn wire(&self, target: &Target) -> Option<Wire> {
         let address = target.to_string();
         let cached = self
@@ -175,7 +187,7 @@ impl Store {
                 Some(wire)
             }
             Err(e) => {
-                tracing::debug!(node = %address, error = %e, "no data-path connection; using the shared one");
+                tracing::debug!(node = %address, error = %e, "cannot open a data-path connection");
                 None
             }
         }
@@ -386,6 +398,14 @@ fn describe(cfg: &RedisConfig) -> String {
 
 fn timed_out(what: &'static str) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+}
+
+/// Whether any server the configuration names is reached over TLS.
+fn uses_tls(cfg: &RedisConfig) -> bool {
+    std::iter::once(&cfg.url)
+        .chain(&cfg.nodes)
+        .chain(&cfg.sentinels)
+        .any(|url| url.starts_with("rediss://"))
 }
 
 /// rustls needs a process-wide crypto provider before the first TLS handshake.

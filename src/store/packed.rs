@@ -3,7 +3,8 @@
 //! A pass sends a few commands per key, and building them as redis-rs `Cmd`s (two allocations
 //! each, then packed again into the pipeline's own buffer) cost the sweeper more than Redis spent
 //! running some of them. A [`Packed`] batch is written straight into its final form and handed to
-//! the node's wire as it is; only a node without one (TLS) rebuilds a redis-rs pipeline from it.
+//! the node's wire as it is; only the cluster's routed publishing rebuilds a redis-rs pipeline
+//! from it.
 
 use redis::aio::ConnectionLike;
 use redis::{RedisError, RedisFuture, Value};
@@ -128,56 +129,36 @@ impl Packed {
 pub(crate) trait SendPacked {
     /// Sends `batch` and returns one reply per command.
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>>;
-
-    /// Sends `batch` and returns its replies as RESP bytes, to read with
-    /// [`Reader`](super::resp::Reader) without building values.
-    fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>>;
 }
 
 impl SendPacked for Node {
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>> {
-        match self.wire().cloned() {
-            Some(wire) => {
-                let n = batch.len();
-                Box::pin(async move {
-                    if n == 0 {
-                        return Ok(Vec::new());
-                    }
-                    wire.send(batch.into_bytes(), 0, n).await
-                })
+        let n = batch.len();
+        let wire = self.wire().cloned();
+        Box::pin(async move {
+            if n == 0 {
+                return Ok(Vec::new());
             }
-            None => Box::pin(async move { by_pipeline(self, &batch).await }),
-        }
-    }
-
-    fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>> {
-        match self.wire().cloned() {
-            Some(wire) => {
-                let n = batch.len();
-                Box::pin(async move { wire.send_raw(batch.into_bytes(), n).await })
-            }
-            None => Box::pin(async move { Ok(encoded(by_pipeline(self, &batch).await?)) }),
-        }
+            wire?.send(batch.into_bytes(), 0, n).await
+        })
     }
 }
 
+impl Node {
+    /// Sends `batch` and returns its replies as RESP bytes, to read with
+    /// [`Reader`](super::resp::Reader) without building values.
+    pub(crate) fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>> {
+        let n = batch.len();
+        let wire = self.wire().cloned();
+        Box::pin(async move { wire?.send_raw(batch.into_bytes(), n).await })
+    }
+}
+
+/// Through redis-rs, for the cluster's routed publishing.
 impl SendPacked for Conn {
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>> {
         Box::pin(async move { by_pipeline(self, &batch).await })
     }
-
-    fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>> {
-        Box::pin(async move { Ok(encoded(by_pipeline(self, &batch).await?)) })
-    }
-}
-
-/// Replies that came as values, as the bytes the wire would have returned.
-fn encoded(values: Vec<Value>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for value in &values {
-        super::resp::encode(value, &mut out);
-    }
-    out
 }
 
 async fn by_pipeline<C: ConnectionLike + Send>(

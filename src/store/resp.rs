@@ -1,9 +1,7 @@
 //! RESP2 replies as bytes: finding where one ends, and reading them in place.
 //!
 //! The data path's hottest reply, a transaction's members and rosters, is read straight from the
-//! bytes Redis sent ([`Reader`]), without building a value for every member first. Replies that
-//! come through redis-rs instead (a TLS server) are encoded back into the same bytes
-//! ([`encode`]), so both are read by the same code.
+//! bytes Redis sent ([`Reader`]), without building a value for every member first.
 
 use std::io;
 
@@ -269,75 +267,15 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Appends `value` to `out` as RESP2, as Redis would have sent it.
-pub(crate) fn encode(value: &Value, out: &mut Vec<u8>) {
-    let mut digits = itoa::Buffer::new();
-    let mut head = |out: &mut Vec<u8>, kind: u8, n: i64| {
-        out.push(kind);
-        out.extend_from_slice(digits.format(n).as_bytes());
-        out.extend_from_slice(b"\r\n");
-    };
-    match value {
-        Value::Nil => out.extend_from_slice(b"$-1\r\n"),
-        Value::Int(n) => head(out, b':', *n),
-        Value::BulkString(bytes) => {
-            head(out, b'$', bytes.len() as i64);
-            out.extend_from_slice(bytes);
-            out.extend_from_slice(b"\r\n");
-        }
-        Value::Array(items) => {
-            head(out, b'*', items.len() as i64);
-            for item in items {
-                encode(item, out);
-            }
-        }
-        Value::Okay => out.extend_from_slice(b"+OK\r\n"),
-        Value::SimpleString(s) => {
-            out.push(b'+');
-            out.extend_from_slice(s.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-        Value::ServerError(e) => {
-            out.push(b'-');
-            out.extend_from_slice(e.code().as_bytes());
-            if let Some(details) = e.details() {
-                out.push(b' ');
-                out.extend_from_slice(details.as_bytes());
-            }
-            out.extend_from_slice(b"\r\n");
-        }
-        // The connections are RESP2: nothing else can arrive. Say so rather than guess.
-        other => {
-            out.extend_from_slice(b"-ERR presence-sweeper: unexpected RESP3 reply ");
-            out.extend_from_slice(format!("{other:?}").replace(['\r', '\n'], " ").as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn reads_in_place_what_encode_writes() {
-        let error = match redis::parse_redis_value(b"-MOVED 12 127.0.0.1:7001\r\n").unwrap() {
-            Value::ServerError(e) => e,
-            _ => panic!("not an error"),
-        };
-        let value = Value::Array(vec![
-            Value::Okay,
-            Value::SimpleString("QUEUED".into()),
-            Value::Int(-7),
-            Value::BulkString(b"a\r\nb".to_vec()),
-            Value::Nil,
-            Value::Array(vec![Value::Array(vec![Value::Int(1)]), Value::Int(2)]),
-            Value::ServerError(error.clone()),
-        ]);
-        let mut bytes = Vec::new();
-        encode(&value, &mut bytes);
-        assert_eq!(redis::parse_redis_value(&bytes).unwrap(), value);
-        let mut r = Reader::new(&bytes);
+    fn reads_in_place_every_kind_of_reply() {
+        let bytes = b"*7\r\n+OK\r\n+QUEUED\r\n:-7\r\n$4\r\na\r\nb\r\n$-1\r\n\
+                      *2\r\n*1\r\n:1\r\n:2\r\n-MOVED 12 127.0.0.1:7001\r\n";
+        let mut r = Reader::new(bytes);
         assert_eq!(r.item().unwrap(), Item::Array(7));
         assert_eq!(r.item().unwrap(), Item::Status(b"OK"));
         assert_eq!(r.item().unwrap(), Item::Status(b"QUEUED"));

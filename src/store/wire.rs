@@ -7,12 +7,14 @@
 //! where a reply ends, then builds it with exact-size allocations. Commands are still encoded by
 //! redis-rs, and replies are still [`redis::Value`]s, so everything above sees the same types.
 //!
-//! Scope: plain TCP and unix sockets. TLS servers keep redis-rs's connection, and so does every
-//! other use of Redis (leases, preflight, pub/sub, cluster routing).
+//! Scope: the data path, over plain TCP, TLS (tokio-rustls, with the certificates redis-rs would
+//! use: see `tls`) and unix sockets. Every other use of Redis keeps redis-rs's connections
+//! (leases, preflight, pub/sub, cluster routing and sharded publishing).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -55,20 +57,32 @@ pub(super) struct Target {
 #[derive(Clone)]
 enum Addr {
     Tcp(String, u16),
+    Tls(String, u16, Arc<rustls::ClientConfig>),
     Unix(PathBuf),
 }
 
 impl Target {
-    /// The target of a redis-rs connection description; `None` for TLS, which this connection
-    /// does not speak.
-    pub(super) fn from_info(info: &ConnectionInfo) -> Option<Self> {
+    /// The target of a redis-rs connection description; a TLS one is reached with `tls`. `Err`
+    /// says why it cannot be (TLS without its configuration, or asking not to verify the
+    /// server, which the sweeper never does).
+    pub(super) fn from_info(
+        info: &ConnectionInfo,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, String> {
         let addr = match info.addr() {
             ConnectionAddr::Tcp(host, port) => Addr::Tcp(host.clone(), *port),
+            ConnectionAddr::TcpTls { insecure: true, .. } => {
+                return Err("a TLS server that is not to be verified".into());
+            }
+            ConnectionAddr::TcpTls { host, port, .. } => match tls {
+                Some(config) => Addr::Tls(host.clone(), *port, config.clone()),
+                None => return Err("a TLS server without a TLS configuration".into()),
+            },
             ConnectionAddr::Unix(path) => Addr::Unix(path.clone()),
-            _ => return None,
+            _ => return Err("an address of a kind the data path does not speak".into()),
         };
         let settings = info.redis_settings();
-        Some(Self {
+        Ok(Self {
             addr,
             username: settings.username().map(str::to_owned),
             password: settings.password().map(str::to_owned),
@@ -81,7 +95,7 @@ impl std::fmt::Display for Target {
     /// The server's address (never the credentials).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.addr {
-            Addr::Tcp(host, port) => write!(f, "{host}:{port}"),
+            Addr::Tcp(host, port) | Addr::Tls(host, port, _) => write!(f, "{host}:{port}"),
             Addr::Unix(path) => write!(f, "{}", path.display()),
         }
     }
@@ -156,6 +170,14 @@ impl Wire {
                     let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                     s.set_nodelay(true)?;
                     Box::new(s)
+                }
+                Addr::Tls(host, port, config) => {
+                    let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                    s.set_nodelay(true)?;
+                    let name = rustls::pki_types::ServerName::try_from(host.clone())
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                    let tls = tokio_rustls::TlsConnector::from(config.clone());
+                    Box::new(tls.connect(name, s).await?)
                 }
                 #[cfg(unix)]
                 Addr::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
@@ -374,7 +396,8 @@ async fn write_gathered(stream: &mut Box<dyn Io>, chunks: &[Vec<u8>]) -> io::Res
         }
         IoSlice::advance_slices(&mut rest, n);
     }
-    Ok(())
+    // A TLS stream holds what it encrypted until flushed; a socket has nothing to flush.
+    stream.flush().await
 }
 
 /// Parses every complete reply in `input` and hands it to its request.
