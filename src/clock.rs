@@ -1,19 +1,23 @@
 //! Time: Redis's clock (one `TIME` round trip, or a reading carried forward with the local
 //! monotonic clock) and the wall clock, for the few places Redis's cannot be asked.
 
-use redis::Value;
-use redis::aio::ConnectionLike;
 use tokio::time::{Duration, Instant};
 
 use crate::reply::{ReplyError, parse_time};
+use crate::store::{Packed, SendPacked, all_ok};
 
 /// Redis's clock now, in Unix seconds, by one `TIME` round trip.
 pub(crate) async fn redis_time<C>(con: &mut C) -> Result<f64, crate::Error>
 where
-    C: ConnectionLike + Send,
+    C: SendPacked + Send,
 {
-    let v: Value = redis::cmd("TIME").query_async(con).await?;
-    Ok(parse_time(&v).ok_or_else(|| ReplyError::new("TIME is not a time"))?)
+    let mut batch = Packed::default();
+    batch.command(&[b"TIME"]);
+    let replies = all_ok(con.send_packed(batch).await?)?;
+    Ok(replies
+        .first()
+        .and_then(parse_time)
+        .ok_or_else(|| ReplyError::new("TIME is not a time"))?)
 }
 
 /// Redis's clock, as last read, and when.

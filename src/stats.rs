@@ -25,6 +25,8 @@ use serde::Serialize;
 use crate::Error;
 use crate::clock::redis_time;
 use crate::config::{Config, SweepConfig};
+use crate::evict::Cutoff;
+use crate::evict::precheck::{self, Read};
 use crate::store::Store;
 use crate::walk;
 
@@ -155,7 +157,6 @@ async fn tally_node(
     sweep: &SweepConfig,
     scan_count: u32,
 ) -> Result<(), Error> {
-    let ttl = sweep.ttl.as_secs_f64();
     let unit = sweep.score_unit;
     let mut pages = pin!(walk::pages(
         con.clone(),
@@ -169,31 +170,18 @@ async fn tally_node(
             continue;
         }
         // Staleness on Redis's clock as of this page (read with the SCAN).
-        let cutoff = format!("({:?}", unit.from_seconds(page.time - ttl));
-        let mut pipe = redis::pipe();
-        for key in &keys {
-            pipe.cmd("ZCARD").arg(key);
-            pipe.cmd("ZCOUNT").arg(key).arg("-inf").arg(&cutoff);
-            pipe.cmd("ZRANGE").arg(key).arg(0).arg(0).arg("WITHSCORES");
-        }
-        // A key that changed type since SCAN saw it answers WRONGTYPE; skip it, not the page.
-        pipe.ignore_errors();
-        let replies: Vec<redis::Value> = pipe.query_async(&mut con).await?;
-        for (key, r) in keys.iter().zip(replies.chunks(3)) {
-            let [card, stale, first] = r else { continue };
-            let (Ok(card), Ok(stale), Ok(first)) = (
-                redis::from_redis_value_ref::<u64>(card),
-                redis::from_redis_value_ref::<u64>(stale),
-                redis::from_redis_value_ref::<Vec<(Vec<u8>, f64)>>(first),
-            ) else {
-                continue;
-            };
-            let oldest = first.first().map(|(_, score)| unit.to_seconds(*score));
+        let cutoff = Cutoff::new(page.time, sweep.ttl, unit);
+        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let reads = precheck::read(&mut con, &refs, Read::Summary(&cutoff)).await?;
+        for (key, read) in keys.iter().zip(reads.keys) {
+            // A key that changed type since SCAN saw it is skipped, not the page.
+            let Some(read) = read.set() else { continue };
             let id = || {
                 let id = sweep.pattern.conversation_id(key).unwrap_or(key);
                 crate::logging::Id(id).to_string()
             };
-            tally.key(card, stale, oldest, id);
+            let oldest = read.oldest.map(|score| unit.to_seconds(score));
+            tally.key(read.card, read.stale, oldest, id);
         }
     }
     Ok(())

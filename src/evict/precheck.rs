@@ -25,6 +25,8 @@ pub(crate) enum Read<'c> {
     StaleNewest(&'c Cutoff),
     /// `ZRANGE key -1 -1 WITHSCORES`: the newest heartbeat alone (a storm guard's witness).
     Newest,
+    /// `ZCARD`, `ZCOUNT -inf (cutoff` and `ZRANGE key 0 0 WITHSCORES`: what `stats` reports.
+    Summary(&'c Cutoff),
     /// `ZCARD`: the members.
     Members,
     /// `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs.
@@ -44,6 +46,7 @@ impl Read<'_> {
             Self::Probe { newest: false, .. } => 2,
             Self::Probe { newest: true, .. } => 3,
             Self::StaleNewest(_) => 2,
+            Self::Summary(_) => 3,
             _ => 1,
         }
     }
@@ -51,11 +54,16 @@ impl Read<'_> {
     /// The name of the `i`th command sent per key.
     fn command(self, i: usize) -> &'static str {
         match (self, i) {
-            (Self::Stale(_), _) | (Self::StaleNewest(_), 0) => "ZCOUNT",
-            (Self::Members, _) | (Self::Probe { .. }, 1) => "ZCARD",
-            (Self::Probe { .. } | Self::Oldest | Self::StaleNewest(_) | Self::Newest, _) => {
-                "ZRANGE"
-            }
+            (Self::Stale(_), _) | (Self::StaleNewest(_), 0) | (Self::Summary(_), 1) => "ZCOUNT",
+            (Self::Members, _) | (Self::Probe { .. }, 1) | (Self::Summary(_), 0) => "ZCARD",
+            (
+                Self::Probe { .. }
+                | Self::Oldest
+                | Self::StaleNewest(_)
+                | Self::Newest
+                | Self::Summary(_),
+                _,
+            ) => "ZRANGE",
         }
     }
 }
@@ -136,6 +144,12 @@ where
             }
             Read::Newest => {
                 batch.command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]);
+            }
+            Read::Summary(cutoff) => {
+                batch
+                    .command(&[b"ZCARD", key])
+                    .command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()])
+                    .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"]);
             }
             Read::Members => {
                 batch.command(&[b"ZCARD", key]);
@@ -219,6 +233,11 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
             read.id_bytes = id_bytes(newest);
         }
         (Read::Newest, [newest]) => read.newest = single_score(newest)?,
+        (Read::Summary(_), [card, stale, oldest]) => {
+            read.card = count(card)?;
+            read.stale = count(stale)?;
+            read.oldest = single_score(oldest)?;
+        }
         (Read::Members, [card]) => read.card = count(card)?,
         (Read::Oldest, [oldest]) => {
             read.oldest = single_score(oldest)?;

@@ -10,6 +10,7 @@ use redis::Value;
 use super::Clock;
 use crate::config::ScoreUnit;
 use crate::reply::{ReplyError, float, int, members, scored};
+use crate::store::{Node, Packed, SendPacked, all_ok};
 
 /// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.
 const CHUNK: usize = 500;
@@ -97,38 +98,51 @@ impl EvictScript {
         self.script.get_hash()
     }
 
-    /// Sweeps `keys` in one call. EVALSHA, loading the script first if Redis lost it (NOSCRIPT
-    /// after a restart or a `SCRIPT FLUSH`).
-    pub(crate) async fn call<C>(
+    /// Sweeps `keys` in one call. EVALSHA, and if Redis lost the script (NOSCRIPT after a
+    /// restart or a `SCRIPT FLUSH`) `SCRIPT LOAD` and EVALSHA again, in one round trip.
+    pub(crate) async fn call(
         &self,
-        con: &mut C,
+        node: &mut Node,
         keys: &[Vec<u8>],
         params: &Params,
-    ) -> Result<Reply, crate::Error>
-    where
-        C: redis::aio::ConnectionLike + Send,
-    {
-        let mut inv = self.script.prepare_invoke();
-        for k in keys {
-            inv.key(k.as_slice());
-        }
-        let now = match params.clock {
-            Clock::Redis => String::new(),
-            Clock::Fixed(secs) => format!("{:?}", params.unit.from_seconds(secs)),
-        };
-        inv.arg(format!("{:?}", params.unit.from_duration(params.ttl)))
-            .arg(match params.unit {
+    ) -> Result<Reply, crate::Error> {
+        let unit = |secs: f64| format!("{:?}", params.unit.from_seconds(secs));
+        let args = [
+            keys.len().to_string(),
+            format!("{:?}", params.unit.from_duration(params.ttl)),
+            match params.unit {
                 ScoreUnit::Seconds => "s",
                 ScoreUnit::Milliseconds => "ms",
-            })
-            .arg(CHUNK)
-            .arg(params.budget)
-            .arg(params.roster)
-            .arg(now)
-            .arg(params.judge_by.map_or_else(String::new, |t| {
-                format!("{:?}", params.unit.from_seconds(t))
-            }));
-        let value: Value = inv.invoke_async(con).await?;
+            }
+            .to_owned(),
+            CHUNK.to_string(),
+            params.budget.to_string(),
+            params.roster.to_string(),
+            params.clock.fixed().map_or_else(String::new, unit),
+            params.judge_by.map_or_else(String::new, unit),
+        ];
+        let eval = |batch: &mut Packed| {
+            let mut argv: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+            argv.extend([&b"EVALSHA"[..], self.hash().as_bytes(), args[0].as_bytes()]);
+            argv.extend(keys.iter().map(Vec::as_slice));
+            argv.extend(args[1..].iter().map(String::as_bytes));
+            batch.command(&argv);
+        };
+        let size = keys.iter().map(|k| k.len() + 16).sum::<usize>() + 256;
+        let mut batch = Packed::with_capacity(size);
+        eval(&mut batch);
+        let mut value = node.send_packed(batch).await?.pop().unwrap_or(Value::Nil);
+        if matches!(&value, Value::ServerError(e) if e.code() == "NOSCRIPT") {
+            let mut batch = Packed::with_capacity(size + Self::SOURCE.len() + 32);
+            batch.command(&[b"SCRIPT", b"LOAD", Self::SOURCE.as_bytes()]);
+            eval(&mut batch);
+            value = all_ok(node.send_packed(batch).await?)?
+                .pop()
+                .unwrap_or(Value::Nil);
+        }
+        if let Value::ServerError(e) = value {
+            return Err(redis::RedisError::from(e).into());
+        }
         Ok(parse_reply(value, keys.len(), params.unit)?)
     }
 }

@@ -177,34 +177,3 @@ impl Node {
         self.address.as_ref().map(|(h, p)| (h.as_str(), *p))
     }
 }
-
-impl ConnectionLike for Node {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self.wire() {
-            Ok(wire) => {
-                let mut wire = wire.clone();
-                Box::pin(async move { wire.req_packed_command(cmd).await })
-            }
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self.wire() {
-            Ok(wire) => {
-                let mut wire = wire.clone();
-                Box::pin(async move { wire.req_packed_commands(pipeline, offset, count).await })
-            }
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        self.db
-    }
-}

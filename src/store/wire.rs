@@ -18,12 +18,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use redis::aio::ConnectionLike;
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::packed::{Packed, all_ok};
 use super::resp::{Framer, MAX_DEPTH, header, line, protocol, server_error};
 
 /// Read buffer size; a reply bigger than this simply grows it.
@@ -42,7 +42,6 @@ pub(super) struct Wire {
     /// a firewall dropped silently) is not asked again on this socket.
     retire: CancellationToken,
     timeout: Duration,
-    db: i64,
 }
 
 /// Where a wire connects and as whom. Not `Debug`: it holds the password.
@@ -199,23 +198,23 @@ impl Wire {
             requests,
             retire,
             timeout: connect_timeout,
-            db: target.db,
         };
         // PING last: the connection is proven to answer (and to be speaking RESP) even with
         // nothing to authenticate or select.
-        let mut hello = redis::pipe();
+        let mut hello = Packed::default();
         if let Some(password) = &target.password {
-            let auth = hello.cmd("AUTH");
-            if let Some(username) = &target.username {
-                auth.arg(username);
-            }
-            auth.arg(password);
+            match &target.username {
+                Some(user) => hello.command(&[b"AUTH", user.as_bytes(), password.as_bytes()]),
+                None => hello.command(&[b"AUTH", password.as_bytes()]),
+            };
         }
+        let db = target.db.to_string();
         if target.db != 0 {
-            hello.cmd("SELECT").arg(target.db);
+            hello.command(&[b"SELECT", db.as_bytes()]);
         }
-        hello.cmd("PING");
-        if let Err(e) = hello.query_async::<()>(&mut wire).await {
+        hello.command(&[b"PING"]);
+        let n = hello.len();
+        if let Err(e) = wire.send(hello.into_bytes(), 0, n).await.and_then(all_ok) {
             wire.retire.cancel();
             return Err(e);
         }
@@ -281,31 +280,6 @@ impl Wire {
                 Err(io::Error::new(io::ErrorKind::TimedOut, "Redis did not answer in time").into())
             }
         }
-    }
-}
-
-impl ConnectionLike for Wire {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        Box::pin(async move {
-            let mut values = self.send(cmd.get_packed_command(), 0, 1).await?;
-            Ok(values.pop().unwrap_or(Value::Nil))
-        })
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(async move {
-            self.send(pipeline.get_packed_pipeline(), offset, count)
-                .await
-        })
-    }
-
-    fn get_db(&self) -> i64 {
-        self.db
     }
 }
 
