@@ -31,15 +31,13 @@ fn create_user(server: &RedisServer, name: &str, commands: &str) {
 
 fn seed(server: &RedisServer) {
     let mut con = server.con();
+    support::seed_keys(
+        &mut con,
+        (0..3).map(|c| format!("presence:c{c}:online")),
+        1,
+        1,
+    );
     let now = redis_now(&mut con);
-    for c in 0..3 {
-        let _: () = con
-            .zadd_multiple(
-                format!("presence:c{c}:online"),
-                &[(now - 100.0, "zombie"), (now, "live")],
-            )
-            .unwrap();
-    }
     // One key with more zombies than one call may remove: it goes through the script.
     let mut cmd = redis::cmd("ZADD");
     cmd.arg("presence:big:online");

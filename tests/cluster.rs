@@ -13,24 +13,20 @@ use support::{
 };
 
 fn cluster_now(cluster: &RedisCluster) -> f64 {
-    let node = cluster.nodes.iter().find(|n| n.is_running()).unwrap();
-    support::redis_now(&mut node.con())
+    support::redis_now(&mut cluster.con())
 }
 
 /// `conversations` keys spread over the slots, each with `zombies` stale and `live` fresh members.
+/// One key per command: a cluster pipeline may not span slots.
 fn seed(cluster: &RedisCluster, prefix: &str, conversations: usize, zombies: usize, live: usize) {
-    let now = cluster_now(cluster);
     let mut con = cluster.con();
     for c in 0..conversations {
-        let key = format!("presence:{prefix}{c}:online");
-        let mut members: Vec<(f64, String)> = Vec::new();
-        for z in 0..zombies {
-            members.push((now - 100.0 - z as f64, format!("zombie{z}")));
-        }
-        for l in 0..live {
-            members.push((now + 60.0, format!("live{l}")));
-        }
-        let _: () = con.zadd_multiple(&key, &members).unwrap();
+        support::seed_keys(
+            &mut con,
+            [format!("presence:{prefix}{c}:online")],
+            zombies,
+            live,
+        );
     }
 }
 
@@ -77,20 +73,9 @@ async fn every_primary_is_swept_and_each_zombie_announced_once() {
     let cluster = RedisCluster::start(3, 0);
     seed(&cluster, "c", 300, 2, 3);
     // Hash-tagged keys: one conversation's online and typing sets share a slot.
-    let now = cluster_now(&cluster);
     let mut con = cluster.con();
-    let _: () = con
-        .zadd_multiple(
-            "presence:{c42}:online",
-            &[(now - 100.0, "zombie"), (now, "live")],
-        )
-        .unwrap();
-    let _: () = con
-        .zadd_multiple(
-            "presence:{c42}:typing",
-            &[(now - 100.0, "zombie"), (now, "live")],
-        )
-        .unwrap();
+    support::seed_keys(&mut con, ["presence:{c42}:online"], 1, 1);
+    support::seed_keys(&mut con, ["presence:{c42}:typing"], 1, 1);
     let sub = Subscriber::start(
         &format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port),
         "*",

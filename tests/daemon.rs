@@ -12,20 +12,8 @@ fn toml(extra: &str) -> String {
 }
 
 fn seed_zombies(con: &mut redis::Connection, conversations: usize) {
-    let keys: Vec<String> = (0..conversations)
-        .map(|c| format!("presence:c{c}:typing"))
-        .collect();
-    seed_keys(con, &keys);
-}
-
-/// A zombie and a live member in each key.
-fn seed_keys(con: &mut redis::Connection, keys: &[String]) {
-    let now = redis_now(con);
-    for key in keys {
-        let _: () = con
-            .zadd_multiple(key, &[(now - 60.0, "zombie"), (now + 60.0, "live")])
-            .unwrap();
-    }
+    let keys = (0..conversations).map(|c| format!("presence:c{c}:typing"));
+    support::seed_keys(con, keys, 1, 1);
 }
 
 fn zcard(con: &mut redis::Connection, key: &str) -> u64 {
@@ -47,7 +35,7 @@ fn sub_second_schedule_sweeps_continuously() {
         let keys: Vec<String> = (0..5)
             .map(|c| format!("presence:r{round}c{c}:typing"))
             .collect();
-        seed_keys(&mut con, &keys);
+        support::seed_keys(&mut con, &keys, 1, 1);
         wait_until(
             &format!("round {round} swept"),
             Duration::from_secs(3),
@@ -180,15 +168,12 @@ async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
     let server = RedisServer::start();
     let mut con = server.con();
     let keys = 20_000;
-    let now = redis_now(&mut con);
-    let mut pipe = redis::pipe();
-    for c in 0..keys {
-        pipe.zadd(format!("presence:c{c}:online"), "zombie", now - 100.0)
-            .ignore();
-        pipe.zadd(format!("presence:c{c}:online"), "live", now)
-            .ignore();
-    }
-    let _: () = pipe.query(&mut con).unwrap();
+    support::seed_keys(
+        &mut con,
+        (0..keys).map(|c| format!("presence:c{c}:online")),
+        1,
+        1,
+    );
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
 
     // One key per call, one call at a time: work long enough to interrupt. A backlog this big

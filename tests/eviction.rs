@@ -9,7 +9,7 @@ use presence_sweeper::Clock;
 use presence_sweeper::FIRST_PAGE_SHARE;
 use presence_sweeper::pass::{PassOptions, PassReport};
 use redis::Commands;
-use support::{OnePass, RedisServer, Subscriber, config, redis_now};
+use support::{OnePass, RedisServer, Subscriber, config, members, redis_now};
 use tokio_util::sync::CancellationToken;
 
 const ONLY_ONLINE: &str = "[sweeps.typing]\nenabled = false\n";
@@ -21,12 +21,6 @@ async fn pass(server: &RedisServer, toml: &str, sweep: &str, opts: PassOptions) 
 async fn pass_at(url: &str, toml: &str, sweep: &str, opts: PassOptions) -> PassReport {
     let cfg = config(url, toml);
     OnePass::connect(&cfg, sweep).await.run(opts).await.unwrap()
-}
-
-fn members(con: &mut redis::Connection, key: &str) -> Vec<String> {
-    let mut m: Vec<String> = con.zrange(key, 0, -1).unwrap();
-    m.sort();
-    m
 }
 
 fn fixed(now: f64) -> PassOptions {
@@ -205,12 +199,12 @@ async fn odd_conversation_ids_non_zset_keys_and_binary_members() {
     let odd_ids = [
         "team:a:b", "*", "x?y", "[abc]", "quo\"te", "sp ace", "{c42}",
     ];
-    for id in odd_ids {
-        let key = format!("presence:{id}:online");
-        let _: () = con
-            .zadd_multiple(&key, &[(now - 100.0, "zombie"), (now, "live")])
-            .unwrap();
-    }
+    support::seed_keys(
+        &mut con,
+        odd_ids.iter().map(|id| format!("presence:{id}:online")),
+        1,
+        1,
+    );
     // A string and a hash under the pattern: SCAN's TYPE filter skips them, and they survive.
     let _: () = con.set("presence:str:online", "not a zset").unwrap();
     let _: () = con.hset("presence:hash:online", "u1", "x").unwrap();

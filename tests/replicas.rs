@@ -7,19 +7,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use support::{Binary, RedisServer, Subscriber, metric, redis_now, scrape, wait_until};
+use support::{Binary, RedisServer, Subscriber, metric, scrape, wait_until};
 
 fn seed_wave(server: &RedisServer, wave: usize, conversations: usize) {
-    let mut con = server.con();
-    let now = redis_now(&mut con);
-    for c in 0..conversations {
-        let _: () = con
-            .zadd_multiple(
-                format!("presence:w{wave}c{c}:typing"),
-                &[(now - 60.0, "zombie"), (now + 60.0, "live")],
-            )
-            .unwrap();
-    }
+    let keys = (0..conversations).map(|c| format!("presence:w{wave}c{c}:typing"));
+    support::seed_keys(&mut server.con(), keys, 1, 1);
 }
 
 fn all_swept(server: &RedisServer, waves: usize, conversations: usize) -> bool {

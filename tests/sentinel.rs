@@ -6,17 +6,10 @@ use std::time::Duration;
 
 use redis::Commands;
 use support::sentinel::SentinelSetup;
-use support::{Binary, redis_now, wait_until};
+use support::{Binary, members, redis_now, wait_until};
 
 fn seed_zombie(con: &mut redis::Connection, key: &str) {
-    let now = redis_now(con);
-    let _: () = con
-        .zadd_multiple(key, &[(now - 100.0, "zombie"), (now + 60.0, "live")])
-        .unwrap();
-}
-
-fn members(con: &mut redis::Connection, key: &str) -> Vec<String> {
-    con.zrange(key, 0, -1).unwrap_or_default()
+    support::seed_keys(con, [key], 1, 1);
 }
 
 /// Waits for the replica's promotion, then for a zombie written to it to be swept there.

@@ -9,13 +9,7 @@ use support::tls::{Certs, tls_toml};
 use support::{Binary, metric, redis_now, run_binary, scrape, wait_until, write_file};
 
 fn seed(con: &mut redis::Connection) {
-    let now = redis_now(con);
-    let _: () = con
-        .zadd_multiple(
-            "presence:c1:online",
-            &[(now - 100.0, "zombie"), (now, "live")],
-        )
-        .unwrap();
+    support::seed_keys(con, ["presence:c1:online"], 1, 1);
 }
 
 fn sweep(server_port: u16, toml: &str) -> (i32, String, String) {

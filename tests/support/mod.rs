@@ -235,10 +235,61 @@ impl OnePass {
     }
 }
 
-/// Redis's clock in Unix seconds.
-pub fn redis_now(con: &mut redis::Connection) -> f64 {
+/// Redis's clock in Unix seconds (any node's, through a cluster connection).
+pub fn redis_now(con: &mut impl redis::ConnectionLike) -> f64 {
     let (s, us): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
     s as f64 + us as f64 / 1e6
+}
+
+/// In each of `keys`, `zombies` members last seen 100 s ago and `live` members whose score is a
+/// minute ahead (live throughout a test), on Redis's clock, in one pipeline (one key at a time
+/// through a cluster connection). The members are
+/// `zombie` and `live` when there is one of a kind, else `zombie0`, `zombie1`, ... and `live0`, ...
+pub fn seed_keys<K: AsRef<str>>(
+    con: &mut impl redis::ConnectionLike,
+    keys: impl IntoIterator<Item = K>,
+    zombies: usize,
+    live: usize,
+) {
+    let now = redis_now(con);
+    let name = |kind: &str, n: usize, i: usize| match n {
+        1 => kind.to_owned(),
+        _ => format!("{kind}{i}"),
+    };
+    let mut zadds = Vec::new();
+    for key in keys {
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(key.as_ref());
+        for i in 0..zombies {
+            zadd.arg(now - 100.0 - i as f64)
+                .arg(name("zombie", zombies, i));
+        }
+        for i in 0..live {
+            zadd.arg(now + 60.0).arg(name("live", live, i));
+        }
+        zadds.push(zadd);
+    }
+    // A cluster connection takes one command at a time (a pipeline may not span slots).
+    if let [zadd] = zadds.as_slice() {
+        return zadd.query::<()>(con).unwrap();
+    }
+    let mut pipe = redis::pipe();
+    for zadd in zadds {
+        pipe.add_command(zadd).ignore();
+    }
+    let _: () = pipe.query(con).unwrap();
+}
+
+/// The members of `key`, sorted by name.
+pub fn members(con: &mut impl redis::ConnectionLike, key: &str) -> Vec<String> {
+    let mut m: Vec<String> = redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query(con)
+        .unwrap_or_default();
+    m.sort();
+    m
 }
 
 /// One received event.
