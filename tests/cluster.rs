@@ -151,24 +151,7 @@ async fn a_primary_dies_its_replica_takes_over_and_nothing_is_announced_twice() 
 
     // Kill a primary mid-run; its replica is promoted after the node timeout.
     // Not the node the subscriber listens on.
-    let listener = cluster.nodes[0].port;
-    let victim = cluster
-        .primaries()
-        .into_iter()
-        .map(|(_, port)| port)
-        .find(|&port| port != listener)
-        .unwrap();
-    cluster.node(victim).stop();
-    wait_until("the replica promoted", Duration::from_secs(30), || {
-        let primaries = cluster.primaries();
-        primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
-    });
-    cluster.wait_ok(Duration::from_secs(30));
-    d.wait_for_log(
-        &format!("no longer a primary; its loop stops node=127.0.0.1:{victim}"),
-        1,
-        Duration::from_secs(20),
-    );
+    fail_over(&mut cluster, &d);
     seed(&cluster, "b", 200, 2, 2);
     wait_until(
         "zombies swept after the failover",
@@ -431,6 +414,29 @@ async fn notifications_on_every_primary_through_a_failover() {
     assert!(seen.values().all(|&n| n == 1), "nothing announced twice");
 }
 
+/// Kills a primary (not the first node, where the tests' subscribers listen) and waits for its
+/// replica's promotion and for the daemon to stop the dead primary's loop.
+fn fail_over(cluster: &mut RedisCluster, d: &Binary) {
+    let listener = cluster.nodes[0].port;
+    let victim = cluster
+        .primaries()
+        .into_iter()
+        .map(|(_, port)| port)
+        .find(|&port| port != listener)
+        .unwrap();
+    cluster.node(victim).stop();
+    wait_until("the replica promoted", Duration::from_secs(30), || {
+        let primaries = cluster.primaries();
+        primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
+    });
+    cluster.wait_ok(Duration::from_secs(30));
+    d.wait_for_log(
+        &format!("no longer a primary; its loop stops node=127.0.0.1:{victim}"),
+        1,
+        Duration::from_secs(20),
+    );
+}
+
 /// A primary dies while the apps heartbeat: until its replica is promoted they cannot write to
 /// its slots. The loop that takes those keys over starts after the failover, so it must inherit
 /// the outage from the loop it replaces, or every member of those slots would be announced as
@@ -471,24 +477,7 @@ async fn a_failover_longer_than_the_ttl_makes_no_false_leaves() {
     d.wait_ready(Duration::from_secs(20));
     tokio::time::sleep(Duration::from_secs(4)).await;
 
-    let listener = cluster.nodes[0].port;
-    let victim = cluster
-        .primaries()
-        .into_iter()
-        .map(|(_, port)| port)
-        .find(|&port| port != listener)
-        .unwrap();
-    cluster.node(victim).stop();
-    wait_until("the replica promoted", Duration::from_secs(30), || {
-        let primaries = cluster.primaries();
-        primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
-    });
-    cluster.wait_ok(Duration::from_secs(30));
-    d.wait_for_log(
-        &format!("no longer a primary; its loop stops node=127.0.0.1:{victim}"),
-        1,
-        Duration::from_secs(20),
-    );
+    fail_over(&mut cluster, &d);
     // Heartbeats resume; two ttls more for anything falsely judged stale to show.
     tokio::time::sleep(Duration::from_secs(6)).await;
     running.store(false, std::sync::atomic::Ordering::Relaxed);
