@@ -102,11 +102,13 @@ class Daemon:
     """`presence-sweeper run` in the background, its metrics server on `http_port` (the config
     must say `listen = "127.0.0.1:<http_port>"`); its CPU and RSS come from /proc."""
 
-    def __init__(self, config, redis, http_port, env=None):
+    def __init__(self, config, redis, http_port, env=None, binary=None):
         self.log = tempfile.TemporaryFile()
         self.port = http_port
-        self.proc = subprocess.Popen(sweeper(config, redis, "run"), stdout=self.log, stderr=self.log,
-                                     env=env)
+        cmd = sweeper(config, redis, "run")
+        if binary:
+            cmd[0] = binary
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, env=env)
 
     def cpu(self):
         with open(f"/proc/{self.proc.pid}/stat") as f:

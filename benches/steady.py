@@ -14,19 +14,27 @@ simulate`, which also judges every event: lag (event arrival - (last heartbeat +
 zombies in known keys, in brand-new keys, and of typists; false evictions, duplicates, missed
 zombies.
 
-Scenarios (the issue's):
+Scenarios:
   A  shared Redis: 1,000,000 unrelated keys (DEBUG POPULATE); 2,000 conversations x 4 users
      heartbeating every 2 s, online ttl 8 s, typing sweep default, a new conversation a second;
      notifications on (KEA)
   B  no notifications, no noise: 5,000 such conversations
   C  simulate --conversations 10000 --users 20, default configuration, notifications on
+  live  a big app in steady state: 1,000,000 conversations x 1 user heartbeating every 20 s,
+     default online sweep (ttl 45 s), notifications on: every key comes due about every 25 s,
+     so this is what deadline checks cost at that scale (Redis CPU per check is reported)
   big  1,000,000 conversations x 20 members (seeded, ttl 1 h: nothing goes stale), notifications
-     on: the daemon's RSS with 1,000,000 tracked keys, Redis CPU of the start-up walk, of a
-     reconciliation walk, and in between
+     on: the daemon's RSS with 1,000,000 tracked keys against the same daemon without an index
+     (tracking.max_keys = 0), Redis CPU of the start-up walk, of a reconciliation walk, and in
+     between
   cost  what notifications cost Redis per write (pipelined ZADDs from redis-benchmark): off; on
      (KEA) with nobody subscribed; on with the sweeper subscribed
 
-usage: python3 benches/steady.py [--scenarios A,B,C,big,cost] [--window S] [--skip-build] [--json FILE]
+A fourth phase runs an earlier build with --before BINARY (say, one from before deadlines:
+`git worktree add /tmp/before <rev> && cargo build --release --manifest-path /tmp/before/Cargo.toml`).
+
+usage: python3 benches/steady.py [--scenarios A,B,C,live,big,cost] [--window S] [--before BINARY]
+                                 [--skip-build] [--json FILE]
 needs: redis-server, redis-cli and redis-benchmark on PATH; cargo.
 """
 
@@ -60,19 +68,24 @@ def simulate(cfg, redis, args):
     return json.loads(p.stdout)
 
 
+CHECKS = "presence_sweeper_deadline_checks_total"
+
+
 class Window:
-    """Redis CPU (and the daemon's) over a window that starts `warmup` seconds from now."""
+    """Redis CPU (and the daemon's, and its deadline checks) over a window that starts `warmup`
+    seconds from now."""
 
     def __init__(self, redis, daemon, warmup, seconds):
         self.result = None
 
         def measure():
             time.sleep(warmup)
-            r0, d0, t0 = redis.cpu(), daemon.cpu() if daemon else 0.0, time.time()
+            checks = (lambda: daemon.metric(CHECKS)) if daemon else (lambda: 0.0)
+            r0, d0, c0, t0 = redis.cpu(), daemon.cpu() if daemon else 0.0, checks(), time.time()
             time.sleep(seconds)
-            r1, d1, t1 = redis.cpu(), daemon.cpu() if daemon else 0.0, time.time()
+            r1, d1, c1, t1 = redis.cpu(), daemon.cpu() if daemon else 0.0, checks(), time.time()
             self.result = {"redis_core": (r1 - r0) / (t1 - t0), "sweeper_core": (d1 - d0) / (t1 - t0),
-                           "seconds": t1 - t0}
+                           "seconds": t1 - t0, "checks_per_s": (c1 - c0) / (t1 - t0)}
 
         self.thread = threading.Thread(target=measure)
         self.thread.start()
@@ -89,20 +102,21 @@ def lag(report, key):
     return v
 
 
-def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, setup=None):
-    """One phase: an optional daemon, the traffic, and the window's CPU."""
+def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, binary=None, warmup=None):
+    """One phase: an optional daemon (`binary`, or this checkout's), the traffic, and the
+    window's CPU."""
     daemon = None
     walk_cpu = 0.0
     if mode is not None:
         port = free_port()
         cfg = config(work, label, sweeps, mode, port)
         before = redis.cpu()
-        daemon = Daemon(cfg, redis, port)
+        daemon = Daemon(cfg, redis, port, binary=binary)
         daemon.wait_ready(120)
         walk_cpu = redis.cpu() - before
     else:
         cfg = config(work, label, sweeps, "", free_port())
-    warmup = min(15.0, duration / 4)
+    warmup = min(15.0, duration / 4) if warmup is None else warmup
     seconds = min(window, duration - warmup - 2)
     w = Window(redis, daemon, warmup, seconds)
     report = simulate(cfg, redis, [*sim_args, "--duration", f"{duration}s"])
@@ -129,7 +143,8 @@ def fmt(x):
     return "-" if x is None else f"{x * 1000:.0f} ms" if x < 10 else f"{x:.1f} s"
 
 
-def scenario(name, work, redis_extra, populate, sweeps, sim_args, duration, window):
+def scenario(name, work, redis_extra, populate, sweeps, sim_args, duration, window, before=None,
+             warmup=None):
     print(f"scenario {name}", flush=True)
     redis = Redis(tempfile.mkdtemp(dir=work), extra=redis_extra)
     try:
@@ -137,12 +152,19 @@ def scenario(name, work, redis_extra, populate, sweeps, sim_args, duration, wind
             redis.cli("DEBUG", "POPULATE", str(populate), "noise", "32")
             print(f"  {redis.cli('DBSIZE')} unrelated keys", flush=True)
         rows = {}
-        for label, mode in (("traffic alone", None), ("deadlines", SHIPPED), ("full passes", FULL_PASSES)):
+        phases = [("traffic alone", None, None), ("deadlines", SHIPPED, None), ("full passes", FULL_PASSES, None)]
+        if before:
+            # An earlier build, with the same sweeps and otherwise its own defaults.
+            phases.append(("before", SHIPPED, before))
+        for label, mode, binary in phases:
             rows[label] = run_phase(f"{name}-{label.replace(' ', '-')}", work, redis, sweeps, mode, sim_args,
-                                    duration, window)
+                                    duration, window, binary=binary, warmup=warmup)
         base = rows["traffic alone"]["redis_core"]
-        for label in ("deadlines", "full passes"):
-            rows[label]["sweeper_redis_core"] = rows[label]["redis_core"] - base
+        for label, _, _ in phases[1:]:
+            row = rows[label]
+            row["sweeper_redis_core"] = row["redis_core"] - base
+            if row.get("checks_per_s"):
+                row["redis_us_per_check"] = row["sweeper_redis_core"] / row["checks_per_s"] * 1e6
         return {"redis": redis.version(), **rows}
     finally:
         redis.stop()
@@ -157,19 +179,24 @@ def big(work, conversations):
         env = dict(os.environ, PRESENCE_SWEEPER__REDIS__COMMAND_TIMEOUT="120s")
         subprocess.run(sweeper(seed_cfg, redis, "seed", "--conversations", str(conversations), "--members", "20",
                                "--stale-fraction", "0"), check=True, capture_output=True, env=env)
+        # What the daemon takes without an index: the same walk, nothing tracked.
+        port = free_port()
+        cfg = config(work, "big-untracked", sweeps, '[tracking]\nmax_keys = 0\n', port)
+        daemon = Daemon(cfg, redis, port)
+        daemon.wait_ready(600)
+        untracked_rss = daemon.peak_rss_mb()
+        daemon.stop()
         # A reconciliation a minute, so that the window holds one; its cost scales to any interval.
         port = free_port()
         cfg = config(work, "big", sweeps, '[tracking]\nreconcile_interval = "60s"\n', port)
         daemon = Daemon(cfg, redis, port)
-        time.sleep(1.0)
-        idle_rss = daemon.rss_mb()
         before = redis.cpu()
         t0 = time.time()
         daemon.wait_ready(600)
         startup = redis.cpu() - before
         startup_wall = time.time() - t0
         # The start-up walk queued every key for a first check (its lowest score): wait them out.
-        while daemon.metric("presence_sweeper_deadline_checks_total") < conversations:
+        while daemon.metric(CHECKS) < conversations:
             time.sleep(0.5)
         first_checks = redis.cpu() - before
         tracked = daemon.metric("presence_sweeper_tracked_keys")
@@ -183,9 +210,9 @@ def big(work, conversations):
         time.sleep(1)
         r1, d1, t2 = redis.cpu(), daemon.cpu(), time.time()
         result = {
-            "conversations": conversations, "tracked_keys": tracked, "idle_rss_mb": idle_rss,
+            "conversations": conversations, "tracked_keys": tracked, "untracked_peak_rss_mb": untracked_rss,
             "rss_mb": rss, "peak_rss_mb": daemon.peak_rss_mb(),
-            "bytes_per_tracked_key": (rss - idle_rss) * 1024 * 1024 / max(tracked, 1),
+            "index_bytes_per_key": (rss - untracked_rss) * 1024 * 1024 / max(tracked, 1),
             "startup_walk_redis_cpu_s": startup, "startup_walk_wall_s": startup_wall,
             "startup_with_first_checks_redis_cpu_s": first_checks,
             "reconcile_cycle_redis_cpu_s": r1 - r0, "reconcile_cycle_wall_s": t2 - t1,
@@ -194,9 +221,9 @@ def big(work, conversations):
         # Steady state at the default interval: one reconciliation per 5 minutes.
         result["steady_redis_core_at_5m"] = (r1 - r0) / 300
         daemon.stop()
-        print(f"  RSS {idle_rss:.1f} MB idle, {rss:.1f} MB with {tracked:,.0f} tracked keys "
-              f"({result['bytes_per_tracked_key']:.0f} bytes per key); start-up walk {startup:.1f} s of Redis CPU "
-              f"({startup_wall:.1f} s wall), with the first checks {first_checks:.1f} s; one reconciliation "
+        print(f"  RSS {rss:.1f} MB with {tracked:,.0f} tracked keys, {untracked_rss:.1f} MB at most without an index "
+              f"(the index: {result['index_bytes_per_key']:.0f} bytes per key); start-up walk {startup:.1f} s of Redis "
+              f"CPU ({startup_wall:.1f} s wall), with the first checks {first_checks:.1f} s; one reconciliation "
               f"{r1 - r0:.2f} s of Redis CPU ({result['steady_redis_core_at_5m']:.2%} of a core every 5 min)", flush=True)
         return {"redis": redis.version(), **result}
     finally:
@@ -239,12 +266,14 @@ def notify_cost(work, writes):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenarios", default="A,B,C,big,cost")
+    ap.add_argument("--scenarios", default="A,B,C,live,big,cost")
     ap.add_argument("--duration", type=int, default=75, help="seconds users vanish in A and B")
     ap.add_argument("--window", type=int, default=45, help="seconds of CPU measured in each phase")
     ap.add_argument("--noise", type=int, default=1_000_000)
     ap.add_argument("--big", type=int, default=1_000_000)
     ap.add_argument("--writes", type=int, default=2_000_000)
+    ap.add_argument("--live", type=int, default=1_000_000, help="conversations of scenario live")
+    ap.add_argument("--before", help="an earlier build of presence-sweeper, run as one more phase of A, B, C, live")
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -259,14 +288,24 @@ def main():
         if "A" in wanted:
             results["A"] = scenario(
                 "A", work, ["--notify-keyspace-events", "KEA", "--enable-debug-command", "local"],
-                args.noise, online, ["--conversations", "2000", *traffic], args.duration, args.window)
+                args.noise, online, ["--conversations", "2000", *traffic], args.duration, args.window,
+                before=args.before)
         if "B" in wanted:
             results["B"] = scenario("B", work, [], 0, online, ["--conversations", "5000", *traffic],
-                                    args.duration, args.window)
+                                    args.duration, args.window, before=args.before)
         if "C" in wanted:
             results["C"] = scenario("C", work, ["--notify-keyspace-events", "KEA"], 0, "",
                                     ["--conversations", "10000", "--users", "20", "--grace", "50s"],
-                                    max(args.duration, 90), args.window)
+                                    max(args.duration, 90), args.window, before=args.before)
+        if "live" in wanted:
+            # A big app in steady state: every conversation has one user online, heartbeating every
+            # 20 s, so every key comes due about every 25 s (ttl 45 s); the window starts once the
+            # first ttl has passed.
+            results["live"] = scenario("live", work, ["--notify-keyspace-events", "KEA"], 0,
+                                       "[sweeps.typing]\nenabled = false\n",
+                                       ["--conversations", str(args.live), "--users", "1", "--heartbeat", "20s",
+                                        "--vanish-rate", "0.01", "--grace", "60s"],
+                                       150, 60, before=args.before, warmup=60.0)
         if "big" in wanted:
             results["big"] = big(work, args.big)
         if "cost" in wanted:
@@ -284,13 +323,15 @@ def report(r):
     print(f"Results ({r['machine']}; Redis and the sweeper sharing them)")
     print()
     print("| scenario | how | Redis CPU (% of a core) | the sweeper's share | with a reconciliation walk "
-          "every 5 min | sweeper's own CPU | lag p99: known keys / new keys / typists | "
-          "false / duplicate / missed |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name in ("A", "B", "C"):
+          "every 5 min | sweeper's own CPU | deadline checks/s (Redis us each) | "
+          "lag p99: known keys / new keys / typists | false / duplicate / missed |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in ("A", "B", "C", "live"):
         if name not in r:
             continue
-        for how in ("traffic alone", "deadlines", "full passes"):
+        for how in ("traffic alone", "deadlines", "full passes", "before"):
+            if how not in r[name]:
+                continue
             row = r[name][how]
             rep = row["report"]
             t = rep.get("typing") or {}
@@ -306,13 +347,16 @@ def report(r):
                 f"{rep['false_evictions'] + t.get('false_stops', 0)} / " \
                 f"{rep['duplicate_events'] + t.get('duplicate_stops', 0)} / " \
                 f"{rep['missed_zombies'] + t.get('missed_stops', 0)}"
-            print(f"| {name} | {how} | {row['redis_core']:.2%} | {share} | {amortized} | {own} | "
+            checks = f"{row['checks_per_s']:,.0f} ({row['redis_us_per_check']:.1f})" \
+                if row.get("redis_us_per_check") else ""
+            print(f"| {name} | {how} | {row['redis_core']:.2%} | {share} | {amortized} | {own} | {checks} | "
                   f"{lags if how != 'traffic alone' else ''} | {verdict} |")
     if "big" in r:
         b = r["big"]
         print()
-        print(f"1,000,000 x 20, notifications on: RSS {b['rss_mb']:.1f} MB with {b['tracked_keys']:,.0f} tracked "
-              f"keys ({b['idle_rss_mb']:.1f} MB idle; {b['bytes_per_tracked_key']:.0f} bytes per key); "
+        print(f"{b['conversations']:,} x 20, notifications on: RSS {b['rss_mb']:.1f} MB with {b['tracked_keys']:,.0f} "
+              f"tracked keys ({b['untracked_peak_rss_mb']:.1f} MB at most without an index: "
+              f"{b['index_bytes_per_key']:.0f} bytes per key); "
               f"steady state {b['steady_redis_core_at_5m']:.2%} of a core (one reconciliation of "
               f"{b['reconcile_cycle_redis_cpu_s']:.2f} s of Redis CPU per 5 min); start-up "
               f"{b['startup_with_first_checks_redis_cpu_s']:.1f} s of Redis CPU")

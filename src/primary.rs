@@ -68,6 +68,9 @@ const MIN_RECHECK_MS: u64 = 20;
 const REFUSED_RECHECK: Duration = Duration::from_secs(5);
 /// Keys whose newest heartbeat a check reads when the storm guard suspects silence.
 const WITNESSES: usize = 16;
+/// How often a key whose every member is pinned (a score of `+inf`) is checked: it has no
+/// deadline, but it may vanish without a notification (a restart), and must not stay tracked.
+const PINNED_RECHECK_MS: u64 = 3_600_000;
 /// How often a subscription proves it still delivers.
 const SUBSCRIPTION_PING: Duration = Duration::from_secs(5);
 /// Bounds of the wait before subscribing again after a failure.
@@ -202,6 +205,7 @@ impl Primary {
             probing: false,
             refused: None,
             unavailable_said: None,
+            recheck_wanted: false,
             credit: None,
             refresh_after: Instant::now(),
         };
@@ -408,6 +412,8 @@ struct Run {
     /// first answer.
     inherited_outage: Option<f64>,
     probing: bool,
+    /// A reconciliation is due to look at the server's notification settings again.
+    recheck_wanted: bool,
     /// Why notifications were last said to be unavailable here, so that each reconciliation's
     /// look does not say it again.
     unavailable_said: Option<String>,
@@ -546,13 +552,19 @@ impl Run {
                 self.settings.clone(),
             )));
         }
+        if self.walk.is_none() && self.reconcile_at <= now {
+            self.recheck_wanted = true;
+        }
+        // Before a ping: a look at the server's settings proves the subscription as well.
+        if self.recheck_wanted && self.notify_op.is_none() {
+            self.recheck_notifications();
+        }
         if matches!(self.notify, Notify::Active(_)) && self.next_ping <= now {
             self.next_ping = now + SUBSCRIPTION_PING;
             self.ping_subscription();
         }
         if self.walk.is_none() {
             if self.reconcile_at <= now {
-                self.recheck_notifications();
                 self.start_walk(WalkKind::Reconcile);
             } else if self.sync_wanted && self.sync_after <= now && !self.subscribing {
                 // A subscription comes first: then nothing written meanwhile can be missed.
@@ -1211,6 +1223,9 @@ impl Run {
                 } => {
                     let deadline = deadline_ms(oldest, ttl_ms);
                     let next = match spared_until {
+                        // Pinned members (`+inf`) never come due; the key is still looked at
+                        // now and then, so that one lost in a restart is forgotten.
+                        _ if deadline == NEVER => now_ms + PINNED_RECHECK_MS,
                         _ if deadline > now_ms => deadline,
                         Some(until) => until + DEADLINE_MARGIN_MS,
                         None => now_ms + MIN_RECHECK_MS,
@@ -1441,6 +1456,11 @@ impl Run {
     /// At each reconciliation: are notifications still on (or on now)? Notifications switched
     /// off at runtime are noticed here, within one `tracking.reconcile_interval`.
     fn recheck_notifications(&mut self) {
+        // Wanted until it runs: a subscription operation in flight (a ping) only delays it.
+        if matches!(self.notify, Notify::Active(_)) && self.notify_op.is_some() {
+            return;
+        }
+        self.recheck_wanted = false;
         if matches!(self.notify, Notify::Unavailable) {
             self.notify = Notify::Idle {
                 retry_at: Instant::now(),
