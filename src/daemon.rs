@@ -135,6 +135,7 @@ async fn connect(
     let mut delay = FIRST_RETRY;
     let mut attempt = 1u32;
     loop {
+        watch.alive();
         let url = redact_url(&config.redis.url);
         ctx.notifier
             .status(&format!("connecting to Redis at {url}"));

@@ -3,8 +3,8 @@
 //! Liveness never depends on Redis: a Redis outage must not get the sweeper restarted in a loop.
 //! It fails only when a loop died or a walk stopped making progress (no SCAN page and no reply
 //! for a long time, which every Redis call's timeout rules out unless something is stuck).
-//! Readiness needs Redis, every loop running, and every sweep walked once on every primary (or
-//! standing by while another replica holds its lease).
+//! Readiness needs Redis, every loop running and turning, and every sweep walked once on every
+//! primary (or standing by while another replica holds its lease).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -180,6 +180,17 @@ impl Health {
         if let Some((name, _)) = state.loops.iter().find(|(_, l)| l.stopped) {
             return Err(format!("{name}: its loop stopped"));
         }
+        // Every loop turns at least every few seconds, idle or not: one that has not for this
+        // long is stuck, even if nothing it waits on has failed.
+        let now = Instant::now();
+        if let Some((name, l)) = state
+            .loops
+            .iter()
+            .find(|(_, l)| now.saturating_duration_since(l.last_alive) > self.stall_after)
+        {
+            let quiet = now.saturating_duration_since(l.last_alive).as_secs();
+            return Err(format!("{name}: its loop has not turned for {quiet}s"));
+        }
         if let Some((node, why)) = state.refused.iter().next() {
             return Err(format!("{node}: {why}"));
         }
@@ -342,6 +353,23 @@ mod tests {
         drop(b);
         h.register_loop("primary a").retire();
         assert!(h.liveness().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_that_stops_turning_makes_the_daemon_unready() {
+        let h = Health::new(Duration::from_secs(60));
+        h.set_redis(Ok(()));
+        let a = h.register_loop("primary a");
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(h.readiness().is_ok());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            h.readiness().unwrap_err(),
+            "primary a: its loop has not turned for 61s"
+        );
+        a.alive();
+        assert!(h.readiness().is_ok());
+        a.retire();
     }
 
     #[tokio::test(start_paused = true)]
