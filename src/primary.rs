@@ -71,6 +71,8 @@ const WITNESSES: usize = 16;
 /// How often a key whose every member is pinned (a score of `+inf`) is checked: it has no
 /// deadline, but it may vanish without a notification (a restart), and must not stay tracked.
 const PINNED_RECHECK_MS: u64 = 3_600_000;
+/// Notices taken at once when they have already arrived.
+const NOTICE_BATCH: usize = 256;
 /// How often a subscription proves it still delivers.
 const SUBSCRIPTION_PING: Duration = Duration::from_secs(5);
 /// Bounds of the wait before subscribing again after a failure.
@@ -439,7 +441,10 @@ impl Run {
                 Event::Command(Some(c)) => self.command(c),
                 Event::Done(done) => self.done(done),
                 Event::Page(page) => self.page(page),
-                Event::Notice(Some(n)) => self.notice(n),
+                Event::Notice(Some(n)) => {
+                    self.notice(n);
+                    self.notices_waiting();
+                }
                 Event::Notice(None) => self.subscription_lost("the connection closed"),
                 Event::NotifyOutcome(o) => self.notify_outcome(o),
                 Event::Timer => {}
@@ -1295,6 +1300,23 @@ impl Run {
                 }
                 // Gone since it was tracked (a restart, a DEL nobody told us of).
                 _ => t.index.deleted(id),
+            }
+        }
+    }
+
+    /// Takes the notices that have already arrived, up to a batch, without a turn of the loop
+    /// for each: under a flood of writes the loop keeps up with the subscription, whose
+    /// messages otherwise wait in memory.
+    fn notices_waiting(&mut self) {
+        use futures_util::FutureExt as _;
+        for _ in 0..NOTICE_BATCH {
+            let Notify::Active(sub) = &mut self.notify else {
+                return;
+            };
+            match sub.next().now_or_never() {
+                Some(Some(n)) => self.notice(n),
+                Some(None) => return self.subscription_lost("the connection closed"),
+                None => return,
             }
         }
     }
