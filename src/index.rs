@@ -9,8 +9,8 @@
 //!
 //! Memory is what bounds it, so keys are stored compactly: the conversation id only (the sweep's
 //! pattern rebuilds the key), inline when it fits in 16 bytes; a slab of fixed-size slots; a
-//! hash table of 4-byte slot numbers; and the deadlines in a B-tree of (deadline, slot). The
-//! figures per key are in the README (`python3 benches/bench.py --stages index`). A cap shared
+//! hash table of 4-byte slot numbers; and the deadlines in a B-tree of (deadline, slot): at most
+//! about 100 bytes per key in all (`python3 benches/steady.py --scenarios big`). A cap shared
 //! by every index ([`Capacity`]) bounds the total; keys past it are left to scheduled walks.
 
 use std::collections::BTreeSet;
