@@ -389,19 +389,7 @@ async fn notifications_on_every_primary_through_a_failover() {
         assert!((0.0..0.25).contains(&lag), "lag {lag:.3} s: {v}");
     }
 
-    let listener = cluster.nodes[0].port;
-    let victim = cluster
-        .primaries()
-        .into_iter()
-        .map(|(_, port)| port)
-        .find(|&port| port != listener)
-        .unwrap();
-    cluster.node(victim).stop();
-    wait_until("the replica promoted", Duration::from_secs(30), || {
-        let primaries = cluster.primaries();
-        primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
-    });
-    cluster.wait_ok(Duration::from_secs(30));
+    kill_a_primary(&mut cluster);
     wait_until(
         "the promoted replica subscribed",
         Duration::from_secs(15),
@@ -417,6 +405,17 @@ async fn notifications_on_every_primary_through_a_failover() {
 /// Kills a primary (not the first node, where the tests' subscribers listen) and waits for its
 /// replica's promotion and for the daemon to stop the dead primary's loop.
 fn fail_over(cluster: &mut RedisCluster, d: &Binary) {
+    let victim = kill_a_primary(cluster);
+    d.wait_for_log(
+        &format!("no longer a primary; its loop stops node=127.0.0.1:{victim}"),
+        1,
+        Duration::from_secs(20),
+    );
+}
+
+/// Kills a primary (not the first node, where the tests' subscribers listen) and waits for its
+/// replica's promotion; returns the dead primary's port.
+fn kill_a_primary(cluster: &mut RedisCluster) -> u16 {
     let listener = cluster.nodes[0].port;
     let victim = cluster
         .primaries()
@@ -430,11 +429,7 @@ fn fail_over(cluster: &mut RedisCluster, d: &Binary) {
         primaries.len() == 3 && primaries.iter().all(|(_, p)| *p != victim)
     });
     cluster.wait_ok(Duration::from_secs(30));
-    d.wait_for_log(
-        &format!("no longer a primary; its loop stops node=127.0.0.1:{victim}"),
-        1,
-        Duration::from_secs(20),
-    );
+    victim
 }
 
 /// A primary dies while the apps heartbeat: until its replica is promoted they cannot write to
