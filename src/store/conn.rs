@@ -5,7 +5,12 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use std::sync::Arc;
+
 use super::wire::Wire;
+
+/// Why a node has no connection before the store gave it one.
+const NOT_YET: &str = "not connected yet";
 
 /// A handle on Redis: a self-reconnecting connection to one server, or a cluster connection that
 /// routes each command by its key's slot and follows MOVED/ASK redirections. Clones share the
@@ -101,7 +106,8 @@ pub struct Node {
     server: String,
     address: Option<(String, u16)>,
     db: i64,
-    wire: Option<Wire>,
+    /// Its connection, or why it has none.
+    wire: Result<Wire, Arc<str>>,
 }
 
 impl Node {
@@ -112,7 +118,7 @@ impl Node {
             server,
             address: None,
             db,
-            wire: None,
+            wire: Err(NOT_YET.into()),
         }
     }
 
@@ -123,7 +129,7 @@ impl Node {
             server: format!("{host}:{port}"),
             address: Some((host, port)),
             db: 0,
-            wire: None,
+            wire: Err(NOT_YET.into()),
         }
     }
 
@@ -147,22 +153,23 @@ impl Node {
     ///
     /// [`Store::node`]: super::Store::node
     pub(crate) fn is_broken(&self) -> bool {
-        self.wire.as_ref().is_none_or(Wire::is_closed)
+        self.wire.as_ref().map_or(true, Wire::is_closed)
     }
 
     /// The node's own connection, or the error that says it has none.
     pub(super) fn wire(&self) -> redis::RedisResult<&Wire> {
-        self.wire.as_ref().ok_or_else(|| {
+        self.wire.as_ref().map_err(|why| {
             std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
-                format!("no connection to {}", self.server),
+                format!("no connection to {}: {why}", self.server),
             )
             .into()
         })
     }
 
-    /// Sends this node's commands over `wire`, which must reach the same server.
-    pub(super) fn with_wire(mut self, wire: Option<Wire>) -> Self {
+    /// Sends this node's commands over `wire`, which must reach the same server (or fails
+    /// them, saying why it has none).
+    pub(super) fn with_wire(mut self, wire: Result<Wire, Arc<str>>) -> Self {
         self.wire = wire;
         self
     }

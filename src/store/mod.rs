@@ -144,10 +144,7 @@ impl Store {
         let wires = targets.iter().map(|target| async move {
             match target {
                 Ok(target) => self.wire(target).await,
-                Err(why) => {
-                    tracing::warn!(why = %why, "no data-path connection to this server");
-                    None
-                }
+                Err(why) => Err(Arc::from(why.as_str())),
             }
         });
         let wires = futures_util::future::join_all(wires).await;
@@ -164,9 +161,9 @@ impl Store {
             .collect())
     }
 
-    /// The data-path connection to `target`. `None` when it cannot connect: the node's commands
-    /// then fail, saying so, and the loop looks at the topology again.
-    async fn wire(&self, target: &Target) -> Option<Wire> {
+    /// The data-path connection to `target`, or why it cannot connect: the node's commands then
+    /// fail, saying so, and the loop looks at the topology again.
+    async fn wire(&self, target: &Target) -> Result<Wire, Arc<str>> {
         let address = target.to_string();
         let cached = self
             .wires
@@ -175,8 +172,8 @@ impl Store {
             .get(&address)
             .filter(|w| !w.is_closed())
             .cloned();
-        if cached.is_some() {
-            return cached;
+        if let Some(wire) = cached {
+            return Ok(wire);
         }
         match Wire::connect(target, self.cfg.connect_timeout, self.cfg.command_timeout).await {
             Ok(wire) => {
@@ -184,11 +181,11 @@ impl Store {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(address, wire.clone());
-                Some(wire)
+                Ok(wire)
             }
             Err(e) => {
                 tracing::debug!(node = %address, error = %e, "cannot open a data-path connection");
-                None
+                Err(Arc::from(e.to_string()))
             }
         }
     }
