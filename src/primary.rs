@@ -1525,10 +1525,11 @@ impl Run {
     }
 
     /// After a failure, the primary is looked up again (behind Sentinel it may have moved: a
-    /// READONLY reply, a lost connection) and a data-path connection that broke is replaced; at
-    /// most once per [`RETRY`].
+    /// READONLY reply, a lost connection), and so it is when the store has followed a failover
+    /// on its own; a data-path connection that broke is replaced. At most once per [`RETRY`].
     async fn maybe_refresh_node(&mut self) {
-        if (self.failure.is_none() && !self.node.is_broken()) || self.refresh_after > Instant::now()
+        if self.refresh_after > Instant::now()
+            || (self.failure.is_none() && !self.node.is_broken() && !self.store.moved(&self.node))
         {
             return;
         }

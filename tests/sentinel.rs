@@ -87,3 +87,54 @@ fn a_readonly_reply_sends_the_sweeper_to_the_new_primary() {
         d.log()
     );
 }
+
+/// With keyspace notifications on both servers, the sweeper subscribes on the new primary after
+/// a failover: a key written there after the failover is swept within seconds, although the
+/// schedule would not walk for an hour.
+#[test]
+fn notifications_follow_the_primary_across_a_failover() {
+    let setup = SentinelSetup::start();
+    for server in [&setup.primary, &setup.replica] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("notify-keyspace-events")
+            .arg("KEA")
+            .query(&mut server.con())
+            .unwrap();
+    }
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
+         [sweeps.typing]\nschedule = \"1h\"\n",
+        setup.redis_toml()
+    );
+    let d = Binary::spawn(&toml, &[], &[]);
+    d.wait_ready(Duration::from_secs(15));
+    d.wait_for_log("keyspace notifications in use", 1, Duration::from_secs(10));
+    setup.failover();
+    wait_until("the replica promoted", Duration::from_secs(30), || {
+        setup.primary_port() == Some(setup.replica.port)
+    });
+    // The loop follows the store to the new primary and subscribes there.
+    wait_until(
+        "subscribed on the new primary",
+        Duration::from_secs(30),
+        || {
+            let log = d.log();
+            log.find("the primary moved; following it")
+                .is_some_and(|at| log[at..].contains("keyspace notifications in use"))
+        },
+    );
+    // The walk after the new subscription is done: from now on only a notification finds a key.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut con = setup.replica.con();
+    seed_zombie(&mut con, "presence:c4:typing");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while members(&mut con, "presence:c4:typing") != ["live"] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not swept through a notification: {}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

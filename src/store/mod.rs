@@ -222,6 +222,18 @@ impl Store {
         Ok(self.nodes().await?.into_iter().find(|n| n.id() == id))
     }
 
+    /// Whether `node`'s server is no longer the one the store knows as its primary: behind
+    /// Sentinel, the store follows a failover (its probe asks every few seconds), and a node
+    /// taken before then is out of date even if nothing it sent has failed yet.
+    pub(crate) fn moved(&self, node: &Node) -> bool {
+        match &*self.backend {
+            Backend::Sentinel(s) => {
+                s.current_client().get_connection_info().addr().to_string() != node.server()
+            }
+            _ => false,
+        }
+    }
+
     /// A client for `node`'s server, with the configured credentials.
     fn client_for(&self, node: &Node) -> Result<Client, Error> {
         Ok(match (&*self.backend, node.host_port()) {
