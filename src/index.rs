@@ -236,7 +236,9 @@ impl Index {
 
     /// A check of `ticket` came back: the key is due again at `next` (milliseconds on Redis's
     /// clock, [`NEVER`] for no deadline) with `card` members, or gone (`None`) and forgotten.
-    pub(crate) fn checked(&mut self, ticket: Ticket, next: Option<(u64, u64)>) {
+    /// `written_by` is as in [`Index::written`]: a write noticed while the check ran may have
+    /// come after its read.
+    pub(crate) fn checked(&mut self, ticket: Ticket, next: Option<(u64, u64)>, written_by: u64) {
         let s = ticket.slot;
         let slot = &mut self.slots[s as usize];
         let State::InFlight { rewritten } = slot.state else {
@@ -249,6 +251,11 @@ impl Index {
                 let card = u32::try_from(card).unwrap_or(u32::MAX);
                 self.members = self.members + u64::from(card) - u64::from(slot.card);
                 slot.card = card;
+                let deadline = if rewritten {
+                    deadline.min(written_by)
+                } else {
+                    deadline
+                };
                 self.schedule(s, deadline);
             }
             // Written while the check ran: it may exist anew. Look again at once.
@@ -271,16 +278,23 @@ impl Index {
         }
     }
 
-    /// A keyspace notification said `id` was written. Returns whether it is tracked; a key in
-    /// flight is marked, so that a check that finds it gone looks again.
-    pub(crate) fn written(&mut self, id: &[u8]) -> bool {
+    /// A keyspace notification said `id` was written; a score written now makes it due by
+    /// `by` at the latest (now + ttl). Returns whether it is tracked.
+    ///
+    /// A key due later than `by` (its members pinned or scored ahead, or a key lost in a
+    /// restart and created anew) is due at `by` instead, so the new member leaves on time. A key
+    /// in flight is marked, so that its check's reply is held to `by` too and, if it found the
+    /// key gone, looks again.
+    pub(crate) fn written(&mut self, id: &[u8], by: u64) -> bool {
         let Some(s) = self.find(id) else {
             return false;
         };
         let slot = &mut self.slots[s as usize];
         slot.written = true;
-        if let State::InFlight { rewritten } = &mut slot.state {
-            *rewritten = true;
+        match &mut slot.state {
+            State::InFlight { rewritten } => *rewritten = true,
+            State::Scheduled if slot.deadline > by => self.schedule(s, by),
+            State::Scheduled | State::Free => {}
         }
         true
     }
@@ -388,13 +402,13 @@ mod tests {
             Some(300),
             "keys in flight wait for no deadline"
         );
-        i.checked(first[0].0, Some((1000, 4)));
-        i.checked(first[1].0, None);
+        i.checked(first[0].0, Some((1000, 4)), NEVER);
+        i.checked(first[1].0, None, NEVER);
         assert_eq!((i.len(), i.members()), (2, 4));
         assert!(!i.contains(b"a-long-conversation-id-of-40-bytes......."));
         let next = due(&mut i, 1000);
         assert_eq!(next.len(), 2);
-        i.checked(next[0].0, Some((NEVER, 2)));
+        i.checked(next[0].0, Some((NEVER, 2)), NEVER);
         i.retry(next[1].0, 5000);
         assert_eq!(i.next_due(), Some(5000));
         assert_eq!(i.members(), 6);
@@ -435,11 +449,38 @@ mod tests {
         let [(ticket, _)] = due(&mut i, 0).try_into().unwrap();
         i.deleted(b"c1");
         assert!(i.contains(b"c1"), "a key in flight is decided by its check");
-        assert!(i.written(b"c1"));
-        i.checked(ticket, None);
+        assert!(i.written(b"c1", NEVER));
+        i.checked(ticket, None, NEVER);
         assert!(i.contains(b"c1"));
         assert_eq!(i.next_due(), Some(0));
-        assert!(!i.written(b"other"));
+        assert!(!i.written(b"other", NEVER));
+    }
+
+    #[test]
+    fn a_write_holds_a_later_deadline_to_now_plus_the_ttl() {
+        let mut i = index(10);
+        // Pinned members: no deadline, or the hourly recheck.
+        i.track(b"pinned", NEVER);
+        i.track(b"ahead", 9000);
+        i.track(b"due", 1000);
+        for id in [&b"pinned"[..], b"ahead", b"due"] {
+            assert!(i.written(id, 5000));
+        }
+        assert_eq!(i.next_due(), Some(1000), "an earlier deadline stands");
+        let taken = due(&mut i, 5000);
+        assert_eq!(taken.len(), 3, "the later ones are due by the write's ttl");
+        // A write noticed while a check was in flight holds its reply's deadline too: the
+        // write may have come after the read.
+        let (racing, quiet) = (taken[0].0, taken[1].0);
+        i.written(b"due", 7000);
+        i.checked(racing, Some((NEVER, 1)), 7000);
+        i.checked(quiet, Some((NEVER, 1)), 7000);
+        assert_eq!(i.next_due(), Some(7000));
+        assert_eq!(
+            i.due.len(),
+            1,
+            "a check with no write since keeps its reply's deadline"
+        );
     }
 
     #[test]
@@ -458,12 +499,12 @@ mod tests {
         i.track(b"quiet", 0);
         i.track(b"busy", 0);
         for (t, _) in due(&mut i, 0) {
-            i.checked(t, Some((1000, 1)));
+            i.checked(t, Some((1000, 1)), NEVER);
         }
         assert_eq!(i.needs_reading(b"quiet"), Some(true), "unnoticed at first");
         i.set_unnoticed(false);
         assert_eq!(i.needs_reading(b"quiet"), Some(false));
-        assert!(i.written(b"busy"));
+        assert!(i.written(b"busy", NEVER));
         assert_eq!(i.needs_reading(b"busy"), Some(true));
         i.due_by(b"busy", 2000);
         assert_eq!(
@@ -475,8 +516,8 @@ mod tests {
         // Written while its check ran: the check may not have seen the write.
         i.track(b"racing", 0);
         let [(t, _)] = due(&mut i, 0).try_into().unwrap();
-        i.written(b"racing");
-        i.checked(t, Some((3000, 1)));
+        i.written(b"racing", NEVER);
+        i.checked(t, Some((3000, 1)), NEVER);
         assert_eq!(i.needs_reading(b"racing"), Some(true));
     }
 
@@ -488,7 +529,7 @@ mod tests {
                 i.track(format!("c{k}").as_bytes(), round);
             }
             for (t, _) in due(&mut i, round) {
-                i.checked(t, None);
+                i.checked(t, None, NEVER);
             }
         }
         assert_eq!((i.len(), i.slots.len()), (0, 50));

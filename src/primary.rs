@@ -60,6 +60,8 @@ const STALL: Duration = Duration::from_millis(1500);
 /// With nothing else to ask, the loop asks Redis for `TIME` this often, so that a gap in its
 /// replies is an outage, not a quiet moment.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// Between probes while Redis does not answer: how soon its return is seen.
+const PROBE_RETRY: Duration = Duration::from_millis(100);
 /// A key found due but not stale (a heartbeat raced its deadline, or clocks disagree) is looked
 /// at again no sooner than this, so no disagreement can make the loop spin.
 const MIN_RECHECK_MS: u64 = 20;
@@ -205,6 +207,7 @@ impl Primary {
             last_answer: self.last_answer,
             inherited_outage: self.inherited_outage,
             probing: false,
+            probe_after: Instant::now(),
             refused: None,
             unavailable_said: None,
             recheck_wanted: false,
@@ -340,7 +343,12 @@ enum NotifyOutcome {
     Subscribed(Box<Subscription>),
     /// The subscription still works (a ping, a look at the server's settings).
     Kept(Box<Subscription>),
-    Unavailable(String),
+    /// Not to be had here, and why; `refused` if the server has them but the Redis user may
+    /// not use them (an ACL to fix, where an operator who left them off needs no warning).
+    Unavailable {
+        why: String,
+        refused: bool,
+    },
     Failed(Error),
 }
 
@@ -414,6 +422,9 @@ struct Run {
     /// first answer.
     inherited_outage: Option<f64>,
     probing: bool,
+    /// No probe before then: one that failed at once (the connection refused) is not sent
+    /// again on the next turn of the loop, which would spin.
+    probe_after: Instant,
     /// A reconciliation is due to look at the server's notification settings again.
     recheck_wanted: bool,
     /// Why notifications were last said to be unavailable here, so that each reconciliation's
@@ -523,7 +534,7 @@ impl Run {
         if !self.probing
             && let Some((replied, _)) = self.last_reply
         {
-            at(replied + PROBE_EVERY);
+            at((replied + PROBE_EVERY).max(self.probe_after));
         }
         if let Some(t) = self.walk.as_ref().and_then(|w| w.next_page_at)
             && t > now
@@ -571,8 +582,10 @@ impl Run {
         if self.walk.is_none() {
             if self.reconcile_at <= now {
                 self.start_walk(WalkKind::Reconcile);
-            } else if self.sync_wanted && self.sync_after <= now && !self.subscribing {
-                // A subscription comes first: then nothing written meanwhile can be missed.
+            } else if self.sync_wanted && self.sync_after <= now && !self.subscription_pending(now)
+            {
+                // A subscription comes first: then nothing written meanwhile can be missed,
+                // and one walk does for both.
                 self.start_walk(WalkKind::Reconcile);
             }
         }
@@ -592,7 +605,7 @@ impl Run {
     /// sweep to run here too (a standby without the lease): the outage is known when the
     /// lease is won back.
     fn probe_if_quiet(&mut self) {
-        if self.probing || self.cancel.is_cancelled() {
+        if self.probing || self.cancel.is_cancelled() || self.probe_after > Instant::now() {
             return;
         }
         if self
@@ -690,6 +703,14 @@ impl Run {
             at = at.min(c.from);
         }
         Some(at)
+    }
+
+    /// Whether a subscription is being made, or will be tried again within [`RETRY`] (after a
+    /// lost one, a short backoff): a walk waits for it. One that keeps failing waits longer,
+    /// and the walk does not.
+    fn subscription_pending(&self, now: Instant) -> bool {
+        self.subscribing
+            || matches!(self.notify, Notify::Idle { retry_at, .. } if retry_at <= now + RETRY)
     }
 
     fn notifications_active(&self) -> bool {
@@ -1148,6 +1169,7 @@ impl Run {
                 match result {
                     Ok(time) => self.replied(Some(time)),
                     Err(e) => {
+                        self.probe_after = Instant::now() + PROBE_RETRY;
                         self.log_error("Redis did not answer TIME", &e);
                         self.failed(e);
                     }
@@ -1218,10 +1240,11 @@ impl Run {
             .map(|until| (until * 1000.0) as u64)
             .filter(|&until| until > now_ms)
             .max();
+        let written_by = now_ms + ttl_ms;
         for (ticket, state) in tickets.into_iter().zip(&checked.states) {
             match *state {
                 // A moved key is its new primary's: that primary's walk finds it.
-                KeyState::Gone | KeyState::Moved => t.index.checked(ticket, None),
+                KeyState::Gone | KeyState::Moved => t.index.checked(ticket, None, written_by),
                 KeyState::Live {
                     card,
                     oldest: Some(oldest),
@@ -1235,7 +1258,7 @@ impl Run {
                         Some(until) => until + DEADLINE_MARGIN_MS,
                         None => now_ms + MIN_RECHECK_MS,
                     };
-                    t.index.checked(ticket, Some((next, card)));
+                    t.index.checked(ticket, Some((next, card)), written_by);
                 }
                 KeyState::Live { oldest: None, .. } | KeyState::Unknown => {
                     t.index.retry(ticket, now_ms + RETRY.as_millis() as u64);
@@ -1337,25 +1360,27 @@ impl Run {
                 if let Some(clock) = &self.clock {
                     t.job.sweep.guard().heartbeat(clock.now());
                 }
-                if !t.index.written(id) {
-                    let now_ms = self.clock.map_or(0, |c| c.now_ms());
-                    if t.index.track(id, now_ms) == Track::Full {
-                        // Left to walks on the schedule, like any key a walk could not track:
-                        // from now on ticks walk again.
-                        if t.untracked == 0 {
-                            tracing::warn!(
-                                sweep = %t.job.name(),
-                                node = %self.id,
-                                max_keys = self.settings.tracking.max_keys,
-                                "tracking.max_keys reached: new keys are checked by walks on the sweep's schedule"
-                            );
-                        }
-                        t.untracked += 1;
-                        let untracked = t.untracked;
-                        t.job
-                            .metrics
-                            .node_figures(&self.id, |f| f.untracked = untracked);
-                    }
+                let now_ms = self.clock.map(|c| c.now_ms());
+                // A score written now is due by now + ttl; before the first reply there is no
+                // clock to say when now is, and the first walk reads every key anyway.
+                let by = now_ms.map_or(NEVER, |now| {
+                    now + t.job.sweep.config().ttl.as_millis() as u64
+                });
+                if !t.index.written(id, by)
+                    && t.index.track(id, now_ms.unwrap_or(0)) == Track::Full
+                    && t.untracked == 0
+                {
+                    // Left to walks on the schedule, like any key a walk could not track: from
+                    // now on ticks walk again. The next walk counts such keys; a notice cannot
+                    // tell a key it refused before from a new one.
+                    tracing::warn!(
+                        sweep = %t.job.name(),
+                        node = %self.id,
+                        max_keys = self.settings.tracking.max_keys,
+                        "tracking.max_keys reached: new keys are checked by walks on the sweep's schedule"
+                    );
+                    t.untracked = 1;
+                    t.job.metrics.node_figures(&self.id, |f| f.untracked = 1);
                 }
             }
             Change::Deleted => t.index.deleted(id),
@@ -1380,8 +1405,9 @@ impl Run {
                 self.sync_after = Instant::now();
             }
             NotifyOutcome::Kept(sub) => self.notify = Notify::Active(sub),
-            NotifyOutcome::Unavailable(why) => {
-                let expected = self.settings.tracking.notifications == NotificationMode::On;
+            NotifyOutcome::Unavailable { why, refused } => {
+                let expected =
+                    refused || self.settings.tracking.notifications == NotificationMode::On;
                 // Looked at again every reconciliation: said once, and again if it changes.
                 if self.subscribed || self.unavailable_said.as_deref() != Some(why.as_str()) {
                     if self.subscribed || expected {
@@ -1509,10 +1535,11 @@ impl Run {
                     drop(sub);
                     subscribe(store, node, patterns, settings).await
                 }
-                Ok(Availability::Off(flags)) => NotifyOutcome::Unavailable(format!(
-                    "notify-keyspace-events was changed to {flags:?}"
-                )),
-                Ok(Availability::Unknown(why)) => NotifyOutcome::Unavailable(why),
+                Ok(Availability::Off(flags)) => NotifyOutcome::Unavailable {
+                    why: format!("notify-keyspace-events was changed to {flags:?}"),
+                    refused: false,
+                },
+                Ok(Availability::Unknown(why)) => NotifyOutcome::Unavailable { why, refused: true },
             }
         }));
     }
@@ -1610,26 +1637,30 @@ async fn subscribe(
                 tracing::info!(node = %node.id(), flags = %set, "turned keyspace notifications on (tracking.configure_notifications)");
             }
             Availability::Off(flags) => {
-                return Ok(Err(format!(
-                    "notify-keyspace-events is {flags:?}, without K and z (or K and A)"
+                return Ok(Err((
+                    format!("notify-keyspace-events is {flags:?}, without K and z (or K and A)"),
+                    false,
                 )));
             }
-            Availability::Unknown(why) => return Ok(Err(why)),
+            Availability::Unknown(why) => return Ok(Err((why, true))),
         }
         let pubsub = store.subscriber(&node).await?;
         match Subscription::start(pubsub, node.db(), &patterns, settings.command_timeout).await {
             Ok(sub) => Ok::<_, Error>(Ok(sub)),
-            Err(Error::Redis(e)) if e.code() == Some("NOPERM") => Ok(Err(format!(
-                "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
-                patterns.join(", "),
-                patterns.join(" &")
+            Err(Error::Redis(e)) if e.code() == Some("NOPERM") => Ok(Err((
+                format!(
+                    "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
+                    patterns.join(", "),
+                    patterns.join(" &")
+                ),
+                true,
             ))),
             Err(e) => Err(e),
         }
     };
     match attempt.await {
         Ok(Ok(sub)) => NotifyOutcome::Subscribed(Box::new(sub)),
-        Ok(Err(why)) => NotifyOutcome::Unavailable(why),
+        Ok(Err((why, refused))) => NotifyOutcome::Unavailable { why, refused },
         Err(e) => NotifyOutcome::Failed(e),
     }
 }

@@ -273,7 +273,7 @@ fn a_redis_restart_rebuilds_the_index() {
     let now = redis_now(&mut con);
     // Due in ten minutes: tracked with that deadline.
     let _: () = con.zadd("presence:c1:online", "u1", now + 600.0).unwrap();
-    let d = daemon(&server, &online("2s", "1h", ""));
+    let d = daemon(&server, &online("2s", "1h", "[log]\nlevel = \"debug\"\n"));
     d.wait_ready(Duration::from_secs(10));
     wait_metric(
         &d,
@@ -282,9 +282,29 @@ fn a_redis_restart_rebuilds_the_index() {
         1.0,
         Duration::from_secs(2),
     );
+    // Its first check is done: it waits for the deadline ten minutes away.
+    wait_until("the first check", Duration::from_secs(5), || {
+        value(
+            &d,
+            "presence_sweeper_deadline_checks_total",
+            &[("sweep", "online")],
+        ) >= 1.0
+    });
 
-    // Nothing is persisted: the key is gone, then written anew with a member due in 2 s.
+    // Nothing is persisted: the key is gone, then written anew with a member due in 2 s, once
+    // the daemon has subscribed again and walked (the walk finds no key): only the notice of
+    // the write can say its deadline is no longer ten minutes away.
     server.restart();
+    wait_until(
+        "the walk after subscribing",
+        Duration::from_secs(10),
+        || {
+            let log = d.log();
+            log.match_indices("keyspace notifications in use")
+                .nth(1)
+                .is_some_and(|(at, _)| log[at..].contains("walk finished"))
+        },
+    );
     let mut con = server.con();
     let now = redis_now(&mut con);
     let _: () = con.zadd("presence:c1:online", "u2", now).unwrap();
