@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::config::{Config, ConfigError, redact_url};
+use crate::config::{Config, ConfigError};
 use crate::engine::Engine;
 use crate::error::Trouble;
 use crate::health::Health;
@@ -136,7 +136,7 @@ async fn connect(
     let mut attempt = 1u32;
     loop {
         watch.alive();
-        let url = redact_url(&config.redis.url);
+        let url = config.redis.describe();
         ctx.notifier
             .status(&format!("connecting to Redis at {url}"));
         match Store::connect(&config.redis).await {
@@ -352,16 +352,24 @@ async fn probe_redis(
     cancel: CancellationToken,
 ) {
     let mut was_up = true;
+    // What the last failure was, so that a change of cause is said too: a connection killed
+    // by a password rotation reads as "broken pipe" first, then as a refused password.
+    let mut said: Option<Trouble> = None;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(PROBE_INTERVAL) => {}
         }
         let status = match tokio::time::timeout(PROBE_INTERVAL, store.ping()).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                said = None;
+                Ok(())
+            }
             Ok(Err(e)) => {
                 metrics.redis_failure(e.trouble());
-                if was_up {
+                let refused = matches!(e.trouble(), Trouble::Credentials | Trouble::Permission);
+                if was_up || (refused && said != Some(e.trouble())) {
+                    said = Some(e.trouble());
                     match e.trouble() {
                         Trouble::Credentials | Trouble::Permission => tracing::error!(
                             error = %e,

@@ -117,8 +117,8 @@ impl Write for Stderr {
 const ID_SHOWN: usize = 64;
 
 /// An id from Redis as a log shows it: valid UTF-8 as it is, other bytes as `\xNN`, control
-/// characters (newlines, ANSI escapes) escaped so that no id can forge or garble a log line, and
-/// anything past [`ID_SHOWN`] bytes cut, with how much was cut.
+/// characters (newlines, ANSI escapes), spaces, `=` and `"` escaped so that no id can forge a
+/// log line or a field of one, and anything past [`ID_SHOWN`] bytes cut, with how much was cut.
 pub(crate) struct Id<'a>(pub(crate) &'a [u8]);
 
 impl std::fmt::Display for Id<'_> {
@@ -129,6 +129,9 @@ impl std::fmt::Display for Id<'_> {
             for c in chunk.valid().chars() {
                 if c.is_control() || c == '\\' {
                     write!(f, "{}", c.escape_default())?;
+                } else if c.is_whitespace() || c == '=' || c == '"' {
+                    // What separates the fields of a text line: an id may not start a field.
+                    write!(f, "{}", c.escape_unicode())?;
                 } else {
                     f.write_char(c)?;
                 }
@@ -154,6 +157,10 @@ mod tests {
         assert_eq!(Id("zoë".as_bytes()).to_string(), "zoë");
         assert_eq!(Id(b"a\nb\x1b[31m\\").to_string(), "a\\nb\\u{1b}[31m\\\\");
         assert_eq!(Id(b"\xff\xfeok").to_string(), "\\xff\\xfeok");
+        assert_eq!(
+            Id(b"u1 sweep=typing \"x\"").to_string(),
+            "u1\\u{20}sweep\\u{3d}typing\\u{20}\\u{22}x\\u{22}"
+        );
         let long = vec![b'x'; 16 * 1024];
         let shown = Id(&long).to_string();
         assert!(shown.starts_with(&"x".repeat(64)));

@@ -14,7 +14,38 @@ use redis::aio::ConnectionLike;
 
 use crate::Error;
 use crate::evict::EvictScript;
-use crate::reply::ReplyError;
+use crate::reply::{ReplyError, refusal};
+
+/// How a refusal names what it was refused on: the sweep's key pattern and its channel
+/// template, never one conversation's key or channel (the error reaches error logs and
+/// `/readyz`, where conversation ids do not go).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Names<'a> {
+    /// The keys, e.g. `presence:*:online`.
+    pub(crate) keys: &'a str,
+    /// The channel, e.g. `presence:{conversation_id}:events`.
+    pub(crate) channel: &'a str,
+}
+
+/// What a probe touches.
+#[derive(Debug, Clone, Copy)]
+enum On {
+    Connection,
+    Key,
+    Channel,
+}
+
+impl On {
+    fn name(self, names: Names<'_>) -> String {
+        match self {
+            On::Connection => "this connection".into(),
+            On::Key => format!("the keys {}", names.keys),
+            On::Channel => format!("the channel {}", names.channel),
+        }
+    }
+}
+
+type Probe = (&'static str, redis::Cmd, On);
 
 /// Queues what a pass does with `key` and (when `publish` is given) `channel`, discards it, and
 /// fails with [`Error::Permission`] on the first command the ACL refuses. `con` must be a
@@ -23,19 +54,20 @@ pub(crate) async fn check<C>(
     con: &mut C,
     key: &[u8],
     channel: &[u8],
-    publish: Option<&str>,
+    names: Names<'_>,
+    publish: Option<&'static str>,
     script: &EvictScript,
 ) -> Result<(), Error>
 where
     C: ConnectionLike + Send,
 {
-    let mut probes: Vec<(&str, redis::Cmd, &[u8])> = vec![
+    let mut probes: Vec<Probe> = vec![
         (
             "SCAN",
             redis::cmd("SCAN").arg(0).arg("COUNT").arg(1).to_owned(),
-            b"",
+            On::Connection,
         ),
-        ("TIME", redis::cmd("TIME"), b""),
+        ("TIME", redis::cmd("TIME"), On::Connection),
         (
             "ZCOUNT",
             redis::cmd("ZCOUNT")
@@ -43,13 +75,13 @@ where
                 .arg("-inf")
                 .arg("-inf")
                 .to_owned(),
-            key,
+            On::Key,
         ),
-        ("ZCARD", redis::cmd("ZCARD").arg(key).to_owned(), key),
+        ("ZCARD", redis::cmd("ZCARD").arg(key).to_owned(), On::Key),
         (
             "ZRANGE",
             redis::cmd("ZRANGE").arg(key).arg(0).arg(0).to_owned(),
-            key,
+            On::Key,
         ),
         // An empty range (min above max): it removes nothing even if it ran.
         (
@@ -59,7 +91,7 @@ where
                 .arg("+inf")
                 .arg("-inf")
                 .to_owned(),
-            key,
+            On::Key,
         ),
         // What the script runs is checked when it runs; ask for it here as well. Start after
         // stop: it removes nothing even if it ran.
@@ -70,61 +102,50 @@ where
                 .arg(1)
                 .arg(0)
                 .to_owned(),
-            key,
+            On::Key,
         ),
         // A budget of 0: the script would return at once without touching the key.
-        (
-            "EVALSHA",
-            redis::cmd("EVALSHA")
-                .arg(script.hash())
-                .arg(1)
-                .arg(key)
-                .arg("1e300")
-                .arg("s")
-                .arg(1)
-                .arg(0)
-                .arg(0)
-                .arg("")
-                .arg("")
-                .to_owned(),
-            key,
-        ),
+        ("EVALSHA", script.idle_call(key), On::Key),
         (
             "SCRIPT LOAD",
             redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(EvictScript::SOURCE)
                 .to_owned(),
-            b"",
+            On::Connection,
         ),
     ];
     if let Some(publish) = publish {
         probes.push((
             publish,
             redis::cmd(publish).arg(channel).arg("").to_owned(),
-            channel,
+            On::Channel,
         ));
     }
-    run_probes(con, &probes).await
+    run_probes(con, &probes, names).await
 }
 
 /// Like [`check`] for a sharded publish in a cluster, which must be probed on the primary owning
 /// the channel's slot rather than on the node of the keys; `con` is a connection of its own to
 /// that primary.
-pub(crate) async fn check_sharded_publish<C>(con: &mut C, channel: &[u8]) -> Result<(), Error>
+pub(crate) async fn check_sharded_publish<C>(
+    con: &mut C,
+    channel: &[u8],
+    names: Names<'_>,
+) -> Result<(), Error>
 where
     C: ConnectionLike + Send,
 {
-    let probes: Vec<(&str, redis::Cmd, &[u8])> = vec![(
+    let probes: Vec<Probe> = vec![(
         "SPUBLISH",
         redis::cmd("SPUBLISH").arg(channel).arg("").to_owned(),
-        channel,
+        On::Channel,
     )];
-    run_probes(con, &probes).await
+    run_probes(con, &probes, names).await
 }
 
 /// `MULTI` alone; then, only if it was accepted, the probes and `DISCARD`.
-async fn run_probes<C>(con: &mut C, probes: &[(&str, redis::Cmd, &[u8])]) -> Result<(), Error>
+async fn run_probes<C>(con: &mut C, probes: &[Probe], names: Names<'_>) -> Result<(), Error>
 where
     C: ConnectionLike + Send,
 {
@@ -139,11 +160,11 @@ where
         });
     }
     let replies: Vec<Value> = discarded(probes).query_async(con).await?;
-    judge(probes, &replies)
+    judge(probes, &replies, names)
 }
 
 /// The probes then `DISCARD`, after an accepted `MULTI`: nothing runs.
-fn discarded(probes: &[(&str, redis::Cmd, &[u8])]) -> redis::Pipeline {
+fn discarded(probes: &[Probe]) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for (_, cmd, _) in probes {
@@ -154,19 +175,15 @@ fn discarded(probes: &[(&str, redis::Cmd, &[u8])]) -> redis::Pipeline {
 }
 
 /// The first ACL refusal among the replies to [`discarded`], as an error.
-fn judge(probes: &[(&str, redis::Cmd, &[u8])], replies: &[Value]) -> Result<(), Error> {
+fn judge(probes: &[Probe], replies: &[Value], names: Names<'_>) -> Result<(), Error> {
     if replies.len() != probes.len() + 1 {
         return Err(ReplyError::new("preflight: unexpected number of replies").into());
     }
-    for ((command, _, target), reply) in probes.iter().zip(replies) {
+    for ((command, _, on), reply) in probes.iter().zip(replies) {
         if let Some(detail) = refusal(reply) {
             return Err(Error::Permission {
                 command: (*command).to_owned(),
-                target: if target.is_empty() {
-                    "this connection".into()
-                } else {
-                    crate::logging::Id(target).to_string()
-                },
+                target: on.name(names),
                 detail,
             });
         }
@@ -183,14 +200,4 @@ fn judge(probes: &[(&str, redis::Cmd, &[u8])], replies: &[Value]) -> Result<(), 
         });
     }
     Ok(())
-}
-
-/// The reason, if `reply` is an ACL refusal.
-fn refusal(reply: &Value) -> Option<String> {
-    match reply {
-        Value::ServerError(e) if e.code() == "NOPERM" => {
-            Some(format!("NOPERM {}", e.details().unwrap_or_default()))
-        }
-        _ => None,
-    }
 }

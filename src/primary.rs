@@ -680,6 +680,9 @@ impl Run {
                 _ => outage,
             });
             self.outages.inc();
+            for t in &self.jobs {
+                t.job.sweep.guard().outage_ended(redis_now);
+            }
             tracing::warn!(
                 node = %self.id,
                 seconds = format_args!("{seconds:.1}"),

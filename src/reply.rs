@@ -22,9 +22,36 @@ pub(crate) fn is_moved(code: &str) -> bool {
     matches!(code, "MOVED" | "ASK")
 }
 
+/// If `reply` is an ACL refusal (NOPERM), Redis's reason, with any key or channel it quotes
+/// left out: the reason reaches error logs and `/readyz`, where conversation ids do not go.
+pub(crate) fn refusal(reply: &Value) -> Option<String> {
+    let Value::ServerError(e) = reply else {
+        return None;
+    };
+    if e.code() != "NOPERM" {
+        return None;
+    }
+    let mut reason = String::from("NOPERM ");
+    // Redis 7.2 and later quote the name: "... access the 'presence:c42:online' key".
+    for (i, part) in e.details().unwrap_or_default().split('\'').enumerate() {
+        reason.push_str(if i % 2 == 0 { part } else { "'…'" });
+    }
+    Some(reason)
+}
+
 /// Redis `TIME` from its two parts (seconds, microseconds) as Unix seconds.
 pub(crate) fn time_from_parts(secs: f64, micros: f64) -> f64 {
     secs + micros / 1e6
+}
+
+/// A `TIME` reply as Unix seconds, or the error saying it was none.
+pub(crate) fn time(reply: Option<&Value>) -> Result<f64, ReplyError> {
+    reply.and_then(parse_time).ok_or_else(not_a_time)
+}
+
+/// The error for a `TIME` reply of another shape.
+pub(crate) fn not_a_time() -> ReplyError {
+    ReplyError::new("TIME is not a time")
 }
 
 /// Reads a Redis `TIME` reply as Unix seconds.
@@ -115,6 +142,24 @@ pub(crate) fn single_score(v: &Value) -> Result<Option<f64>, ReplyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_leaves_out_the_names_redis_quotes() {
+        let refused = |details: &str| {
+            let line = format!("-NOPERM {details}\r\n");
+            refusal(&redis::parse_redis_value(line.as_bytes()).unwrap())
+        };
+        assert_eq!(
+            refused("User u has no permissions to access the 'presence:c42:online' key").as_deref(),
+            Some("NOPERM User u has no permissions to access the '…' key")
+        );
+        assert_eq!(
+            refused("this user has no permissions to access one of the keys used as arguments")
+                .as_deref(),
+            Some("NOPERM this user has no permissions to access one of the keys used as arguments")
+        );
+        assert_eq!(refusal(&Value::Okay), None);
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

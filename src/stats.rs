@@ -342,7 +342,15 @@ impl fmt::Display for SweepStats {
                 f,
                 "  oldest heartbeat   {age:>12.1}  (a score of +inf: never stale)"
             )?,
-            Some(age) => writeln!(f, "  oldest heartbeat   {age:>12.1}  seconds ago")?,
+            // Every score ahead of Redis's clock: most likely milliseconds in a sweep of
+            // seconds.
+            Some(age) if age < 0.0 => writeln!(
+                f,
+                "  oldest heartbeat   {:>12}  ({} seconds ahead of Redis's clock: is the sweep's score_unit right?)",
+                "future",
+                seconds(-age)
+            )?,
+            Some(age) => writeln!(f, "  oldest heartbeat   {:>12}  seconds ago", seconds(age))?,
             None => writeln!(f, "  oldest heartbeat   {:>12}", "-")?,
         }
         let d = &self.members_per_key;
@@ -374,6 +382,16 @@ impl fmt::Display for SweepStats {
             }
         }
         writeln!(f, "  scanned in {:.3} s", self.seconds)
+    }
+}
+
+/// Seconds for a person: one decimal, or an exponent for a number too long to read (a score
+/// of 1e300).
+fn seconds(s: f64) -> String {
+    if s.abs() < 1e9 {
+        format!("{s:.1}")
+    } else {
+        format!("{s:.2e}")
     }
 }
 
@@ -472,5 +490,23 @@ mod tests {
             );
             assert!(!s.to_string().contains("inf seconds"), "{s}");
         }
+    }
+
+    #[test]
+    fn scores_ahead_of_the_clock_say_so() {
+        let mut t = Tally::new(0);
+        // Milliseconds in a sweep of seconds.
+        t.key(1, 0, Some(1_764_460_000_000.0), || unreachable!());
+        let shown = t.finish(&sweep(), 1_764_460_000.0, 0.0).to_string();
+        assert!(
+            shown.contains(
+                "future  (1.76e12 seconds ahead of Redis's clock: is the sweep's score_unit right?)"
+            ),
+            "{shown}"
+        );
+        let mut t = Tally::new(0);
+        t.key(1, 0, Some(-1e300), || unreachable!());
+        let shown = t.finish(&sweep(), 1000.0, 0.0).to_string();
+        assert!(shown.contains("1.00e300  seconds ago"), "{shown}");
     }
 }

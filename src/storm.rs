@@ -18,7 +18,12 @@
 //! Either way the guard trips only for at least `min_members` members. Tripped, it holds every
 //! eviction of the sweep for `hold` (default: the sweep's ttl): heartbeats that come back keep
 //! their members; the members still stale when the hold ends are evicted then, each announced
-//! once, and the guard does not trip again for one ttl, so that they can go.
+//! once, and the guard does not trip again for one ttl, so that they can go. A hold for silence
+//! lasts at least a ttl past the first heartbeat that breaks it: apps that come back keep their
+//! own heartbeat periods, and each needs up to one to reach every user.
+//!
+//! An outage of Redis is not silence: the apps could not write meanwhile (and the outage
+//! credit spares their members), so silence is counted from the outage's end.
 //!
 //! One guard per sweep, shared by every primary's loop. Several replicas each run their own, on
 //! the same evidence.
@@ -76,6 +81,10 @@ struct State {
     freshest: Option<f64>,
     /// Holding until then.
     hold_until: Option<f64>,
+    /// When the last hold began.
+    held_from: f64,
+    /// The hold is for silence, and no heartbeat has broken it yet.
+    silent_hold: bool,
     /// After a hold, the guard does not trip again before then.
     calm_until: f64,
 }
@@ -119,7 +128,28 @@ impl StormGuard {
     /// A heartbeat was seen at `score` (Unix seconds, Redis's clock).
     pub(crate) fn heartbeat(&self, at: f64) {
         let mut st = self.state();
-        if at.is_finite() && st.freshest.is_none_or(|f| at > f) {
+        if !at.is_finite() || st.freshest.is_some_and(|f| at <= f) {
+            return;
+        }
+        st.freshest = Some(at);
+        if st.silent_hold
+            && let Some(until) = st.hold_until
+        {
+            st.silent_hold = false;
+            let until = until.max(at + self.ttl);
+            st.hold_until = Some(until);
+            tracing::warn!(
+                sweep = %self.sweep,
+                hold_s = format_args!("{:.1}", until - at),
+                "storm guard: heartbeats are back; holding until every app has had a ttl to heartbeat"
+            );
+        }
+    }
+
+    /// A primary answered again at `at` after an outage.
+    pub(crate) fn outage_ended(&self, at: f64) {
+        let mut st = self.state();
+        if at.is_finite() && st.freshest.is_some_and(|f| at > f) {
             st.freshest = Some(at);
         }
     }
@@ -134,6 +164,7 @@ impl StormGuard {
     fn end_hold(&self, st: &mut State, now: f64) {
         if st.hold_until.is_some_and(|until| now >= until) {
             st.hold_until = None;
+            st.silent_hold = false;
             st.calm_until = now + self.ttl;
             self.metrics.holding.set(0);
             tracing::warn!(
@@ -153,13 +184,14 @@ impl StormGuard {
         }
         let st = self.state();
         st.hold_until.is_none()
-            && now >= st.calm_until
             && st.population.values().sum::<u64>() >= self.cfg.min_members
-            && st.freshest.is_some_and(|f| now - f > self.ttl / 2.0)
+            && self.silent(&st, now)
+            && (now >= st.calm_until || self.silent_again(&st, now))
     }
 
-    /// Whether `stale` members may be evicted at `now` (Redis's clock).
-    pub(crate) fn admit(&self, now: f64, stale: u64) -> Admit {
+    /// Whether `stale` members may be evicted at `now` (Redis's clock), found by a check of
+    /// keys that hold `checked` members.
+    pub(crate) fn admit(&self, now: f64, stale: u64, checked: u64) -> Admit {
         if !self.cfg.enabled || stale == 0 {
             return Admit::Evict;
         }
@@ -175,21 +207,23 @@ impl StormGuard {
         {
             st.recent.pop_front();
         }
-        if now < st.calm_until {
+        if now < st.calm_until && !self.silent_again(&st, now) {
             return Admit::Evict;
         }
         let recent: u64 = st.recent.iter().map(|&(_, n)| n).sum();
-        let population = st.population.values().sum::<u64>() + recent;
+        let population = st.population.values().sum::<u64>().max(checked) + recent;
         if population < self.cfg.min_members {
             return Admit::Evict;
         }
-        let silent = st.freshest.is_some_and(|f| now - f > self.ttl / 2.0);
+        let silent = self.silent(&st, now);
         let due = if silent { population } else { recent + stale };
         if due < self.cfg.min_members || (due as f64) <= self.cfg.share * population as f64 {
             return Admit::Evict;
         }
         let until = now + self.cfg.hold.map_or(self.ttl, |h| h.as_secs_f64());
         st.hold_until = Some(until);
+        st.held_from = now;
+        st.silent_hold = silent;
         self.metrics.holding.set(1);
         self.metrics.holds.inc();
         tracing::warn!(
@@ -202,6 +236,17 @@ impl StormGuard {
             100.0 * due as f64 / population.max(1) as f64
         );
         Admit::Hold(until)
+    }
+
+    /// No heartbeat seen for half a ttl.
+    fn silent(&self, st: &State, now: f64) -> bool {
+        st.freshest.is_some_and(|f| now - f > self.ttl / 2.0)
+    }
+
+    /// In the calm after a hold the members still stale may go, unless heartbeats came back
+    /// since the hold began and have stopped again: that is a new storm.
+    fn silent_again(&self, st: &State, now: f64) -> bool {
+        self.silent(st, now) && st.freshest.is_some_and(|f| f > st.held_from)
     }
 
     /// `members` were evicted at `now`.
@@ -237,14 +282,14 @@ mod tests {
         g.population(&NodeId::new("a"), 1000);
         g.heartbeat(100.0);
         // Half a ttl without any heartbeat: the first zombie of the wave is held.
-        assert_eq!(g.admit(106.0, 1), Admit::Hold(116.0));
-        assert_eq!(g.admit(110.0, 50), Admit::Hold(116.0));
+        assert_eq!(g.admit(106.0, 1, 0), Admit::Hold(116.0));
+        assert_eq!(g.admit(110.0, 50, 0), Admit::Hold(116.0));
         assert!(g.holding(115.0));
         assert_eq!((g.metrics.holding.get(), g.metrics.holds.get()), (1, 1));
         // The hold ends: whatever is still stale goes, and the guard stays calm for a ttl.
-        assert_eq!(g.admit(116.0, 900), Admit::Evict);
+        assert_eq!(g.admit(116.0, 900, 0), Admit::Evict);
         g.evicted(116.0, 900);
-        assert_eq!(g.admit(120.0, 50), Admit::Evict);
+        assert_eq!(g.admit(120.0, 50, 0), Admit::Evict);
         assert!(!g.holding(120.0));
         assert_eq!(g.metrics.holding.get(), 0);
     }
@@ -260,7 +305,7 @@ mod tests {
         // A witness's heartbeat clears it.
         g.heartbeat(105.5);
         assert!(!g.suspects_silence(106.0));
-        assert_eq!(g.admit(106.0, 10), Admit::Evict);
+        assert_eq!(g.admit(106.0, 10, 0), Admit::Evict);
     }
 
     #[test]
@@ -268,12 +313,78 @@ mod tests {
         let g = guard();
         g.population(&NodeId::new("a"), 1000);
         g.heartbeat(105.0);
-        assert_eq!(g.admit(106.0, 30), Admit::Evict, "not silent, a few");
+        assert_eq!(g.admit(106.0, 30, 0), Admit::Evict, "not silent, a few");
         g.evicted(106.0, 30);
         let small = guard();
         small.population(&NodeId::new("a"), 60);
         small.heartbeat(0.0);
-        assert_eq!(small.admit(100.0, 60), Admit::Evict, "under min_members");
+        assert_eq!(small.admit(100.0, 60, 0), Admit::Evict, "under min_members");
+    }
+
+    #[test]
+    fn a_silent_hold_lasts_a_ttl_past_the_first_heartbeat_back() {
+        let g = guard();
+        g.population(&NodeId::new("a"), 1000);
+        g.heartbeat(100.0);
+        assert_eq!(g.admit(106.0, 1, 0), Admit::Hold(116.0));
+        // The apps come back late in the hold, each at its own phase: every user is written
+        // within a ttl of the first heartbeat.
+        g.heartbeat(115.0);
+        assert_eq!(g.admit(116.0, 400, 0), Admit::Hold(125.0));
+        g.heartbeat(116.0);
+        assert_eq!(g.admit(124.0, 10, 0), Admit::Hold(125.0), "extended once");
+        g.heartbeat(124.5);
+        assert_eq!(g.admit(125.0, 10, 0), Admit::Evict);
+        assert_eq!(g.metrics.holds.get(), 1);
+    }
+
+    #[test]
+    fn a_new_silence_after_heartbeats_came_back_trips_even_in_the_calm() {
+        let g = guard();
+        g.population(&NodeId::new("a"), 1000);
+        g.heartbeat(100.0);
+        assert_eq!(g.admit(106.0, 1, 0), Admit::Hold(116.0));
+        g.heartbeat(108.0);
+        g.heartbeat(117.5);
+        // The hold ends at 118; the members still stale go in the calm that follows.
+        assert_eq!(g.admit(118.0, 600, 0), Admit::Evict);
+        g.evicted(118.0, 600);
+        // The apps that came back stop again at 119: silence from 124, within the calm.
+        g.heartbeat(119.0);
+        assert_eq!(g.admit(123.0, 10, 0), Admit::Evict, "not silent yet");
+        assert!(g.suspects_silence(124.5));
+        assert_eq!(g.admit(124.5, 10, 0), Admit::Hold(134.5));
+    }
+
+    #[test]
+    fn an_outage_of_redis_is_not_silence() {
+        let g = guard();
+        g.population(&NodeId::new("a"), 1000);
+        g.heartbeat(100.0);
+        // Redis answered again at 108 after 8 s away: a check judging at the outage's start
+        // (the credit) or soon after sees no silence.
+        g.outage_ended(108.0);
+        assert_eq!(g.admit(100.5, 30, 0), Admit::Evict);
+        assert!(!g.suspects_silence(110.0));
+        assert_eq!(g.admit(110.0, 30, 0), Admit::Evict);
+        // Nothing written for half a ttl after it: silence.
+        assert!(g.suspects_silence(113.5));
+        assert_eq!(g.metrics.holds.get(), 0);
+    }
+
+    #[test]
+    fn a_backlog_is_held_before_the_population_is_known() {
+        let g = guard();
+        // The first check of a start-up walk: 1,000 members read, 600 of them stale.
+        assert_eq!(g.admit(100.0, 600, 1000), Admit::Hold(110.0));
+        let small = guard();
+        assert_eq!(
+            small.admit(100.0, 60, 100),
+            Admit::Evict,
+            "under min_members"
+        );
+        let few = guard();
+        assert_eq!(few.admit(100.0, 400, 1000), Admit::Evict, "under the share");
     }
 
     #[test]
@@ -284,7 +395,7 @@ mod tests {
         for t in 0..10u32 {
             let now = 100.0 + f64::from(t) * 0.1;
             g.heartbeat(now);
-            if g.admit(now, 100) == Admit::Evict {
+            if g.admit(now, 100, 0) == Admit::Evict {
                 g.evicted(now, 100);
                 g.population(&NodeId::new("a"), 600 - 100 * u64::from(t + 1));
             } else {

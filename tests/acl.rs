@@ -99,8 +99,9 @@ fn without_publish_nothing_is_evicted_and_the_error_says_why() {
     let (code, stdout, stderr) = sweep_as(&server, "mute");
     assert_eq!(code, 1, "{stdout}{stderr}");
     assert!(
-        stderr.contains("the Redis user may not run PUBLISH on presence:")
-            && stderr.contains("NOPERM"),
+        stderr.contains(
+            "the Redis user may not run PUBLISH on the channel presence:{conversation_id}:events"
+        ) && stderr.contains("NOPERM"),
         "{stderr}"
     );
     let mut con = server.con();
@@ -113,7 +114,7 @@ fn without_publish_nothing_is_evicted_and_the_error_says_why() {
 }
 
 #[test]
-fn without_a_key_pattern_the_error_names_the_key() {
+fn without_a_key_pattern_the_error_names_the_pattern_not_a_key() {
     let server = RedisServer::start();
     let mut con = server.con();
     let _: () = redis::cmd("ACL")
@@ -131,9 +132,11 @@ fn without_a_key_pattern_the_error_names_the_key() {
     let (code, _, stderr) = sweep_as(&server, "elsewhere");
     assert_eq!(code, 1, "{stderr}");
     assert!(
-        stderr.contains("may not run ZCOUNT on presence:"),
+        stderr.contains("may not run ZCOUNT on the keys presence:*:online"),
         "{stderr}"
     );
+    // Conversation ids stay out of error lines.
+    assert!(!stderr.contains("presence:c"), "{stderr}");
 }
 
 /// Refused MULTI: the preflight stops before sending anything else, so none of its probes run

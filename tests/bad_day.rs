@@ -74,8 +74,8 @@ impl Apps {
     }
 }
 
-/// Members of the apps' conversations now.
-fn members(server: &RedisServer, conversations: usize) -> u64 {
+/// How many members the apps' conversations hold now.
+fn population(server: &RedisServer, conversations: usize) -> u64 {
     let mut con = server.con();
     (0..conversations)
         .map(|c| {
@@ -160,7 +160,7 @@ async fn stall_makes_no_false_leaves(extra: &str, late_zombies: usize) {
     let d = Binary::spawn(&online(extra), &["--redis-url", &server.url()], &[]);
     d.wait_ready(Duration::from_secs(10));
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(members(&server, 200), 1000, "the apps heartbeat");
+    assert_eq!(population(&server, 200), 1000, "the apps heartbeat");
 
     apps.pause(true);
     let now = redis_now(&mut con);
@@ -259,7 +259,7 @@ async fn storm_guard_holds(server_args: &[&str], extra: &str, replicas: usize) {
             .join("\n---\n")
     };
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(members(&server, 200), 1000, "the apps heartbeat");
+    assert_eq!(population(&server, 200), 1000, "the apps heartbeat");
 
     // A 4.5 s gap, with a ttl of 3 s.
     apps.pause(true);
@@ -434,6 +434,8 @@ async fn ids_cannot_forge_text_log_lines() {
     );
     assert!(!log.contains('\x1b'), "a raw escape: {log}");
     assert!(log.contains("u1\\n2026-12-01"), "the id escaped: {log}");
+    // Nor a forged field within a line: the id's spaces are escaped too.
+    assert!(!log.contains("WARN presence_sweeper: FORGED"), "{log}");
     assert!(!log.contains(&long), "a long id is cut: {log}");
     assert!(log.contains("(+4032 bytes)"), "{log}");
 }
@@ -551,6 +553,25 @@ fn a_wrong_password_is_named_and_sighup_recovers() {
         .arg("pubsub")
         .query(&mut con);
     wait_unready(&d, "Redis refused the credentials");
+    d.wait_for_log(
+        "Redis refused the daemon's credentials",
+        2,
+        Duration::from_secs(5),
+    );
+    // Refused, the daemon asks again at a steady pace: before, it counted some 900,000
+    // refusals a second, spinning a core.
+    let refusals = || {
+        support::metric(
+            &support::scrape(d.http_addr()),
+            "presence_sweeper_redis_failures_total",
+            &[("kind", "credentials")],
+        )
+        .unwrap()
+    };
+    let before = refusals();
+    std::thread::sleep(Duration::from_secs(2));
+    let per_2s = refusals() - before;
+    assert!(per_2s < 100.0, "{per_2s} refusals in 2 s");
     std::fs::write(&pw, "second-pw\n").unwrap();
     d.signal("HUP");
     d.wait_for_log("reconnecting with them", 1, Duration::from_secs(10));

@@ -102,6 +102,26 @@ impl TlsConfig {
 }
 
 impl RedisConfig {
+    /// Where the daemon connects, as messages name it (passwords redacted): the URL, the
+    /// cluster's seeds or the primary and its sentinels.
+    pub fn describe(&self) -> String {
+        let join = |urls: &[String]| {
+            urls.iter()
+                .map(|u| redact_url(u))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self.mode {
+            RedisMode::Standalone => redact_url(&self.url),
+            RedisMode::Cluster => format!("cluster {}", join(&self.nodes)),
+            RedisMode::Sentinel => format!(
+                "primary {:?} via sentinels {}",
+                self.master_name.as_deref().unwrap_or_default(),
+                join(&self.sentinels)
+            ),
+        }
+    }
+
     pub(super) fn from_table(t: &mut Table) -> Result<Self, ConfigError> {
         let mode_field = t.string("mode")?;
         let mode = match mode_field.value.as_str() {

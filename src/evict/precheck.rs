@@ -12,7 +12,7 @@ use redis::Value;
 
 use super::Cutoff;
 use crate::Error;
-use crate::reply::{ReplyError, int, is_moved, parse_time, single_score};
+use crate::reply::{ReplyError, int, is_moved, refusal, single_score};
 use crate::store::{Packed, SendPacked};
 
 /// What [`read`] asks of each key.
@@ -176,13 +176,7 @@ where
     }
     let mut replies = replies.into_iter();
     let time = match timed {
-        true => Some(
-            replies
-                .next()
-                .as_ref()
-                .and_then(parse_time)
-                .ok_or_else(|| ReplyError::new("TIME is not a time"))?,
-        ),
+        true => Some(crate::reply::time(replies.next().as_ref())?),
         false => None,
     };
     let mut out = Vec::with_capacity(keys.len());
@@ -206,6 +200,9 @@ fn id_bytes(v: &Value) -> usize {
     }
 }
 
+/// What a refused read names as its target; a sweep names its keys' pattern instead.
+pub(crate) const KEY_TARGET: &str = "a key it checks";
+
 /// One key's replies.
 fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, Error> {
     for (i, reply) in replies.iter().enumerate() {
@@ -213,10 +210,12 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
             Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(KeyStatus::NotZset),
             Value::ServerError(e) if is_moved(e.code()) => return Ok(KeyStatus::Moved),
             Value::ServerError(e) if e.code() == "NOPERM" => {
+                tracing::debug!(key = %crate::logging::Id(key), "the ACL refused a read of this key");
                 return Err(Error::Permission {
                     command: what.command(i).into(),
-                    target: crate::logging::Id(key).to_string(),
-                    detail: format!("NOPERM {}", e.details().unwrap_or_default()),
+                    // Not the key: error logs and /readyz show this, and it holds an id.
+                    target: KEY_TARGET.into(),
+                    detail: refusal(reply).unwrap_or_default(),
                 });
             }
             Value::ServerError(e) => return Err(redis::RedisError::from(e.clone()).into()),

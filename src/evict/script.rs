@@ -98,6 +98,54 @@ impl EvictScript {
         self.script.get_hash()
     }
 
+    /// `EVALSHA` of `keys` with `params`, the command's name first.
+    fn argv(&self, keys: &[Vec<u8>], params: &Params) -> Vec<Vec<u8>> {
+        let unit = |secs: f64| format!("{:?}", params.unit.from_seconds(secs));
+        let mut argv: Vec<Vec<u8>> = Vec::with_capacity(10 + keys.len());
+        argv.push(b"EVALSHA".to_vec());
+        argv.push(self.hash().as_bytes().to_vec());
+        argv.push(keys.len().to_string().into_bytes());
+        argv.extend(keys.iter().cloned());
+        argv.extend(
+            [
+                format!("{:?}", params.unit.from_duration(params.ttl)),
+                match params.unit {
+                    ScoreUnit::Seconds => "s",
+                    ScoreUnit::Milliseconds => "ms",
+                }
+                .to_owned(),
+                CHUNK.to_string(),
+                params.budget.to_string(),
+                params.roster.to_string(),
+                params.clock.fixed().map_or_else(String::new, unit),
+                params.judge_by.map_or_else(String::new, unit),
+            ]
+            .map(String::into_bytes),
+        );
+        argv
+    }
+
+    /// A call on `key` that does nothing even if it ran (a budget of 0: the script returns at
+    /// once; and a window so long that nothing is stale), for the preflight to queue and
+    /// discard.
+    pub(crate) fn idle_call(&self, key: &[u8]) -> redis::Cmd {
+        let params = Params {
+            ttl: std::time::Duration::MAX,
+            unit: ScoreUnit::Seconds,
+            budget: 0,
+            roster: 0,
+            clock: Clock::Redis,
+            judge_by: None,
+        };
+        let mut argv = self.argv(&[key.to_vec()], &params).into_iter();
+        let mut cmd = redis::cmd("EVALSHA");
+        argv.next();
+        for arg in argv {
+            cmd.arg(arg);
+        }
+        cmd
+    }
+
     /// Sweeps `keys` in one call. EVALSHA, and if Redis lost the script (NOSCRIPT after a
     /// restart or a `SCRIPT FLUSH`) `SCRIPT LOAD` and EVALSHA again, in one round trip.
     pub(crate) async fn call(
@@ -106,26 +154,9 @@ impl EvictScript {
         keys: &[Vec<u8>],
         params: &Params,
     ) -> Result<Reply, crate::Error> {
-        let unit = |secs: f64| format!("{:?}", params.unit.from_seconds(secs));
-        let args = [
-            keys.len().to_string(),
-            format!("{:?}", params.unit.from_duration(params.ttl)),
-            match params.unit {
-                ScoreUnit::Seconds => "s",
-                ScoreUnit::Milliseconds => "ms",
-            }
-            .to_owned(),
-            CHUNK.to_string(),
-            params.budget.to_string(),
-            params.roster.to_string(),
-            params.clock.fixed().map_or_else(String::new, unit),
-            params.judge_by.map_or_else(String::new, unit),
-        ];
+        let argv = self.argv(keys, params);
         let eval = |batch: &mut Packed| {
-            let mut argv: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
-            argv.extend([&b"EVALSHA"[..], self.hash().as_bytes(), args[0].as_bytes()]);
-            argv.extend(keys.iter().map(Vec::as_slice));
-            argv.extend(args[1..].iter().map(String::as_bytes));
+            let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
             batch.command(&argv);
         };
         let size = keys.iter().map(|k| k.len() + 16).sum::<usize>() + 256;

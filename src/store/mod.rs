@@ -82,7 +82,7 @@ impl Store {
             .await
             .unwrap_or_else(|_| Err(timed_out("connect timed out")))
             .map_err(|cause| Error::Connect {
-                url: describe(cfg),
+                url: cfg.describe(),
                 cause,
             })
     }
@@ -101,8 +101,8 @@ impl Store {
     /// primary of the cluster as its own topology reports them now (so a pass after a failover
     /// or a resharding scans the new layout).
     ///
-    /// Each node comes with its data-path `Wire` when the server speaks plain TCP or a unix
-    /// socket: the one of the last pass while it lives, a new one otherwise.
+    /// Each node comes with its data-path `Wire` (over TCP, TLS or a unix socket): the one of
+    /// the last pass while it lives, a new one otherwise.
     pub async fn nodes(&self) -> Result<Vec<Node>, Error> {
         let nodes: Vec<(Node, Client)> = match &*self.backend {
             Backend::Standalone(_, client) => {
@@ -384,25 +384,6 @@ pub(crate) async fn subscriber(cfg: &RedisConfig) -> Result<redis::aio::PubSub, 
             url: redact_url(&cfg.url),
             cause,
         })
-}
-
-/// What a connection error should name: the URL, the seeds or the sentinels.
-fn describe(cfg: &RedisConfig) -> String {
-    let join = |urls: &[String]| {
-        urls.iter()
-            .map(|u| redact_url(u))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match cfg.mode {
-        RedisMode::Standalone => redact_url(&cfg.url),
-        RedisMode::Cluster => format!("cluster {}", join(&cfg.nodes)),
-        RedisMode::Sentinel => format!(
-            "primary {:?} via sentinels {}",
-            cfg.master_name.as_deref().unwrap_or_default(),
-            join(&cfg.sentinels)
-        ),
-    }
 }
 
 fn timed_out(what: &'static str) -> redis::RedisError {

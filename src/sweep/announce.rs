@@ -91,7 +91,13 @@ impl Sweep {
         let command = self.publish_command().as_bytes();
         for (member, score) in removed {
             let last_seen = self.config.score_unit.to_seconds(*score);
-            ctx.observer.member_evicted(now - (last_seen + ttl));
+            // A score before 1970 (`-inf`, one written by hand) is no heartbeat time: its lag
+            // would only skew the histogram's sum.
+            ctx.observer.member_evicted(if last_seen > 0.0 {
+                now - (last_seen + ttl)
+            } else {
+                f64::INFINITY
+            });
             tracing::debug!(
                 sweep = %self.config.name,
                 conversation_id = %crate::logging::Id(conversation_id),

@@ -112,7 +112,18 @@ impl Sweep {
         {
             // Check the permissions again next time: the failure may be a changed ACL.
             self.forget_preflight(&node);
-            out.error = Some(e);
+            out.error = Some(match e {
+                Error::Permission {
+                    command,
+                    target,
+                    detail,
+                } if target == precheck::KEY_TARGET => Error::Permission {
+                    command,
+                    target: format!("the keys {}", self.config.pattern.glob()),
+                    detail,
+                },
+                e => e,
+            });
         }
         if opts.guarded {
             self.guard.evicted(opts.now, out.counts.evicted);
@@ -161,6 +172,9 @@ impl Sweep {
         // What a tracking read saw of each stale key, should the guard hold its eviction.
         let mut seen: HashMap<usize, KeyRead> = HashMap::new();
         let mut newest = f64::NEG_INFINITY;
+        // Members of the keys read: at least this many are the sweep's, even before their
+        // checks are counted in its population (a backlog found by the first walk).
+        let mut members = 0;
         if opts.track {
             // Ids as long as the probe saw bound this check's calls, before they bring any back.
             let (mut n, mut bytes, mut longest) = (0, 0, 0);
@@ -185,6 +199,7 @@ impl Sweep {
                 KeyStatus::Set(read) => read,
             };
             newest = newest.max(read.newest.unwrap_or(f64::NEG_INFINITY));
+            members += read.card;
             if opts.track {
                 let KeyRead { card, oldest, .. } = read;
                 match oldest {
@@ -229,7 +244,7 @@ impl Sweep {
                     self.heard(read.newest.unwrap_or(f64::NEG_INFINITY), opts.now);
                 }
             }
-            if let Admit::Hold(until) = self.guard.admit(opts.now, zombies) {
+            if let Admit::Hold(until) = self.guard.admit(opts.now, zombies, members) {
                 // Nothing is removed: tracked keys are looked at again when the hold ends, the
                 // others at the next walk.
                 for (i, _) in stale {

@@ -122,11 +122,16 @@ impl Sweep {
         // A sharded publish in a cluster goes to the channel's own shard: probe it there.
         let routed_publish = self.sharded_pubsub && node.needs_slot_groups();
         let publish = (!routed_publish).then(|| self.publish_command());
+        let template = self.config.channel.to_string();
+        let names = preflight::Names {
+            keys: self.config.pattern.glob(),
+            channel: &template,
+        };
         let mut con = store.dedicated(node).await?;
-        preflight::check(&mut con, key, &channel, publish, &self.script).await?;
+        preflight::check(&mut con, key, &channel, names, publish, &self.script).await?;
         if routed_publish {
             let mut con = store.dedicated_for_key(&channel).await?;
-            preflight::check_sharded_publish(&mut con, &channel).await?;
+            preflight::check_sharded_publish(&mut con, &channel, names).await?;
         }
         self.preflights
             .lock()
@@ -153,8 +158,8 @@ pub trait Observer: Send + Sync {
     }
     /// Work moved on (a SCAN page or a reply came back); feeds liveness.
     fn progress(&self) {}
-    /// A member was evicted `lag_seconds` after its window closed (infinite for a score of
-    /// `-inf`).
+    /// A member was evicted `lag_seconds` after its window closed (infinite for a score before
+    /// 1970: `-inf`, or one written by hand).
     fn member_evicted(&self, lag_seconds: f64) {
         let _ = lag_seconds;
     }
