@@ -3,7 +3,6 @@
 
 use tokio::time::{Duration, Instant};
 
-use crate::reply::{ReplyError, parse_time};
 use crate::store::{Packed, SendPacked, all_ok};
 
 /// Redis's clock now, in Unix seconds, by one `TIME` round trip.
@@ -14,10 +13,7 @@ where
     let mut batch = Packed::default();
     batch.command(&[b"TIME"]);
     let replies = all_ok(con.send_packed(batch).await?)?;
-    Ok(replies
-        .first()
-        .and_then(parse_time)
-        .ok_or_else(|| ReplyError::new("TIME is not a time"))?)
+    Ok(crate::reply::time(replies.first())?)
 }
 
 /// Redis's clock, as last read, and when.

@@ -2,7 +2,7 @@
 //!
 //! Lines are handed to a writer thread (`tracing-appender`'s non-blocking writer) through a
 //! bounded queue: a log reader that stalls (a full pipe, a slow journald) blocks that thread, not
-//! the sweeps, and once [`QUEUE_LINES`] lines wait, new ones are dropped and counted. A write that
+//! the sweeps, and once `QUEUE_LINES` lines wait, new ones are dropped and counted. A write that
 //! fails (a closed pipe, `EPIPE`; a full disk, `ENOSPC`) drops its line and is counted too: it
 //! never reaches `tracing-subscriber`'s own error report, an `eprintln!` that would panic on the
 //! same broken stderr and take the logging task with it. The metrics report both counts.

@@ -2,7 +2,7 @@
 //! and evicted. The `sweep` command runs one; the daemon checks keys at their deadlines instead
 //! and walks only to find keys it does not know.
 //!
-//! One walk per primary serves every sweep of the pass ([`crate::walk`]); primaries are walked a
+//! One walk per primary serves every sweep of the pass (`walk`); primaries are walked a
 //! few at a time, each with its own cursor. Each sweep's keys are cut into batches kept in flight
 //! a few at a time, so Redis never waits for the sweeper, and at most a few batches of keys wait
 //! at once, so memory does not grow with the keyspace.

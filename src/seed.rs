@@ -31,8 +31,6 @@ const IN_FLIGHT: usize = 4;
 const NOISE_PER_PIPELINE: u64 = 1_000;
 /// Members of each typing key (fewer when `--members` is smaller): few people type at once.
 pub const TYPING_MEMBERS: u32 = 3;
-/// The sweep whose keys `--typing` seeds.
-pub const TYPING_SWEEP: &str = "typing";
 
 /// What to seed, resolved from the `seed` command's arguments.
 #[derive(Debug, Clone)]
@@ -146,7 +144,9 @@ pub fn plan(config: &Config, opts: &SeedOptions) -> Result<Plan, SeedError> {
     }
     let main = config.select_sweeps(std::slice::from_ref(&opts.sweep))?[0];
     let typing = if opts.typing {
-        let sweep = config.sweep(TYPING_SWEEP).ok_or(SeedError::NoTypingSweep)?;
+        let sweep = config
+            .sweep(crate::config::TYPING_SWEEP)
+            .ok_or(SeedError::NoTypingSweep)?;
         Some(key_set(
             sweep,
             opts.members.min(TYPING_MEMBERS),

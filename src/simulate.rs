@@ -40,8 +40,6 @@ use crate::loopback::{self, NotLoopback};
 use crate::pattern::CONVERSATION_ID;
 use crate::store::{self, Store};
 
-/// The sweep whose keys `--typing` writes.
-pub const TYPING_SWEEP: &str = "typing";
 /// Longest `--duration`: the run must end on its own.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 /// Worker tasks at most.
@@ -158,7 +156,7 @@ pub fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateErr
     let typing = match opts.typing {
         true => Some(
             config
-                .sweep(TYPING_SWEEP)
+                .sweep(crate::config::TYPING_SWEEP)
                 .ok_or(SimulateError::NoTypingSweep)?
                 .clone(),
         ),

@@ -3,7 +3,7 @@
 mod support;
 
 use redis::Commands;
-use support::{RedisServer, free_port, redis_now, run_binary, write_file};
+use support::{RedisServer, free_port, run_binary, write_file};
 
 fn check_config(toml: &str, env: &[(&str, &str)]) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -166,21 +166,13 @@ fn flags_override_environment() {
 fn one_shot_sweep_prints_a_summary_per_sweep() {
     let server = RedisServer::start();
     let mut con = server.con();
-    let now = redis_now(&mut con);
-    for c in 0..3 {
-        let _: () = con
-            .zadd_multiple(
-                format!("presence:c{c}:online"),
-                &[(now - 100.0, "gone"), (now, "here")],
-            )
-            .unwrap();
-        let _: () = con
-            .zadd_multiple(
-                format!("presence:c{c}:typing"),
-                &[(now - 10.0, "stopped"), (now, "typing")],
-            )
-            .unwrap();
-    }
+    let keys = (0..3).flat_map(|c| {
+        [
+            format!("presence:c{c}:online"),
+            format!("presence:c{c}:typing"),
+        ]
+    });
+    support::seed_keys(&mut con, keys, 1, 1);
     let url = server.url();
     let (code, stdout, stderr) = run_binary(&["--redis-url", &url, "sweep", "--dry-run"], &[]);
     assert_eq!(code, 0, "{stderr}");

@@ -59,9 +59,7 @@ fn remaining(cluster: &RedisCluster, prefix: &str, conversations: usize) -> (usi
     let mut con = cluster.con();
     let (mut zombies, mut live) = (0, 0);
     for c in 0..conversations {
-        let members: Vec<String> = con
-            .zrange(format!("presence:{prefix}{c}:online"), 0, -1)
-            .unwrap();
+        let members = support::members(&mut con, &format!("presence:{prefix}{c}:online"));
         zombies += members.iter().filter(|m| m.starts_with("zombie")).count();
         live += members.iter().filter(|m| m.starts_with("live")).count();
     }

@@ -44,8 +44,7 @@ fn rediss_with_our_own_ca() {
     let (code, stdout, stderr) = sweep(server.port, &tls_toml(&certs, "ca.crt", false));
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("evicted=1 events_published=1"), "{stdout}");
-    let left: Vec<String> = con.zrange("presence:c1:online", 0, -1).unwrap();
-    assert_eq!(left, ["live"]);
+    assert_eq!(support::members(&mut con, "presence:c1:online"), ["live"]);
     let event: serde_json::Value =
         serde_json::from_slice(sub.get_message().unwrap().get_payload_bytes()).unwrap();
     assert_eq!(
@@ -89,8 +88,11 @@ fn a_wrong_ca_fails_clearly() {
     );
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    let left: Vec<String> = con.zrange("presence:c1:online", 0, -1).unwrap();
-    assert_eq!(left.len(), 2, "nothing was touched");
+    assert_eq!(
+        support::members(&mut con, "presence:c1:online").len(),
+        2,
+        "nothing was touched"
+    );
 }
 
 #[test]

@@ -35,6 +35,9 @@ const RESERVED_NAMES: &[&str] = &[
 
 /// Environment variable prefix: `PRESENCE_SWEEPER__REDIS__URL` sets `redis.url`.
 pub const ENV_PREFIX: &str = "PRESENCE_SWEEPER";
+/// The built-in sweep of typing indicators, whose keys `seed --typing` and `simulate --typing`
+/// write.
+pub const TYPING_SWEEP: &str = "typing";
 /// Separator between the prefix and each key segment in environment variable names.
 pub const ENV_SEPARATOR: &str = "__";
 

@@ -179,7 +179,7 @@ fn multi_refused(
 
 /// `TIME` as Unix seconds.
 fn read_time(r: &mut Reader<'_>) -> Result<f64, Error> {
-    let bad = || ReplyError::new("TIME is not a time");
+    let bad = crate::reply::not_a_time;
     if r.item()? != Item::Array(2) {
         return Err(bad().into());
     }

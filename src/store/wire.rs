@@ -4,8 +4,8 @@
 //! Why not redis-rs's connection: profiling a pass showed more than half of the sweeper's CPU in
 //! its general-purpose reply parser, and a pass is nothing but replies (a SCAN page of a thousand
 //! keys, a count per key, a transaction's members). This reader walks the bytes once to find
-//! where a reply ends, then builds it with exact-size allocations. Commands are still encoded by
-//! redis-rs, and replies are still [`redis::Value`]s, so everything above sees the same types.
+//! where a reply ends, then builds it with exact-size allocations. Commands are encoded by hand
+//! (`packed`), and replies are still [`redis::Value`]s, so everything above sees the same types.
 //!
 //! Scope: the data path, over plain TCP, TLS (tokio-rustls, with the certificates redis-rs would
 //! use: see `tls`) and unix sockets. Every other use of Redis keeps redis-rs's connections
