@@ -657,6 +657,39 @@ async fn discovery_starts_with_small_pages() {
     assert_eq!(counts[..2], [62, 124]);
 }
 
+/// A full pass reads no ids before it evicts: it looks at a stale key's lowest member first, so
+/// that 300 zombies of 16 KiB (about 5 MB) are not asked for in one transaction's reply but go
+/// to the script, in calls sized to about 4 MiB, starting small.
+#[tokio::test]
+async fn a_full_pass_sizes_its_first_calls_by_the_ids_it_meets() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let now = redis_now(&mut con);
+    let mut cmd = redis::cmd("ZADD");
+    cmd.arg("presence:long:online");
+    for n in 0..300 {
+        cmd.arg(now - 100.0)
+            .arg(format!("gone{n:04}-{}", "x".repeat(16 * 1024)));
+    }
+    cmd.arg(now).arg("here");
+    let _: () = cmd.query(&mut con).unwrap();
+    log_every_command(&mut con);
+    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    assert_eq!(report.counts.evicted, 300);
+    assert_eq!(members(&mut con, "presence:long:online"), ["here"]);
+    let calls: Vec<Vec<String>> = logged(&mut con, "EVALSHA")
+        .into_iter()
+        .filter(|args| args.get(7).is_some_and(|b| b != "0"))
+        .collect();
+    assert!(!calls.is_empty(), "the key went to the script");
+    // The script reads zombies a LIMIT at a time; a transaction would have asked for all.
+    let unbounded = logged(&mut con, "ZRANGE").into_iter().any(|args| {
+        let has = |word: &str| args.iter().any(|a| a.eq_ignore_ascii_case(word));
+        has("BYSCORE") && !has("LIMIT")
+    });
+    assert!(!unbounded, "no transaction asked for the zombies at once");
+}
+
 /// A key with more zombies than one call may remove is swept by script calls whose budgets start
 /// small and double up to `evict.max_members_per_call`, for the same reason.
 #[tokio::test]

@@ -257,6 +257,28 @@ impl Sweep {
                 return Ok(());
             }
         }
+        // A full pass reads no ids before it evicts: before its first eviction, the lowest
+        // members of a few stale keys say how long this sweep's ids run (one round trip, once),
+        // so that 16 KiB ids do not make the first call's reply 8 MB.
+        let budget = if self.sizing.seen() || stale.is_empty() {
+            budget
+        } else {
+            let sample: Vec<&[u8]> = stale.iter().take(8).map(|&(i, _)| refs[i]).collect();
+            let reads = precheck::read(node, &sample, Read::Oldest).await?;
+            let ids: Vec<usize> = reads
+                .keys
+                .iter()
+                .filter_map(|r| r.set())
+                .map(|r| r.id_bytes)
+                .filter(|&n| n > 0)
+                .collect();
+            self.sizing.observe(
+                ids.len(),
+                ids.iter().sum(),
+                ids.iter().copied().max().unwrap_or(0),
+            );
+            self.sizing.budget(self.evict.max_members_per_call) as u64
+        };
         // Each transaction call removes at most `budget` members and brings back about
         // `CALL_BYTES` at most.
         let mut transactions: Vec<Vec<usize>> = Vec::new();

@@ -6,7 +6,7 @@
 //! its ids run and sizes calls to about [`CALL_BYTES`], and reads no more of a roster than an
 //! event of `events.max_bytes` can carry.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::events::ROSTER_LIMIT;
 
@@ -29,6 +29,8 @@ pub(crate) struct Sizing {
     longest: AtomicUsize,
     /// The longest event published.
     max_event: usize,
+    /// Whether any call has shown ids yet.
+    seen: AtomicBool,
 }
 
 impl Sizing {
@@ -37,6 +39,7 @@ impl Sizing {
             mean: AtomicUsize::new(FIRST_GUESS),
             longest: AtomicUsize::new(FIRST_GUESS),
             max_event,
+            seen: AtomicBool::new(false),
         }
     }
 
@@ -46,6 +49,7 @@ impl Sizing {
         if count == 0 {
             return;
         }
+        self.seen.store(true, Ordering::Relaxed);
         let mean = bytes / count;
         // Races between checks lose an observation at worst: this is an estimate.
         // Up at once, so that long ids bound the very next call; down slowly.
@@ -55,6 +59,11 @@ impl Sizing {
         let old = self.longest.load(Ordering::Relaxed);
         self.longest
             .store(longest.max(old - old / 8), Ordering::Relaxed);
+    }
+
+    /// Whether any ids were seen yet: until then the sizes are a guess.
+    pub(crate) fn seen(&self) -> bool {
+        self.seen.load(Ordering::Relaxed)
     }
 
     /// Most members one call may remove: `most`, or fewer when ids are long.
