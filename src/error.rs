@@ -55,6 +55,19 @@ pub enum Error {
 // twice ("Address already in use (os error 98): Address already in use (os error 98)").
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
+        // A refusal anywhere (a transaction, a script, a publish the ACL changed under): its
+        // text from Redis 7.2 on quotes the key or channel, which holds a conversation id, and
+        // this error reaches error logs and /readyz.
+        if e.code() == Some("NOPERM") {
+            return Self::Permission {
+                command: "a command".into(),
+                target: "a key or channel of a sweep".into(),
+                detail: format!(
+                    "NOPERM {}",
+                    crate::reply::without_names(e.detail().unwrap_or_default())
+                ),
+            };
+        }
         Self::Redis(e)
     }
 }

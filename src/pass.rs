@@ -201,6 +201,7 @@ impl Pass {
                         })
                         .collect();
                     let check_opts = CheckOpts {
+                        held_back: false,
                         now: time,
                         fixed: opts.clock.fixed(),
                         dry_run: opts.dry_run,

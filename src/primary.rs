@@ -60,6 +60,9 @@ const STALL: Duration = Duration::from_millis(1500);
 /// With nothing else to ask, the loop asks Redis for `TIME` this often, so that a gap in its
 /// replies is an outage, not a quiet moment.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// A judging instant this far behind Redis's clock (seconds) is held back, not merely read a
+/// moment ago.
+const HELD_BACK_S: f64 = 0.25;
 /// Between probes while Redis does not answer: how soon its return is seen.
 const PROBE_RETRY: Duration = Duration::from_millis(100);
 /// A key found due but not stale (a heartbeat raced its deadline, or clocks disagree) is looked
@@ -522,7 +525,9 @@ impl Run {
         // Walks start only when none runs: their timers would only spin meanwhile.
         if self.walk.is_none() {
             at(self.reconcile_at);
-            if self.sync_wanted {
+            // A walk waiting for a subscription is woken by its outcome or its retry, not by
+            // a timer that is already due (that would spin).
+            if self.sync_wanted && !self.subscription_pending(now) {
                 at(self.sync_after);
             }
         }
@@ -531,10 +536,12 @@ impl Run {
             Notify::Active(_) => at(self.next_ping),
             _ => {}
         }
-        if !self.probing
-            && let Some((replied, _)) = self.last_reply
-        {
-            at((replied + PROBE_EVERY).max(self.probe_after));
+        if !self.probing {
+            match self.last_reply {
+                Some((replied, _)) => at((replied + PROBE_EVERY).max(self.probe_after)),
+                // Never answered yet (a start, a loop after a failover): ask at the retry pace.
+                None => at(self.probe_after),
+            }
         }
         if let Some(t) = self.walk.as_ref().and_then(|w| w.next_page_at)
             && t > now
@@ -680,9 +687,6 @@ impl Run {
                 _ => outage,
             });
             self.outages.inc();
-            for t in &self.jobs {
-                t.job.sweep.guard().outage_ended(redis_now);
-            }
             tracing::warn!(
                 node = %self.id,
                 seconds = format_args!("{seconds:.1}"),
@@ -696,6 +700,12 @@ impl Run {
     /// The instant a check of a sweep of window `ttl` judges staleness at: Redis's "now", but
     /// never further than [`STALL`] past its last answer (the apps may not have been able to
     /// write either), and during an outage's credit the outage's start.
+    /// Whether staleness judged at `judge` is held back behind Redis's clock (see
+    /// [`CheckOpts::held_back`]).
+    fn held_back(&self, judge: f64) -> bool {
+        self.clock.is_some_and(|c| c.now() - judge > HELD_BACK_S)
+    }
+
     fn judge_at(&self, ttl: f64) -> Option<f64> {
         let now = self.clock?.now();
         let (_, last) = self.last_reply?;
@@ -856,6 +866,7 @@ impl Run {
                     track: true,
                     read_time: clock.at.elapsed() > CLOCK_REFRESH,
                     guarded: true,
+                    held_back: self.held_back(now),
                 };
                 let epoch = t.epoch;
                 let check = self.check(t, keys, opts);
@@ -882,7 +893,7 @@ impl Run {
         opts: CheckOpts,
     ) -> impl Future<Output = Checked> + Send + 'static {
         let witnesses: Vec<Vec<u8>> =
-            if opts.guarded && t.job.sweep.guard().suspects_silence(opts.now) {
+            if opts.guarded && !opts.held_back && t.job.sweep.guard().suspects_silence(opts.now) {
                 let pattern = &t.job.sweep.config().pattern;
                 t.index
                     .latest(WITNESSES)
@@ -927,6 +938,7 @@ impl Run {
                 }
                 let ttl = self.jobs[i].job.sweep.config().ttl.as_secs_f64();
                 let judge = self.judge_at(ttl);
+                let held_back = judge.is_some_and(|j| self.held_back(j));
                 let t = &mut self.jobs[i];
                 let epoch = t.epoch;
                 if t.direct.len() >= batch || (scan_done && !t.direct.is_empty()) {
@@ -939,6 +951,7 @@ impl Run {
                         track: false,
                         read_time: false,
                         guarded: true,
+                        held_back,
                     };
                     if t.direct.is_empty() {
                         t.direct_time = f64::INFINITY;
@@ -1650,7 +1663,7 @@ async fn subscribe(
         let pubsub = store.subscriber(&node).await?;
         match Subscription::start(pubsub, node.db(), &patterns, settings.command_timeout).await {
             Ok(sub) => Ok::<_, Error>(Ok(sub)),
-            Err(Error::Redis(e)) if e.code() == Some("NOPERM") => Ok(Err((
+            Err(Error::Permission { .. }) => Ok(Err((
                 format!(
                     "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
                     patterns.join(", "),

@@ -31,12 +31,21 @@ pub(crate) fn refusal(reply: &Value) -> Option<String> {
     if e.code() != "NOPERM" {
         return None;
     }
-    let mut reason = String::from("NOPERM ");
-    // Redis 7.2 and later quote the name: "... access the 'presence:c42:online' key".
-    for (i, part) in e.details().unwrap_or_default().split('\'').enumerate() {
+    Some(format!(
+        "NOPERM {}",
+        without_names(e.details().unwrap_or_default())
+    ))
+}
+
+/// Redis's reason for a refusal without the key or channel it quotes (Redis 7.2 and later:
+/// "... access the 'presence:c42:online' key"). Everything after an opening quote up to the
+/// closing one goes: a name that holds a quote itself loses its tail too.
+pub(crate) fn without_names(details: &str) -> String {
+    let mut reason = String::with_capacity(details.len());
+    for (i, part) in details.split('\'').enumerate() {
         reason.push_str(if i % 2 == 0 { part } else { "'…'" });
     }
-    Some(reason)
+    reason
 }
 
 /// Redis `TIME` from its two parts (seconds, microseconds) as Unix seconds.

@@ -22,8 +22,9 @@
 //! lasts at least a ttl past the first heartbeat that breaks it: apps that come back keep their
 //! own heartbeat periods, and each needs up to one to reach every user.
 //!
-//! An outage of Redis is not silence: the apps could not write meanwhile (and the outage
-//! credit spares their members), so silence is counted from the outage's end.
+//! An outage of Redis is not silence: the apps could not write meanwhile, and the outage
+//! credit spares their members. A check judged at an instant held back behind Redis's clock
+//! (Redis not answering, or a credit running on its primary) starts no hold.
 //!
 //! One guard per sweep, shared by every primary's loop. Several replicas each run their own, on
 //! the same evidence.
@@ -83,6 +84,10 @@ struct State {
     hold_until: Option<f64>,
     /// When the last hold began.
     held_from: f64,
+    /// The last hold was a new silence in the calm after another: the next calm lets the
+    /// stale members go whatever comes, so that sporadic writes (a join, a pinned member)
+    /// during a real stop cannot renew holds forever.
+    retripped: bool,
     /// The hold is for silence, and no heartbeat has broken it yet.
     silent_hold: bool,
     /// After a hold, the guard does not trip again before then.
@@ -146,14 +151,6 @@ impl StormGuard {
         }
     }
 
-    /// A primary answered again at `at` after an outage.
-    pub(crate) fn outage_ended(&self, at: f64) {
-        let mut st = self.state();
-        if at.is_finite() && st.freshest.is_some_and(|f| at > f) {
-            st.freshest = Some(at);
-        }
-    }
-
     /// Ends a hold whose time is up at `now`; returns whether the guard still holds.
     pub(crate) fn holding(&self, now: f64) -> bool {
         let mut st = self.state();
@@ -190,8 +187,9 @@ impl StormGuard {
     }
 
     /// Whether `stale` members may be evicted at `now` (Redis's clock), found by a check of
-    /// keys that hold `checked` members.
-    pub(crate) fn admit(&self, now: f64, stale: u64, checked: u64) -> Admit {
+    /// keys that hold `checked` members. `held_back`: `now` is behind Redis's clock (see the
+    /// module's notes); a hold under way still holds, but none starts.
+    pub(crate) fn admit(&self, now: f64, stale: u64, checked: u64, held_back: bool) -> Admit {
         if !self.cfg.enabled || stale == 0 {
             return Admit::Evict;
         }
@@ -200,6 +198,9 @@ impl StormGuard {
         if let Some(until) = st.hold_until {
             return Admit::Hold(until);
         }
+        if held_back {
+            return Admit::Evict;
+        }
         while st
             .recent
             .front()
@@ -207,7 +208,8 @@ impl StormGuard {
         {
             st.recent.pop_front();
         }
-        if now < st.calm_until && !self.silent_again(&st, now) {
+        let in_calm = now < st.calm_until;
+        if in_calm && !self.silent_again(&st, now) {
             return Admit::Evict;
         }
         let recent: u64 = st.recent.iter().map(|&(_, n)| n).sum();
@@ -223,6 +225,7 @@ impl StormGuard {
         let until = now + self.cfg.hold.map_or(self.ttl, |h| h.as_secs_f64());
         st.hold_until = Some(until);
         st.held_from = now;
+        st.retripped = in_calm;
         st.silent_hold = silent;
         self.metrics.holding.set(1);
         self.metrics.holds.inc();
@@ -246,7 +249,7 @@ impl StormGuard {
     /// In the calm after a hold the members still stale may go, unless heartbeats came back
     /// since the hold began and have stopped again: that is a new storm.
     fn silent_again(&self, st: &State, now: f64) -> bool {
-        self.silent(st, now) && st.freshest.is_some_and(|f| f > st.held_from)
+        !st.retripped && self.silent(st, now) && st.freshest.is_some_and(|f| f > st.held_from)
     }
 
     /// `members` were evicted at `now`.
@@ -282,14 +285,14 @@ mod tests {
         g.population(&NodeId::new("a"), 1000);
         g.heartbeat(100.0);
         // Half a ttl without any heartbeat: the first zombie of the wave is held.
-        assert_eq!(g.admit(106.0, 1, 0), Admit::Hold(116.0));
-        assert_eq!(g.admit(110.0, 50, 0), Admit::Hold(116.0));
+        assert_eq!(g.admit(106.0, 1, 0, false), Admit::Hold(116.0));
+        assert_eq!(g.admit(110.0, 50, 0, false), Admit::Hold(116.0));
         assert!(g.holding(115.0));
         assert_eq!((g.metrics.holding.get(), g.metrics.holds.get()), (1, 1));
         // The hold ends: whatever is still stale goes, and the guard stays calm for a ttl.
-        assert_eq!(g.admit(116.0, 900, 0), Admit::Evict);
+        assert_eq!(g.admit(116.0, 900, 0, false), Admit::Evict);
         g.evicted(116.0, 900);
-        assert_eq!(g.admit(120.0, 50, 0), Admit::Evict);
+        assert_eq!(g.admit(120.0, 50, 0, false), Admit::Evict);
         assert!(!g.holding(120.0));
         assert_eq!(g.metrics.holding.get(), 0);
     }
@@ -305,7 +308,7 @@ mod tests {
         // A witness's heartbeat clears it.
         g.heartbeat(105.5);
         assert!(!g.suspects_silence(106.0));
-        assert_eq!(g.admit(106.0, 10, 0), Admit::Evict);
+        assert_eq!(g.admit(106.0, 10, 0, false), Admit::Evict);
     }
 
     #[test]
@@ -313,12 +316,20 @@ mod tests {
         let g = guard();
         g.population(&NodeId::new("a"), 1000);
         g.heartbeat(105.0);
-        assert_eq!(g.admit(106.0, 30, 0), Admit::Evict, "not silent, a few");
+        assert_eq!(
+            g.admit(106.0, 30, 0, false),
+            Admit::Evict,
+            "not silent, a few"
+        );
         g.evicted(106.0, 30);
         let small = guard();
         small.population(&NodeId::new("a"), 60);
         small.heartbeat(0.0);
-        assert_eq!(small.admit(100.0, 60, 0), Admit::Evict, "under min_members");
+        assert_eq!(
+            small.admit(100.0, 60, 0, false),
+            Admit::Evict,
+            "under min_members"
+        );
     }
 
     #[test]
@@ -326,15 +337,19 @@ mod tests {
         let g = guard();
         g.population(&NodeId::new("a"), 1000);
         g.heartbeat(100.0);
-        assert_eq!(g.admit(106.0, 1, 0), Admit::Hold(116.0));
+        assert_eq!(g.admit(106.0, 1, 0, false), Admit::Hold(116.0));
         // The apps come back late in the hold, each at its own phase: every user is written
         // within a ttl of the first heartbeat.
         g.heartbeat(115.0);
-        assert_eq!(g.admit(116.0, 400, 0), Admit::Hold(125.0));
+        assert_eq!(g.admit(116.0, 400, 0, false), Admit::Hold(125.0));
         g.heartbeat(116.0);
-        assert_eq!(g.admit(124.0, 10, 0), Admit::Hold(125.0), "extended once");
+        assert_eq!(
+            g.admit(124.0, 10, 0, false),
+            Admit::Hold(125.0),
+            "extended once"
+        );
         g.heartbeat(124.5);
-        assert_eq!(g.admit(125.0, 10, 0), Admit::Evict);
+        assert_eq!(g.admit(125.0, 10, 0, false), Admit::Evict);
         assert_eq!(g.metrics.holds.get(), 1);
     }
 
@@ -343,48 +358,71 @@ mod tests {
         let g = guard();
         g.population(&NodeId::new("a"), 1000);
         g.heartbeat(100.0);
-        assert_eq!(g.admit(106.0, 1, 0), Admit::Hold(116.0));
+        assert_eq!(g.admit(106.0, 1, 0, false), Admit::Hold(116.0));
         g.heartbeat(108.0);
         g.heartbeat(117.5);
         // The hold ends at 118; the members still stale go in the calm that follows.
-        assert_eq!(g.admit(118.0, 600, 0), Admit::Evict);
+        assert_eq!(g.admit(118.0, 600, 0, false), Admit::Evict);
         g.evicted(118.0, 600);
         // The apps that came back stop again at 119: silence from 124, within the calm.
         g.heartbeat(119.0);
-        assert_eq!(g.admit(123.0, 10, 0), Admit::Evict, "not silent yet");
+        assert_eq!(g.admit(123.0, 10, 0, false), Admit::Evict, "not silent yet");
         assert!(g.suspects_silence(124.5));
-        assert_eq!(g.admit(124.5, 10, 0), Admit::Hold(134.5));
+        assert_eq!(g.admit(124.5, 10, 0, false), Admit::Hold(134.5));
     }
 
     #[test]
-    fn an_outage_of_redis_is_not_silence() {
+    fn a_check_held_back_by_an_outage_starts_no_hold() {
         let g = guard();
         g.population(&NodeId::new("a"), 1000);
         g.heartbeat(100.0);
-        // Redis answered again at 108 after 8 s away: a check judging at the outage's start
-        // (the credit) or soon after sees no silence.
-        g.outage_ended(108.0);
-        assert_eq!(g.admit(100.5, 30, 0), Admit::Evict);
-        assert!(!g.suspects_silence(110.0));
-        assert_eq!(g.admit(110.0, 30, 0), Admit::Evict);
-        // Nothing written for half a ttl after it: silence.
-        assert!(g.suspects_silence(113.5));
+        // Redis was away from 100 to 108: the credit judges at 100.5, long after the last
+        // heartbeat it could see. Nothing trips, whatever the count.
+        assert_eq!(g.admit(100.5, 900, 1000, true), Admit::Evict);
         assert_eq!(g.metrics.holds.get(), 0);
+        // A hold under way still holds those checks.
+        assert_eq!(g.admit(106.0, 1, 0, false), Admit::Hold(116.0));
+        assert_eq!(g.admit(107.0, 1, 0, true), Admit::Hold(116.0));
+    }
+
+    #[test]
+    fn sporadic_writes_in_a_real_stop_cannot_renew_holds_forever() {
+        let g = guard();
+        g.population(&NodeId::new("a"), 1000);
+        g.heartbeat(100.0);
+        assert_eq!(g.admit(106.0, 1, 0, false), Admit::Hold(116.0));
+        // One write (a join, say) in the hold extends it once, and then reads as heartbeats
+        // that came back and stopped: one more hold...
+        g.heartbeat(110.0);
+        assert_eq!(g.admit(120.0, 900, 0, false), Admit::Hold(130.0));
+        // (itself extended once by a write)...
+        g.heartbeat(125.0);
+        assert_eq!(g.admit(130.0, 900, 0, false), Admit::Hold(135.0));
+        // ... and in its calm the stale members go, whatever is written.
+        assert_eq!(g.admit(135.0, 900, 0, false), Admit::Evict);
+        g.evicted(135.0, 900);
+        g.heartbeat(136.0);
+        assert_eq!(g.admit(142.0, 50, 0, false), Admit::Evict);
+        assert_eq!(g.metrics.holds.get(), 2);
     }
 
     #[test]
     fn a_backlog_is_held_before_the_population_is_known() {
         let g = guard();
         // The first check of a start-up walk: 1,000 members read, 600 of them stale.
-        assert_eq!(g.admit(100.0, 600, 1000), Admit::Hold(110.0));
+        assert_eq!(g.admit(100.0, 600, 1000, false), Admit::Hold(110.0));
         let small = guard();
         assert_eq!(
-            small.admit(100.0, 60, 100),
+            small.admit(100.0, 60, 100, false),
             Admit::Evict,
             "under min_members"
         );
         let few = guard();
-        assert_eq!(few.admit(100.0, 400, 1000), Admit::Evict, "under the share");
+        assert_eq!(
+            few.admit(100.0, 400, 1000, false),
+            Admit::Evict,
+            "under the share"
+        );
     }
 
     #[test]
@@ -395,7 +433,7 @@ mod tests {
         for t in 0..10u32 {
             let now = 100.0 + f64::from(t) * 0.1;
             g.heartbeat(now);
-            if g.admit(now, 100, 0) == Admit::Evict {
+            if g.admit(now, 100, 0, false) == Admit::Evict {
                 g.evicted(now, 100);
                 g.population(&NodeId::new("a"), 600 - 100 * u64::from(t + 1));
             } else {

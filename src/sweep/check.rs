@@ -39,6 +39,10 @@ pub(crate) struct CheckOpts {
     pub(crate) read_time: bool,
     /// Ask the sweep's storm guard before evicting, and feed it.
     pub(crate) guarded: bool,
+    /// `now` is held back behind Redis's clock (Redis is not answering, or an outage's credit
+    /// runs): the apps could not write meanwhile, so the storm guard reads no silence into it
+    /// and starts no hold.
+    pub(crate) held_back: bool,
 }
 
 /// What a check works with besides its node.
@@ -236,7 +240,11 @@ impl Sweep {
         if guarded {
             self.heard(newest, opts.now);
             let zombies: u64 = stale.iter().map(|&(_, n)| n).sum();
-            if zombies > 0 && !ctx.witnesses.is_empty() && self.guard.suspects_silence(opts.now) {
+            if zombies > 0
+                && !opts.held_back
+                && !ctx.witnesses.is_empty()
+                && self.guard.suspects_silence(opts.now)
+            {
                 // Quiet keys came due, but the busy ones may be well: ask them.
                 let refs: Vec<&[u8]> = ctx.witnesses.iter().map(Vec::as_slice).collect();
                 let heard = precheck::read(node, &refs, Read::Newest).await?;
@@ -244,7 +252,8 @@ impl Sweep {
                     self.heard(read.newest.unwrap_or(f64::NEG_INFINITY), opts.now);
                 }
             }
-            if let Admit::Hold(until) = self.guard.admit(opts.now, zombies, members) {
+            if let Admit::Hold(until) = self.guard.admit(opts.now, zombies, members, opts.held_back)
+            {
                 // Nothing is removed: tracked keys are looked at again when the hold ends, the
                 // others at the next walk.
                 for (i, _) in stale {
