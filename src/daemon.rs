@@ -153,7 +153,7 @@ async fn connect(
                 let why = redis_down(&e);
                 let trouble = e.trouble();
                 ctx.metrics.redis_failure(trouble);
-                if matches!(trouble, Trouble::Credentials | Trouble::Permission) {
+                if trouble.is_refusal() {
                     // Retrying will not help until someone fixes it: say so loudly.
                     tracing::error!(
                         error = %e,
@@ -366,16 +366,17 @@ async fn probe_redis(
                 Ok(())
             }
             Ok(Err(e)) => {
-                metrics.redis_failure(e.trouble());
-                let refused = matches!(e.trouble(), Trouble::Credentials | Trouble::Permission);
-                if was_up || (refused && said != Some(e.trouble())) {
-                    said = Some(e.trouble());
-                    match e.trouble() {
-                        Trouble::Credentials | Trouble::Permission => tracing::error!(
+                let trouble = e.trouble();
+                metrics.redis_failure(trouble);
+                if was_up || (trouble.is_refusal() && said != Some(trouble)) {
+                    said = Some(trouble);
+                    if trouble.is_refusal() {
+                        tracing::error!(
                             error = %e,
                             "Redis refused the daemon's credentials; fix them and send SIGHUP"
-                        ),
-                        _ => tracing::warn!(error = %e, "Redis stopped answering"),
+                        );
+                    } else {
+                        tracing::warn!(error = %e, "Redis stopped answering");
                     }
                 }
                 Err(redis_down(&e))

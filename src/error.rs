@@ -62,10 +62,7 @@ impl From<redis::RedisError> for Error {
             return Self::Permission {
                 command: "a command".into(),
                 target: "a key or channel of a sweep".into(),
-                detail: format!(
-                    "NOPERM {}",
-                    crate::reply::without_names(e.detail().unwrap_or_default())
-                ),
+                detail: crate::reply::refusal_reason(e.detail().unwrap_or_default()),
             };
         }
         Self::Redis(e)
@@ -95,6 +92,12 @@ impl Trouble {
             Self::Unreachable => "unreachable",
             Self::Other => "other",
         }
+    }
+
+    /// Redis refused the daemon (its credentials or a command): retrying will not help until
+    /// someone fixes it.
+    pub(crate) fn is_refusal(self) -> bool {
+        matches!(self, Self::Credentials | Self::Permission)
     }
 }
 

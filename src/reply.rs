@@ -31,17 +31,15 @@ pub(crate) fn refusal(reply: &Value) -> Option<String> {
     if e.code() != "NOPERM" {
         return None;
     }
-    Some(format!(
-        "NOPERM {}",
-        without_names(e.details().unwrap_or_default())
-    ))
+    Some(refusal_reason(e.details().unwrap_or_default()))
 }
 
-/// Redis's reason for a refusal without the key or channel it quotes (Redis 7.2 and later:
-/// "... access the 'presence:c42:online' key"). Everything after an opening quote up to the
-/// closing one goes: a name that holds a quote itself loses its tail too.
-pub(crate) fn without_names(details: &str) -> String {
-    let mut reason = String::with_capacity(details.len());
+/// A NOPERM refusal's reason as `NOPERM <details>`, without the key or channel Redis quotes
+/// (Redis 7.2 and later: "... access the 'presence:c42:online' key"). Everything after an
+/// opening quote up to the closing one goes: a name that holds a quote itself loses its tail
+/// too.
+pub(crate) fn refusal_reason(details: &str) -> String {
+    let mut reason = String::from("NOPERM ");
     for (i, part) in details.split('\'').enumerate() {
         reason.push_str(if i % 2 == 0 { part } else { "'…'" });
     }

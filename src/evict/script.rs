@@ -98,11 +98,10 @@ impl EvictScript {
         self.script.get_hash()
     }
 
-    /// `EVALSHA` of `keys` with `params`, the command's name first.
-    fn argv(&self, keys: &[Vec<u8>], params: &Params) -> Vec<Vec<u8>> {
+    /// The arguments of `EVALSHA` for `keys` with `params`.
+    fn args(&self, keys: &[Vec<u8>], params: &Params) -> Vec<Vec<u8>> {
         let unit = |secs: f64| format!("{:?}", params.unit.from_seconds(secs));
-        let mut argv: Vec<Vec<u8>> = Vec::with_capacity(10 + keys.len());
-        argv.push(b"EVALSHA".to_vec());
+        let mut argv: Vec<Vec<u8>> = Vec::with_capacity(9 + keys.len());
         argv.push(self.hash().as_bytes().to_vec());
         argv.push(keys.len().to_string().into_bytes());
         argv.extend(keys.iter().cloned());
@@ -137,12 +136,8 @@ impl EvictScript {
             clock: Clock::Redis,
             judge_by: None,
         };
-        let mut argv = self.argv(&[key.to_vec()], &params).into_iter();
         let mut cmd = redis::cmd("EVALSHA");
-        argv.next();
-        for arg in argv {
-            cmd.arg(arg);
-        }
+        cmd.arg(self.args(&[key.to_vec()], &params));
         cmd
     }
 
@@ -154,9 +149,11 @@ impl EvictScript {
         keys: &[Vec<u8>],
         params: &Params,
     ) -> Result<Reply, crate::Error> {
-        let argv = self.argv(keys, params);
+        let args = self.args(keys, params);
         let eval = |batch: &mut Packed| {
-            let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+            let argv: Vec<&[u8]> = std::iter::once(&b"EVALSHA"[..])
+                .chain(args.iter().map(Vec::as_slice))
+                .collect();
             batch.command(&argv);
         };
         let size = keys.iter().map(|k| k.len() + 16).sum::<usize>() + 256;
@@ -254,6 +251,26 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn the_preflights_call_has_the_scripts_arguments() {
+        let script = EvictScript::new();
+        let packed = script.idle_call(b"presence:c1:online").get_packed_command();
+        // EVALSHA, the hash, 1 key and the key, then the seven parameters, the budget 0.
+        assert!(
+            packed.starts_with(b"*11\r\n$7\r\nEVALSHA\r\n"),
+            "{packed:?}"
+        );
+        let text = String::from_utf8_lossy(&packed);
+        assert!(text.contains("$18\r\npresence:c1:online\r\n"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "${}\r\n{CHUNK}\r\n$1\r\n0\r\n$1\r\n0\r\n",
+                CHUNK.to_string().len()
+            )),
+            "{text}"
+        );
     }
 
     #[test]

@@ -227,9 +227,7 @@ impl Store {
     /// taken before then is out of date even if nothing it sent has failed yet.
     pub(crate) fn moved(&self, node: &Node) -> bool {
         match &*self.backend {
-            Backend::Sentinel(s) => {
-                s.current_client().get_connection_info().addr().to_string() != node.server()
-            }
+            Backend::Sentinel(s) => !s.is_current(node.server()),
             _ => false,
         }
     }

@@ -139,7 +139,7 @@ impl SendPacked for Node {
             if n == 0 {
                 return Ok(Vec::new());
             }
-            wire?.send(batch.into_bytes(), 0, n).await
+            wire?.send(batch.into_bytes(), n).await
         })
     }
 }

@@ -50,6 +50,13 @@ impl SentinelBackend {
             .clone()
     }
 
+    /// Whether `server` (`host:port`) is the primary the store knows now; borrows the client
+    /// rather than cloning it, since a primary's loop asks on every turn.
+    pub(super) fn is_current(&self, server: &str) -> bool {
+        let current = self.current.read().unwrap_or_else(|e| e.into_inner());
+        current.1.get_connection_info().addr().to_string() == server
+    }
+
     /// Checks that the current server answers as the primary; looks the primary up again if not.
     pub(super) async fn check(&self) -> Result<(), Error> {
         match role(&mut self.current()).await {

@@ -110,8 +110,6 @@ enum Answer {
 
 struct Request {
     bytes: Vec<u8>,
-    /// Replies to read and drop first.
-    skip: usize,
     /// Replies to return.
     count: usize,
     /// Whether to return the replies as bytes rather than values.
@@ -120,7 +118,6 @@ struct Request {
 }
 
 struct Pending {
-    skip: usize,
     count: usize,
     /// Replies kept so far.
     seen: usize,
@@ -132,7 +129,6 @@ struct Pending {
 impl Pending {
     fn new(request: Request) -> Self {
         Self {
-            skip: request.skip,
             count: request.count,
             seen: 0,
             values: Vec::with_capacity(if request.raw { 0 } else { request.count }),
@@ -214,7 +210,7 @@ impl Wire {
         }
         hello.command(&[b"PING"]);
         let n = hello.len();
-        if let Err(e) = wire.send(hello.into_bytes(), 0, n).await.and_then(all_ok) {
+        if let Err(e) = wire.send(hello.into_bytes(), n).await.and_then(all_ok) {
             wire.retire.cancel();
             return Err(e);
         }
@@ -227,14 +223,9 @@ impl Wire {
         self.requests.is_closed() || self.retire.is_cancelled()
     }
 
-    /// Writes `bytes` (RESP commands) and returns `count` replies after skipping `skip`.
-    pub(super) async fn send(
-        &self,
-        bytes: Vec<u8>,
-        skip: usize,
-        count: usize,
-    ) -> RedisResult<Vec<Value>> {
-        match self.request(bytes, skip, count, false).await? {
+    /// Writes `bytes` (RESP commands) and returns their `count` replies.
+    pub(super) async fn send(&self, bytes: Vec<u8>, count: usize) -> RedisResult<Vec<Value>> {
+        match self.request(bytes, count, false).await? {
             Answer::Values(values) => Ok(values),
             Answer::Raw(_) => Err(protocol("raw replies to a request for values").into()),
         }
@@ -243,20 +234,14 @@ impl Wire {
     /// Writes `bytes` (RESP commands) and returns the RESP bytes of their `count` replies, for a
     /// caller that reads them without building values.
     pub(super) async fn send_raw(&self, bytes: Vec<u8>, count: usize) -> RedisResult<Vec<u8>> {
-        match self.request(bytes, 0, count, true).await? {
+        match self.request(bytes, count, true).await? {
             Answer::Raw(raw) => Ok(raw),
             Answer::Values(_) => Err(protocol("values in reply to a request for bytes").into()),
         }
     }
 
-    async fn request(
-        &self,
-        bytes: Vec<u8>,
-        skip: usize,
-        count: usize,
-        raw: bool,
-    ) -> RedisResult<Answer> {
-        if skip + count == 0 {
+    async fn request(&self, bytes: Vec<u8>, count: usize, raw: bool) -> RedisResult<Answer> {
+        if count == 0 {
             return Ok(if raw {
                 Answer::Raw(Vec::new())
             } else {
@@ -266,7 +251,6 @@ impl Wire {
         let (reply, answer) = oneshot::channel();
         let request = Request {
             bytes,
-            skip,
             count,
             raw,
             reply,
@@ -389,15 +373,12 @@ fn deliver(
         let Some(front) = pending.front_mut() else {
             return Err(protocol("a reply that no request asked for"));
         };
-        let keep = front.skip == 0;
         match &mut front.raw {
             Some(raw) => {
                 let Some(len) = framer.reply_end(input)? else {
                     return Ok(());
                 };
-                if keep {
-                    raw.extend_from_slice(&input[..len]);
-                }
+                raw.extend_from_slice(&input[..len]);
                 input.advance(len);
             }
             None => {
@@ -411,18 +392,12 @@ fn deliver(
                     }
                     return Ok(());
                 };
-                if keep {
-                    front.values.push(value);
-                }
+                front.values.push(value);
                 input.advance(len);
             }
         }
-        if keep {
-            front.seen += 1;
-        } else {
-            front.skip -= 1;
-        }
-        if front.skip == 0 && front.seen == front.count {
+        front.seen += 1;
+        if front.seen == front.count {
             pending.pop_front().expect("front exists").finish();
         }
     }
@@ -602,15 +577,10 @@ mod tests {
         }
     }
 
-    fn pending(
-        skip: usize,
-        count: usize,
-        raw: bool,
-    ) -> (Pending, oneshot::Receiver<io::Result<Answer>>) {
+    fn pending(count: usize, raw: bool) -> (Pending, oneshot::Receiver<io::Result<Answer>>) {
         let (reply, rx) = oneshot::channel();
         let request = Request {
             bytes: Vec::new(),
-            skip,
             count,
             raw,
             reply,
@@ -632,8 +602,8 @@ mod tests {
         let both = [reply, reply].concat();
         for cut in 1..both.len() {
             for cut2 in cut..both.len() {
-                let (a, mut a_rx) = pending(0, 1, false);
-                let (b, mut b_rx) = pending(0, 1, true);
+                let (a, mut a_rx) = pending(1, false);
+                let (b, mut b_rx) = pending(1, true);
                 let mut pending = VecDeque::from([a, b]);
                 let mut framer = Framer::default();
                 let mut input = BytesMut::new();
@@ -654,11 +624,11 @@ mod tests {
 
     #[test]
     fn replies_go_to_their_requests_in_order() {
-        let (a, mut a_rx) = pending(1, 1, false);
-        let (b, mut b_rx) = pending(0, 2, true);
-        let (c, mut c_rx) = pending(0, 1, false);
+        let (a, mut a_rx) = pending(1, false);
+        let (b, mut b_rx) = pending(2, true);
+        let (c, mut c_rx) = pending(1, false);
         let mut pending = VecDeque::from([a, b, c]);
-        let mut input = BytesMut::from(&b"+OK\r\n:1\r\n*1\r\n$2\r\nab\r\n:3\r\n:4"[..]);
+        let mut input = BytesMut::from(&b":1\r\n*1\r\n$2\r\nab\r\n:3\r\n:4"[..]);
         let mut framer = Framer::default();
         deliver(&mut input, &mut pending, &mut framer).unwrap();
         assert_eq!(values(&mut a_rx), vec![Value::Int(1)]);
@@ -704,7 +674,7 @@ mod tests {
             .unwrap();
         assert!(!wire.is_closed());
         let error = wire
-            .send(b"*1\r\n$4\r\nPING\r\n".to_vec(), 0, 1)
+            .send(b"*1\r\n$4\r\nPING\r\n".to_vec(), 1)
             .await
             .unwrap_err();
         assert!(

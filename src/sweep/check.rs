@@ -181,13 +181,7 @@ impl Sweep {
         let mut members = 0;
         if opts.track {
             // Ids as long as the probe saw bound this check's calls, before they bring any back.
-            let (mut n, mut bytes, mut longest) = (0, 0, 0);
-            for read in reads.keys.iter().filter_map(|r| r.set()) {
-                n += usize::from(read.id_bytes > 0);
-                bytes += read.id_bytes;
-                longest = longest.max(read.id_bytes);
-            }
-            self.sizing.observe(n, bytes, longest);
+            self.observe_ids(&reads.keys);
         }
         let budget = self.sizing.budget(self.evict.max_members_per_call) as u64;
         for (i, read) in reads.keys.into_iter().enumerate() {
@@ -273,19 +267,7 @@ impl Sweep {
             budget
         } else {
             let sample: Vec<&[u8]> = stale.iter().take(8).map(|&(i, _)| refs[i]).collect();
-            let reads = precheck::read(node, &sample, Read::Oldest).await?;
-            let ids: Vec<usize> = reads
-                .keys
-                .iter()
-                .filter_map(|r| r.set())
-                .map(|r| r.id_bytes)
-                .filter(|&n| n > 0)
-                .collect();
-            self.sizing.observe(
-                ids.len(),
-                ids.iter().sum(),
-                ids.iter().copied().max().unwrap_or(0),
-            );
+            self.observe_ids(&precheck::read(node, &sample, Read::Oldest).await?.keys);
             self.sizing.budget(self.evict.max_members_per_call) as u64
         };
         // Each transaction call removes at most `budget` members and brings back about
@@ -367,6 +349,17 @@ impl Sweep {
             self.guard
                 .heartbeat(self.config.score_unit.to_seconds(newest).min(now));
         }
+    }
+
+    /// Teaches the sizing the ids that `reads` brought back.
+    fn observe_ids(&self, reads: &[KeyStatus]) {
+        let (mut n, mut bytes, mut longest) = (0, 0, 0);
+        for read in reads.iter().filter_map(|r| r.set()) {
+            n += usize::from(read.id_bytes > 0);
+            bytes += read.id_bytes;
+            longest = longest.max(read.id_bytes);
+        }
+        self.sizing.observe(n, bytes, longest);
     }
 
     /// What is left of a key of `card` members whose lowest score is `oldest` (score unit).
