@@ -182,14 +182,11 @@ impl Health {
         }
         // Every loop turns at least every few seconds, idle or not: one that has not for this
         // long is stuck, even if nothing it waits on has failed.
-        let now = Instant::now();
-        if let Some((name, l)) = state
-            .loops
-            .iter()
-            .find(|(_, l)| now.saturating_duration_since(l.last_alive) > self.stall_after)
-        {
-            let quiet = now.saturating_duration_since(l.last_alive).as_secs();
-            return Err(format!("{name}: its loop has not turned for {quiet}s"));
+        if let Some((name, quiet)) = stalest_loop(&state, self.stall_after) {
+            return Err(format!(
+                "{name}: its loop has not turned for {}s",
+                quiet.as_secs()
+            ));
         }
         if let Some((node, why)) = state.refused.iter().next() {
             return Err(format!("{node}: {why}"));
@@ -217,12 +214,18 @@ impl Health {
     /// Whether every loop reported itself alive within `within` (for the systemd watchdog: a
     /// loop that stopped turning stops the pings).
     pub fn loops_alive_within(&self, within: Duration) -> bool {
-        let now = Instant::now();
-        self.state()
-            .loops
-            .values()
-            .all(|l| now.saturating_duration_since(l.last_alive) <= within)
+        stalest_loop(&self.state(), within).is_none()
     }
+}
+
+/// A loop that has not reported itself alive within `within`, and for how long it has not.
+fn stalest_loop(state: &State, within: Duration) -> Option<(&str, Duration)> {
+    let now = Instant::now();
+    state
+        .loops
+        .iter()
+        .map(|(name, l)| (name.as_str(), now.saturating_duration_since(l.last_alive)))
+        .find(|&(_, quiet)| quiet > within)
 }
 
 /// A loop's handle on the shared health state. Dropping it without [`LoopHealth::retire`] (the
