@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use presence_sweeper::config::{Overrides, Sources};
-use presence_sweeper::{seed, simulate};
+use presence_sweeper::tools::{seed, simulate};
 
 /// Evicts zombie members from Redis presence sorted sets and announces every eviction.
 ///

@@ -2,8 +2,8 @@
 //! have their own type in [`crate::config`].
 
 use crate::config::ConfigError;
-use crate::reply::ReplyError;
-use crate::schedule::ScheduleError;
+use crate::store::reply::ReplyError;
+use crate::tracking::schedule::ScheduleError;
 
 /// Everything that can fail in presence-sweeper.
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +62,7 @@ impl From<redis::RedisError> for Error {
             return Self::Permission {
                 command: "a command".into(),
                 target: "a key or channel of a sweep".into(),
-                detail: crate::reply::refusal_reason(e.detail().unwrap_or_default()),
+                detail: crate::store::reply::refusal_reason(e.detail().unwrap_or_default()),
             };
         }
         Self::Redis(e)

@@ -12,11 +12,13 @@ mod cli;
 use clap::Parser;
 use cli::{Cli, Command};
 use presence_sweeper::config::Config;
-use presence_sweeper::daemon::{Daemon, EXIT_DEADLINE};
-use presence_sweeper::logging::LogStats;
 use presence_sweeper::pass::PassOptions;
-use presence_sweeper::systemd::Notifier;
-use presence_sweeper::{http, logging, oneshot, seed, signals, simulate, stats};
+use presence_sweeper::pass::command;
+use presence_sweeper::serve::daemon::{Daemon, EXIT_DEADLINE};
+use presence_sweeper::serve::logging::LogStats;
+use presence_sweeper::serve::systemd::Notifier;
+use presence_sweeper::serve::{http, logging, signals};
+use presence_sweeper::tools::{seed, simulate, stats};
 use tokio_util::sync::CancellationToken;
 
 // The sweeper allocates a buffer per RESP value it parses; mimalloc makes that markedly cheaper
@@ -130,13 +132,13 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
         dry_run,
         ..PassOptions::default()
     };
-    let reports = oneshot::run(config, &selected, opts, &cancel)
+    let reports = command::run(config, &selected, opts, &cancel)
         .await
         .map_err(|e| anyhow::anyhow!("sweep failed: {e}"))?;
     for (name, report) in reports {
         out(&format!(
             "{}\n",
-            oneshot::Summary::new(&name, &report, dry_run)
+            command::Summary::new(&name, &report, dry_run)
         ))?;
     }
     Ok(ExitCode::SUCCESS)

@@ -1,12 +1,10 @@
 //! ACL users: the minimal permissions the README documents are enough, and a missing one is
 //! refused before anything is evicted.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::{RedisServer, Subscriber, redis_now, run_binary, write_file};
 use redis::Commands;
-use support::{RedisServer, Subscriber, redis_now, run_binary, write_file};
 
 /// The minimal ACL of the README, for a standalone sweeper without a lease.
 const MINIMAL: &str = "+ping +scan +time +zcount +zcard +zrange +zremrangebyscore \
@@ -31,7 +29,7 @@ fn create_user(server: &RedisServer, name: &str, commands: &str) {
 
 fn seed(server: &RedisServer) {
     let mut con = server.con();
-    support::seed_keys(
+    crate::support::seed_keys(
         &mut con,
         (0..3).map(|c| format!("presence:c{c}:online")),
         1,
@@ -176,8 +174,8 @@ async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
     let server = RedisServer::start();
     create_user(&server, "sweeper", MINIMAL);
     let url = format!("redis://sweeper:user-secret@127.0.0.1:{}/0", server.port);
-    let cfg = support::config(&url, "[sweeps.typing]\nenabled = false\n");
-    let sweeper = support::OnePass::connect(&cfg, "online").await;
+    let cfg = crate::support::config(&url, "[sweeps.typing]\nenabled = false\n");
+    let sweeper = crate::support::OnePass::connect(&cfg, "online").await;
     seed(&server);
     let report = sweeper.run(PassOptions::default()).await.unwrap();
     assert_eq!(report.counts.evicted, 53);
@@ -246,12 +244,12 @@ fn notifications_need_config_get_and_the_keyspace_channels() {
              [redis]\nusername = \"{user}\"\npassword_file = {:?}\n",
             pw.to_str().unwrap()
         );
-        let d = support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
+        let d = crate::support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
         d.wait_ready(Duration::from_secs(10));
         d.wait_for_log(says, 1, Duration::from_secs(5));
-        let s = support::scrape(d.http_addr());
+        let s = crate::support::scrape(d.http_addr());
         assert_eq!(
-            support::metric(
+            crate::support::metric(
                 &s,
                 "presence_sweeper_notifications_in_use",
                 &[("node", &node)]
@@ -277,18 +275,18 @@ async fn a_daemon_refused_a_command_names_it_on_readyz_and_recovers_once_granted
          [sweeps.typing]\nenabled = false\n[sweeps.online]\nschedule = \"500ms\"\n",
         pw.to_str().unwrap()
     );
-    let d = support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
+    let d = crate::support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
     seed(&server);
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
-    support::wait_until("/readyz names the refusal", Duration::from_secs(15), || {
-        let (code, body) = support::http_get(d.http_addr(), "/readyz");
+    crate::support::wait_until("/readyz names the refusal", Duration::from_secs(15), || {
+        let (code, body) = crate::support::http_get(d.http_addr(), "/readyz");
         code == 503 && body.contains("may not run PUBLISH")
     });
     let mut con = server.con();
     let n: u64 = con.zcard("presence:c0:online").unwrap();
     assert_eq!(n, 2, "nothing removed without its event");
-    let s = support::scrape(d.http_addr());
-    let refused = support::metric(
+    let s = crate::support::scrape(d.http_addr());
+    let refused = crate::support::metric(
         &s,
         "presence_sweeper_redis_failures_total",
         &[("kind", "permission")],
@@ -301,8 +299,8 @@ async fn a_daemon_refused_a_command_names_it_on_readyz_and_recovers_once_granted
         .arg("+publish")
         .query(&mut con)
         .unwrap();
-    support::wait_until("ready again", Duration::from_secs(15), || {
-        support::http_get(d.http_addr(), "/readyz").0 == 200
+    crate::support::wait_until("ready again", Duration::from_secs(15), || {
+        crate::support::http_get(d.http_addr(), "/readyz").0 == 200
     });
     assert_eq!(
         sub.wait_for(53, Duration::from_secs(15)).await.len(),

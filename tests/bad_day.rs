@@ -1,14 +1,12 @@
 //! A bad day: Redis stalls, the apps' heartbeats stop, odd ids, lost credentials, a dead log
 //! pipe. None of it may turn into a storm of false leaves, or silence the daemon.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use support::{Binary, RedisServer, Subscriber, redis_now};
+use crate::support::{Binary, RedisServer, Subscriber, redis_now};
 
 /// The README's heartbeat: score from Redis TIME, ZADD GT.
 const HEARTBEAT: &str = "local t = redis.call('TIME') \
@@ -104,7 +102,7 @@ fn online(extra: &str) -> String {
 }
 
 /// Users announced, with how often.
-fn announced(events: &[support::Received]) -> HashMap<String, usize> {
+fn announced(events: &[crate::support::Received]) -> HashMap<String, usize> {
     let mut seen = HashMap::new();
     for e in events {
         *seen
@@ -274,8 +272,8 @@ async fn storm_guard_holds(server_args: &[&str], extra: &str, replicas: usize) {
     );
     for d in &daemons {
         assert!(d.log().contains("storm guard"), "{why}: {}", logs());
-        let s = support::scrape(d.http_addr());
-        let holds = support::metric(
+        let s = crate::support::scrape(d.http_addr());
+        let holds = crate::support::metric(
             &s,
             "presence_sweeper_storm_holds_total",
             &[("sweep", "online")],
@@ -325,9 +323,9 @@ async fn quiet_keys_coming_due_beside_a_busy_room_are_not_a_storm() {
     let seen = announced(&events);
     assert_eq!(seen.len(), zombies, "{}", d.log());
     assert!(seen.keys().all(|u| u.starts_with("zombie")), "{seen:?}");
-    let s = support::scrape(d.http_addr());
+    let s = crate::support::scrape(d.http_addr());
     assert_eq!(
-        support::metric(
+        crate::support::metric(
             &s,
             "presence_sweeper_storm_holds_total",
             &[("sweep", "online")]
@@ -445,7 +443,7 @@ fn wait_unready(d: &Binary, needle: &str) -> String {
     let addr = d.http_addr();
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let (status, body) = support::http_get(addr, "/readyz");
+        let (status, body) = crate::support::http_get(addr, "/readyz");
         if status == 503 && body.contains(needle) {
             return body;
         }
@@ -470,7 +468,7 @@ fn evicts_a_zombie(server: &RedisServer, password: &str) {
         .arg("zombie")
         .query(&mut con)
         .unwrap();
-    support::wait_until("the zombie evicted", Duration::from_secs(10), || {
+    crate::support::wait_until("the zombie evicted", Duration::from_secs(10), || {
         let n: u64 = redis::cmd("ZCARD")
             .arg("presence:auth:online")
             .query(&mut con)
@@ -485,7 +483,7 @@ fn evicts_a_zombie(server: &RedisServer, password: &str) {
 fn a_wrong_password_is_named_and_sighup_recovers() {
     let server = RedisServer::start_with(&["--requirepass", "first-pw"]);
     let dir = tempfile::tempdir().unwrap();
-    let pw = support::write_file(dir.path(), "redis-password", "not-the-pw\n");
+    let pw = crate::support::write_file(dir.path(), "redis-password", "not-the-pw\n");
     let d = Binary::spawn(
         &online(&format!(
             "[redis]\npassword_file = {:?}\n",
@@ -499,16 +497,16 @@ fn a_wrong_password_is_named_and_sighup_recovers() {
     );
     let body = wait_unready(&d, "Redis refused the credentials");
     assert!(!body.contains("not-the-pw"), "{body}");
-    assert_eq!(support::http_get(d.http_addr(), "/healthz").0, 200);
+    assert_eq!(crate::support::http_get(d.http_addr(), "/healthz").0, 200);
     d.wait_for_log(
         "Redis refused the daemon's credentials",
         1,
         Duration::from_secs(5),
     );
     assert!(d.log().contains(" ERROR "), "{}", d.log());
-    let s = support::scrape(d.http_addr());
+    let s = crate::support::scrape(d.http_addr());
     assert!(
-        support::metric(
+        crate::support::metric(
             &s,
             "presence_sweeper_redis_failures_total",
             &[("kind", "credentials")]
@@ -517,7 +515,7 @@ fn a_wrong_password_is_named_and_sighup_recovers() {
             >= 1.0
     );
     assert_eq!(
-        support::metric(
+        crate::support::metric(
             &s,
             "presence_sweeper_redis_failures_total",
             &[("kind", "unreachable")]
@@ -561,8 +559,8 @@ fn a_wrong_password_is_named_and_sighup_recovers() {
     // Refused, the daemon asks again at a steady pace: before, it counted some 900,000
     // refusals a second, spinning a core.
     let refusals = || {
-        support::metric(
-            &support::scrape(d.http_addr()),
+        crate::support::metric(
+            &crate::support::scrape(d.http_addr()),
             "presence_sweeper_redis_failures_total",
             &[("kind", "credentials")],
         )
@@ -589,7 +587,7 @@ fn sweeps_on_whatever_its_log(
     per_round: usize,
 ) {
     let server = RedisServer::start();
-    let port = support::free_port();
+    let port = crate::support::free_port();
     let d = &mut Binary::spawn_with_stderr(
         &format!(
             "[http]\nlisten = \"127.0.0.1:{port}\"\n[log]\nlevel = \"debug\"\n\
@@ -615,18 +613,18 @@ fn sweeps_on_whatever_its_log(
             .ignore();
         }
         let _: () = pipe.query(&mut con).unwrap();
-        support::wait_until("the zombies swept", Duration::from_secs(20), || {
+        crate::support::wait_until("the zombies swept", Duration::from_secs(20), || {
             let left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
             left == 0
         });
     }
-    assert_eq!(support::http_get(addr, "/readyz").0, 200);
-    assert_eq!(support::http_get(addr, "/healthz").0, 200);
-    let s = support::scrape(addr);
+    assert_eq!(crate::support::http_get(addr, "/readyz").0, 200);
+    assert_eq!(crate::support::http_get(addr, "/healthz").0, 200);
+    let s = crate::support::scrape(addr);
     assert!(
-        support::metric(&s, counter, &[]).unwrap() > 0.0,
+        crate::support::metric(&s, counter, &[]).unwrap() > 0.0,
         "{counter}: {:?}",
-        support::metric(&s, counter, &[])
+        crate::support::metric(&s, counter, &[])
     );
     let asked = std::time::Instant::now();
     d.signal("TERM");
@@ -695,14 +693,14 @@ async fn a_score_of_minus_infinity_is_the_epoch_not_null() {
         .arg("live")
         .query(&mut con)
         .unwrap();
-    let (code, stdout, stderr) = support::run_binary(
+    let (code, stdout, stderr) = crate::support::run_binary(
         &["--redis-url", &server.url(), "stats", "--sweep", "online"],
         &[],
     );
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("never  (a score of -inf)"), "{stdout}");
     assert!(!stdout.contains("inf seconds"), "{stdout}");
-    let (_, json, _) = support::run_binary(
+    let (_, json, _) = crate::support::run_binary(
         &[
             "--redis-url",
             &server.url(),
@@ -727,13 +725,14 @@ async fn a_score_of_minus_infinity_is_the_epoch_not_null() {
     assert_eq!(e["last_seen"], 0.0);
     let addr = d.http_addr();
     let evicted = || {
-        let s = support::scrape(addr);
-        support::metric(&s, "presence_sweeper_evicted_total", &[("sweep", "online")]) == Some(1.0)
+        let s = crate::support::scrape(addr);
+        crate::support::metric(&s, "presence_sweeper_evicted_total", &[("sweep", "online")])
+            == Some(1.0)
     };
-    support::wait_until("the eviction counted", Duration::from_secs(5), evicted);
-    let s = support::scrape(addr);
+    crate::support::wait_until("the eviction counted", Duration::from_secs(5), evicted);
+    let s = crate::support::scrape(addr);
     assert_eq!(
-        support::metric(
+        crate::support::metric(
             &s,
             "presence_sweeper_eviction_lag_seconds_count",
             &[("sweep", "online")]
@@ -801,8 +800,8 @@ fn chaos_kill_restart_and_pause_make_no_false_or_double_leaves() {
     // out while the simulator's subscription was down, not events lost. A kill -9 between an
     // EXEC's reply and the PUBLISH after it would lose those events (pub/sub is at most once,
     // as the contract says): at most one such window for the one kill.
-    let s = support::scrape(d.http_addr());
-    let failed = support::metric(
+    let s = crate::support::scrape(d.http_addr());
+    let failed = crate::support::metric(
         &s,
         "presence_sweeper_events_failed_total",
         &[("sweep", "online")],
@@ -816,8 +815,8 @@ fn chaos_kill_restart_and_pause_make_no_false_or_double_leaves() {
 /// configuration.
 fn simulate(server: &RedisServer, args: &[&str]) -> (std::process::Child, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let config = support::write_file(dir.path(), "c.toml", &online(""));
-    let child = std::process::Command::new(support::binary_path())
+    let config = crate::support::write_file(dir.path(), "c.toml", &online(""));
+    let child = std::process::Command::new(crate::support::binary_path())
         .args(["--redis-url", &server.url(), "--config"])
         .arg(&config)
         .args(["simulate", "--conversations", "100", "--users", "5"])

@@ -1,9 +1,7 @@
 //! The binary's one-shot commands: exit codes, messages and summaries.
 
-mod support;
-
+use crate::support::{RedisServer, free_port, run_binary, write_file};
 use redis::Commands;
-use support::{RedisServer, free_port, run_binary, write_file};
 
 fn check_config(toml: &str, env: &[(&str, &str)]) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -172,7 +170,7 @@ fn one_shot_sweep_prints_a_summary_per_sweep() {
             format!("presence:c{c}:typing"),
         ]
     });
-    support::seed_keys(&mut con, keys, 1, 1);
+    crate::support::seed_keys(&mut con, keys, 1, 1);
     let url = server.url();
     let (code, stdout, stderr) = run_binary(&["--redis-url", &url, "sweep", "--dry-run"], &[]);
     assert_eq!(code, 0, "{stderr}");

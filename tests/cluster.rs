@@ -1,19 +1,17 @@
 //! Redis Cluster: every primary scanned, every zombie announced once, through failovers and
 //! reshardings.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use redis::Commands;
-use support::cluster::RedisCluster;
-use support::{
+use crate::support::cluster::RedisCluster;
+use crate::support::{
     Binary, Received, ShardedSubscriber, Subscriber, run_binary, wait_until, write_file,
 };
+use redis::Commands;
 
 fn cluster_now(cluster: &RedisCluster) -> f64 {
-    support::redis_now(&mut cluster.con())
+    crate::support::redis_now(&mut cluster.con())
 }
 
 /// `conversations` keys spread over the slots, each with `zombies` stale and `live` fresh members.
@@ -21,7 +19,7 @@ fn cluster_now(cluster: &RedisCluster) -> f64 {
 fn seed(cluster: &RedisCluster, prefix: &str, conversations: usize, zombies: usize, live: usize) {
     let mut con = cluster.con();
     for c in 0..conversations {
-        support::seed_keys(
+        crate::support::seed_keys(
             &mut con,
             [format!("presence:{prefix}{c}:online")],
             zombies,
@@ -59,7 +57,7 @@ fn remaining(cluster: &RedisCluster, prefix: &str, conversations: usize) -> (usi
     let mut con = cluster.con();
     let (mut zombies, mut live) = (0, 0);
     for c in 0..conversations {
-        let members = support::members(&mut con, &format!("presence:{prefix}{c}:online"));
+        let members = crate::support::members(&mut con, &format!("presence:{prefix}{c}:online"));
         zombies += members.iter().filter(|m| m.starts_with("zombie")).count();
         live += members.iter().filter(|m| m.starts_with("live")).count();
     }
@@ -72,8 +70,8 @@ async fn every_primary_is_swept_and_each_zombie_announced_once() {
     seed(&cluster, "c", 300, 2, 3);
     // Hash-tagged keys: one conversation's online and typing sets share a slot.
     let mut con = cluster.con();
-    support::seed_keys(&mut con, ["presence:{c42}:online"], 1, 1);
-    support::seed_keys(&mut con, ["presence:{c42}:typing"], 1, 1);
+    crate::support::seed_keys(&mut con, ["presence:{c42}:online"], 1, 1);
+    crate::support::seed_keys(&mut con, ["presence:{c42}:typing"], 1, 1);
     let sub = Subscriber::start(
         &format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port),
         "*",
@@ -352,10 +350,10 @@ async fn notifications_on_every_primary_through_a_failover() {
     let d = Binary::spawn(&toml, &[], &[]);
     d.wait_ready(Duration::from_secs(20));
     let subscribed = |cluster: &RedisCluster| {
-        let s = support::scrape(d.http_addr());
+        let s = crate::support::scrape(d.http_addr());
         cluster.primaries().iter().all(|(_, port)| {
             let node = format!("127.0.0.1:{port}");
-            support::metric(
+            crate::support::metric(
                 &s,
                 "presence_sweeper_notifications_in_use",
                 &[("node", &node)],

@@ -1,11 +1,9 @@
 //! The daemon as operators run it: schedules, Redis going away and coming back, shutdown.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{Binary, RedisServer, Subscriber, free_port, redis_now, wait_until};
 use redis::Commands;
-use support::{Binary, RedisServer, Subscriber, free_port, redis_now, wait_until};
 
 fn toml(extra: &str) -> String {
     format!("[http]\nlisten = \"127.0.0.1:0\"\n{extra}")
@@ -13,7 +11,7 @@ fn toml(extra: &str) -> String {
 
 fn seed_zombies(con: &mut redis::Connection, conversations: usize) {
     let keys = (0..conversations).map(|c| format!("presence:c{c}:typing"));
-    support::seed_keys(con, keys, 1, 1);
+    crate::support::seed_keys(con, keys, 1, 1);
 }
 
 fn zcard(con: &mut redis::Connection, key: &str) -> u64 {
@@ -35,7 +33,7 @@ fn sub_second_schedule_sweeps_continuously() {
         let keys: Vec<String> = (0..5)
             .map(|c| format!("presence:r{round}c{c}:typing"))
             .collect();
-        support::seed_keys(&mut con, &keys, 1, 1);
+        crate::support::seed_keys(&mut con, &keys, 1, 1);
         wait_until(
             &format!("round {round} swept"),
             Duration::from_secs(3),
@@ -189,7 +187,7 @@ async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
     let server = RedisServer::start();
     let mut con = server.con();
     let keys = 20_000;
-    support::seed_keys(
+    crate::support::seed_keys(
         &mut con,
         (0..keys).map(|c| format!("presence:c{c}:online")),
         1,

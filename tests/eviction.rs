@@ -1,15 +1,13 @@
 //! Eviction semantics against a real Redis: what is removed, what is kept, what is announced.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use crate::support::{OnePass, RedisServer, Subscriber, config, members, redis_now};
 use presence_sweeper::Clock;
 use presence_sweeper::FIRST_PAGE_SHARE;
 use presence_sweeper::pass::{PassOptions, PassReport};
 use redis::Commands;
-use support::{OnePass, RedisServer, Subscriber, config, members, redis_now};
 use tokio_util::sync::CancellationToken;
 
 const ONLY_ONLINE: &str = "[sweeps.typing]\nenabled = false\n";
@@ -199,7 +197,7 @@ async fn odd_conversation_ids_non_zset_keys_and_binary_members() {
     let odd_ids = [
         "team:a:b", "*", "x?y", "[abc]", "quo\"te", "sp ace", "{c42}",
     ];
-    support::seed_keys(
+    crate::support::seed_keys(
         &mut con,
         odd_ids.iter().map(|id| format!("presence:{id}:online")),
         1,

@@ -1,18 +1,16 @@
 //! Metrics and health endpoints, scraped from a daemon sweeping a real Redis.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
-use redis::Commands;
-use support::{
+use crate::support::{
     Binary, InProcessDaemon, RedisServer, config_file, free_port, http_get, http_request, metric,
     redis_now, run_binary, scrape,
 };
+use redis::Commands;
 
 const TTL: f64 = 45.0;
 
-fn labels_of(samples: &[support::Sample]) -> Vec<String> {
+fn labels_of(samples: &[crate::support::Sample]) -> Vec<String> {
     samples
         .iter()
         .flat_map(|s| s.labels.iter().map(|(_, v)| v.clone()))

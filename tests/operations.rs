@@ -1,15 +1,13 @@
 //! Running it as a service: systemd notifications, reload on SIGHUP, secrets.
 
-mod support;
-
 use std::os::unix::net::UnixDatagram;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::Commands;
-use support::{
+use crate::support::{
     Binary, RedisServer, Subscriber, free_port, metric, redis_now, run_binary, scrape, wait_until,
 };
+use redis::Commands;
 
 /// A NOTIFY_SOCKET owned by the test, collecting every datagram.
 struct NotifySocket {
@@ -314,7 +312,8 @@ fn the_password_never_shows() {
     let password = "pw-7c1e4f0a9b";
     let server = RedisServer::start_with(&["--requirepass", password]);
     let dir = tempfile::tempdir().unwrap();
-    let pw_file = support::write_file(dir.path(), "redis-password", &format!("{password}\n"));
+    let pw_file =
+        crate::support::write_file(dir.path(), "redis-password", &format!("{password}\n"));
     let toml = format!(
         "{LOCAL_HTTP}[redis]\npassword_file = {:?}\n",
         pw_file.to_str().unwrap()
@@ -326,7 +325,7 @@ fn the_password_never_shows() {
     );
     let addr = d.http_addr();
     d.wait_walks("online", 2, Duration::from_secs(10));
-    let (_, metrics_text) = support::http_get(addr, "/metrics");
+    let (_, metrics_text) = crate::support::http_get(addr, "/metrics");
     let (code, stdout, stderr) = run_binary(
         &[
             "--config",
@@ -370,7 +369,7 @@ fn the_password_never_shows() {
 fn credentials_directory_is_expanded() {
     let server = RedisServer::start_with(&["--requirepass", "cred-pw"]);
     let creds = tempfile::tempdir().unwrap();
-    support::write_file(creds.path(), "redis-password", "cred-pw\n");
+    crate::support::write_file(creds.path(), "redis-password", "cred-pw\n");
     let (code, stdout, stderr) = run_binary(
         &["--redis-url", &server.url(), "sweep"],
         &[

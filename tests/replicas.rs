@@ -1,17 +1,15 @@
 //! Several sweeper replicas on one Redis: without a lease they share the work, with one only the
 //! holder sweeps and a standby takes over when it dies. Either way each zombie is announced once.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::support::{Binary, RedisServer, Subscriber, metric, scrape, wait_until};
 use redis::Commands;
-use support::{Binary, RedisServer, Subscriber, metric, scrape, wait_until};
 
 fn seed_wave(server: &RedisServer, wave: usize, conversations: usize) {
     let keys = (0..conversations).map(|c| format!("presence:w{wave}c{c}:typing"));
-    support::seed_keys(&mut server.con(), keys, 1, 1);
+    crate::support::seed_keys(&mut server.con(), keys, 1, 1);
 }
 
 fn all_swept(server: &RedisServer, waves: usize, conversations: usize) -> bool {
@@ -34,7 +32,7 @@ fn replicas(server: &RedisServer, n: usize, extra: &str) -> Vec<Binary> {
         .collect()
 }
 
-fn assert_each_once(events: &[support::Received], expected: usize) {
+fn assert_each_once(events: &[crate::support::Received], expected: usize) {
     let mut seen: HashMap<String, usize> = HashMap::new();
     for e in events {
         let ev = e.json();
@@ -99,7 +97,7 @@ async fn two_replicas_with_notifications_announce_each_zombie_once() {
     )
     .await;
     for d in &daemons {
-        let s = support::scrape(d.http_addr());
+        let s = crate::support::scrape(d.http_addr());
         assert!(
             metric(
                 &s,

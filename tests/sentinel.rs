@@ -1,15 +1,13 @@
 //! Sentinel: the sweeper follows the primary across a failover without a restart.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::sentinel::SentinelSetup;
+use crate::support::{Binary, members, redis_now, wait_until};
 use redis::Commands;
-use support::sentinel::SentinelSetup;
-use support::{Binary, members, redis_now, wait_until};
 
 fn seed_zombie(con: &mut redis::Connection, key: &str) {
-    support::seed_keys(con, [key], 1, 1);
+    crate::support::seed_keys(con, [key], 1, 1);
 }
 
 /// Waits for the replica's promotion, then for a zombie written to it to be swept there.

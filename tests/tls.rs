@@ -1,15 +1,13 @@
 //! TLS: `rediss://` with a CA of our own, client certificates, and a wrong CA that fails clearly.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::tls::{Certs, tls_toml};
+use crate::support::{Binary, metric, redis_now, run_binary, scrape, wait_until, write_file};
 use redis::Commands;
-use support::tls::{Certs, tls_toml};
-use support::{Binary, metric, redis_now, run_binary, scrape, wait_until, write_file};
 
 fn seed(con: &mut redis::Connection) {
-    support::seed_keys(con, ["presence:c1:online"], 1, 1);
+    crate::support::seed_keys(con, ["presence:c1:online"], 1, 1);
 }
 
 fn sweep(server_port: u16, toml: &str) -> (i32, String, String) {
@@ -44,7 +42,10 @@ fn rediss_with_our_own_ca() {
     let (code, stdout, stderr) = sweep(server.port, &tls_toml(&certs, "ca.crt", false));
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("evicted=1 events_published=1"), "{stdout}");
-    assert_eq!(support::members(&mut con, "presence:c1:online"), ["live"]);
+    assert_eq!(
+        crate::support::members(&mut con, "presence:c1:online"),
+        ["live"]
+    );
     let event: serde_json::Value =
         serde_json::from_slice(sub.get_message().unwrap().get_payload_bytes()).unwrap();
     assert_eq!(
@@ -89,7 +90,7 @@ fn a_wrong_ca_fails_clearly() {
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert_eq!(
-        support::members(&mut con, "presence:c1:online").len(),
+        crate::support::members(&mut con, "presence:c1:online").len(),
         2,
         "nothing was touched"
     );

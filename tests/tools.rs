@@ -1,13 +1,11 @@
 //! The operator and benchmark tools: `seed`, `stats` and `simulate`, run as the binary against
 //! real Redis servers (and, for `simulate`, a real daemon).
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::support::{Binary, RedisServer, redis_now, run_binary, write_file};
 use redis::Commands;
-use support::{Binary, RedisServer, redis_now, run_binary, write_file};
 
 /// Parses `key=value` pairs of a summary line.
 fn fields(line: &str) -> std::collections::HashMap<String, String> {

@@ -1,13 +1,11 @@
 //! Deadline-driven sweeping: keys are checked when their oldest member's window closes, new keys
 //! come from keyspace notifications where the server has them on, and walks reconcile.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::support::{Binary, RedisServer, Subscriber, metric, redis_now, scrape, wait_until};
 use redis::Commands;
-use support::{Binary, RedisServer, Subscriber, metric, redis_now, scrape, wait_until};
 
 /// Keyspace notifications as the README tells operators to turn them on.
 const NOTIFICATIONS: &[&str] = &["--notify-keyspace-events", "KEA"];
@@ -56,7 +54,7 @@ fn in_use(d: &Binary, server: &RedisServer) -> f64 {
 }
 
 /// How late each event came: its timestamp minus (last_seen + ttl), by user.
-fn lags(events: &[support::Received], ttl: f64) -> HashMap<String, f64> {
+fn lags(events: &[crate::support::Received], ttl: f64) -> HashMap<String, f64> {
     events
         .iter()
         .map(|e| {
@@ -482,7 +480,8 @@ fn one_walk_serves_every_sweep() {
         .arg("0")
         .query(&mut con)
         .unwrap();
-    let (code, stdout, stderr) = support::run_binary(&["--redis-url", &server.url(), "sweep"], &[]);
+    let (code, stdout, stderr) =
+        crate::support::run_binary(&["--redis-url", &server.url(), "sweep"], &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("online: keys_scanned=1 keys=1 members=0 evicted=1"),

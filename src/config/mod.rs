@@ -4,6 +4,7 @@
 //! than deserializing it, so that every rejection names the full key, the offending value and the
 //! layer it came from, and so that any key nobody reads is reported instead of ignored.
 
+pub(crate) mod pattern;
 mod redis;
 mod sweep;
 mod tree;
@@ -571,7 +572,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schedule::Schedule;
+    use crate::tracking::schedule::Schedule;
 
     fn load_with(file_text: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let dir = std::env::temp_dir().join(format!(

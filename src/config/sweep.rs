@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::ConfigError;
 use super::tree::Table;
-use crate::pattern::{ChannelTemplate, KeyPattern};
-use crate::schedule::Schedule;
+use crate::config::pattern::{ChannelTemplate, KeyPattern};
+use crate::tracking::schedule::Schedule;
 
 /// `sweeps.<name>.score_unit`: the unit of the scores the application writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //!
 //! A batch of keys goes through three steps, cheapest first, because Redis's single thread is the
 //! limit of any sweep:
-//! - `precheck`: one pipeline of native reads per key (`ZCOUNT -inf (cutoff`, and where a
+//! - `read`: one pipeline of native reads per key (`ZCOUNT -inf (cutoff`, and where a
 //!   deadline index needs it the lowest score and `ZCARD`). Most keys are clean; for them this
 //!   is all the work there is.
 //! - `transaction`: keys with a few zombies are evicted in one `MULTI`/`EXEC` per batch: read the
@@ -17,7 +17,8 @@
 //! little earlier, which can only make them spare a member that just became stale (it is taken
 //! at its next check), never evict one that heartbeated.
 
-pub(crate) mod precheck;
+pub(crate) mod preflight;
+pub(crate) mod read;
 pub(crate) mod script;
 pub(crate) mod transaction;
 

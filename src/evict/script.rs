@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::Clock;
 use crate::config::ScoreUnit;
-use crate::reply::{ReplyError, float, int, members, scored};
+use crate::store::reply::{ReplyError, float, int, members, scored};
 use crate::store::{Node, Packed, SendPacked, all_ok};
 
 /// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.

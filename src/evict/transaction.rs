@@ -16,11 +16,11 @@
 
 use super::Cutoff;
 use crate::Error;
-use crate::events::ROSTER_LIMIT;
-use crate::events::Roster;
-use crate::reply::{ReplyError, is_moved, number, time_from_parts};
+use crate::store::reply::{ReplyError, is_moved, number, time_from_parts};
 use crate::store::resp::{Item, Reader};
 use crate::store::{Node, Packed};
+use crate::sweep::events::ROSTER_LIMIT;
+use crate::sweep::events::Roster;
 
 /// What became of one key of a transaction.
 #[derive(Debug)]
@@ -179,7 +179,7 @@ fn multi_refused(
 
 /// `TIME` as Unix seconds.
 fn read_time(r: &mut Reader<'_>) -> Result<f64, Error> {
-    let bad = crate::reply::not_a_time;
+    let bad = crate::store::reply::not_a_time;
     if r.item()? != Item::Array(2) {
         return Err(bad().into());
     }

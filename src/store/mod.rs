@@ -8,11 +8,14 @@
 //! - `resp`: reading replies in place, as bytes.
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 
+pub(crate) mod clock;
 mod conn;
 pub(crate) mod packed;
+pub(crate) mod reply;
 pub(crate) mod resp;
 mod sentinel;
 mod tls;
+pub(crate) mod walk;
 mod wire;
 
 use std::collections::HashMap;

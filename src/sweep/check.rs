@@ -14,14 +14,14 @@ use super::announce::{Events, Removal};
 use super::sizing::CALL_BYTES;
 use super::{Counts, Observer, Sweep};
 use crate::Error;
-use crate::events::Roster;
-use crate::evict::precheck::{self, KeyRead, KeyStatus, Read};
+use crate::evict::read::{self, KeyRead, KeyStatus, Read};
 use crate::evict::script::{KeyReply, Params};
 use crate::evict::transaction::{self, TxKey};
 use crate::evict::{Clock, Cutoff};
+use crate::store::walk::FIRST_PAGE_SHARE;
 use crate::store::{Conn, Node, Store};
-use crate::storm::Admit;
-use crate::walk::FIRST_PAGE_SHARE;
+use crate::sweep::events::Roster;
+use crate::sweep::storm::Admit;
 
 /// How one check runs.
 #[derive(Debug, Clone, Copy)]
@@ -121,7 +121,7 @@ impl Sweep {
                     command,
                     target,
                     detail,
-                } if target == precheck::KEY_TARGET => Error::Permission {
+                } if target == read::KEY_TARGET => Error::Permission {
                     command,
                     target: format!("the keys {}", self.config.pattern.glob()),
                     detail,
@@ -158,7 +158,7 @@ impl Sweep {
             (false, true) => Read::StaleNewest(&cutoff),
             (false, false) => Read::Stale(&cutoff),
         };
-        let reads = precheck::read(node, &refs, what).await?;
+        let reads = read::read(node, &refs, what).await?;
         out.time = reads.time;
         ctx.observer.progress();
         if opts.dry_run {
@@ -222,7 +222,7 @@ impl Sweep {
         }
         if !uncounted.is_empty() {
             let keys: Vec<&[u8]> = uncounted.iter().map(|&i| refs[i]).collect();
-            let counts = precheck::read(node, &keys, Read::Stale(&cutoff)).await?;
+            let counts = read::read(node, &keys, Read::Stale(&cutoff)).await?;
             for (i, read) in uncounted.into_iter().zip(counts.keys) {
                 match read {
                     KeyStatus::Set(read) => stale.push((i, read.stale)),
@@ -241,7 +241,7 @@ impl Sweep {
             {
                 // Quiet keys came due, but the busy ones may be well: ask them.
                 let refs: Vec<&[u8]> = ctx.witnesses.iter().map(Vec::as_slice).collect();
-                let heard = precheck::read(node, &refs, Read::Newest).await?;
+                let heard = read::read(node, &refs, Read::Newest).await?;
                 for read in heard.keys.iter().filter_map(|r| r.set()) {
                     self.heard(read.newest.unwrap_or(f64::NEG_INFINITY), opts.now);
                 }
@@ -267,7 +267,7 @@ impl Sweep {
             budget
         } else {
             let sample: Vec<&[u8]> = stale.iter().take(8).map(|&(i, _)| refs[i]).collect();
-            self.observe_ids(&precheck::read(node, &sample, Read::Oldest).await?.keys);
+            self.observe_ids(&read::read(node, &sample, Read::Oldest).await?.keys);
             self.sizing.budget(self.evict.max_members_per_call) as u64
         };
         // Each transaction call removes at most `budget` members and brings back about
@@ -303,7 +303,7 @@ impl Sweep {
         let mut card_node = node.clone();
         let clean_refs: Vec<&[u8]> = clean.iter().map(|&i| refs[i]).collect();
         let (cards, outcomes) = tokio::join!(
-            precheck::read(&mut card_node, &clean_refs, Read::Members),
+            read::read(&mut card_node, &clean_refs, Read::Members),
             self.evict_keys(node, &refs, &first, &cutoff, opts)
         );
         // Whatever a transaction removed is announced first, even if another read failed.
@@ -395,7 +395,7 @@ impl Sweep {
             .zip(reads)
             .filter_map(|(key, read)| Some((*key, read.set()?.stale)))
             .unzip();
-        let cards = precheck::read(node, &sets, Read::Members).await?;
+        let cards = read::read(node, &sets, Read::Members).await?;
         for (read, stale) in cards.keys.into_iter().zip(stale) {
             let Some(card) = read.set().map(|r| r.card).filter(|&c| c > 0) else {
                 continue;
@@ -508,7 +508,7 @@ impl Sweep {
         if !uncounted.is_empty() {
             // Full rosters: the sets may be bigger, so count them (just after the eviction).
             let refs: Vec<&[u8]> = uncounted.iter().map(|(i, _)| keys[*i]).collect();
-            let cards = match precheck::read(node, &refs, Read::Members).await {
+            let cards = match read::read(node, &refs, Read::Members).await {
                 Ok(reads) => reads
                     .keys
                     .into_iter()

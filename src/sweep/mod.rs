@@ -19,7 +19,9 @@
 
 mod announce;
 mod check;
+pub(crate) mod events;
 mod sizing;
+pub(crate) mod storm;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -27,11 +29,11 @@ use std::time::{Duration, Instant};
 
 use crate::Error;
 use crate::config::{Config, EventsConfig, EvictConfig, SweepConfig};
-use crate::events::EventEncoder;
 use crate::evict::EvictScript;
-use crate::preflight;
+use crate::evict::preflight;
 use crate::store::{Node, Store};
-use crate::storm::{GuardMetrics, StormGuard};
+use crate::sweep::events::EventEncoder;
+use crate::sweep::storm::{GuardMetrics, StormGuard};
 
 pub(crate) use check::{CheckCtx, CheckOpts, Checked, KeyState};
 

@@ -2,8 +2,6 @@
 //! around the built binary. Every guard kills and reaps its process on drop, so a failing test
 //! leaves nothing behind.
 
-#![allow(dead_code)]
-
 pub mod cluster;
 pub mod sentinel;
 pub mod tls;
@@ -427,10 +425,6 @@ impl Binary {
         self._dir.path().join("presence-sweeper.toml")
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Everything logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
@@ -626,7 +620,9 @@ pub fn scrape(addr: std::net::SocketAddr) -> Vec<Sample> {
 pub struct InProcessDaemon {
     pub addr: std::net::SocketAddr,
     pub cancel: tokio_util::sync::CancellationToken,
-    pub reload: tokio::sync::mpsc::Sender<()>,
+    /// Held so that the daemon's reload channel stays open: a closed one would read as "no more
+    /// reloads", which is not what a test means.
+    _reload: tokio::sync::mpsc::Sender<()>,
     pub task: Option<tokio::task::JoinHandle<Result<(), presence_sweeper::Error>>>,
 }
 
@@ -642,7 +638,7 @@ impl InProcessDaemon {
             config.redis.url.clone(),
         )]
         .into();
-        let daemon = presence_sweeper::daemon::Daemon {
+        let daemon = presence_sweeper::serve::daemon::Daemon {
             config,
             listener,
             reloads,
@@ -653,14 +649,14 @@ impl InProcessDaemon {
                     overrides: Default::default(),
                 })
             }),
-            notifier: Arc::new(presence_sweeper::systemd::Notifier::disabled()),
+            notifier: Arc::new(presence_sweeper::serve::systemd::Notifier::disabled()),
             logs: Default::default(),
         };
         let task = tokio::spawn(daemon.run(cancel.clone()));
         Self {
             addr,
             cancel,
-            reload,
+            _reload: reload,
             task: Some(task),
         }
     }

@@ -12,7 +12,7 @@ use redis::Value;
 
 use super::Cutoff;
 use crate::Error;
-use crate::reply::{ReplyError, int, is_moved, refusal, single_score};
+use crate::store::reply::{ReplyError, int, is_moved, refusal, single_score};
 use crate::store::{Packed, SendPacked};
 
 /// What [`read`] asks of each key.
@@ -176,7 +176,7 @@ where
     }
     let mut replies = replies.into_iter();
     let time = match timed {
-        true => Some(crate::reply::time(replies.next().as_ref())?),
+        true => Some(crate::store::reply::time(replies.next().as_ref())?),
         false => None,
     };
     let mut out = Vec::with_capacity(keys.len());
@@ -210,7 +210,7 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
             Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(KeyStatus::NotZset),
             Value::ServerError(e) if is_moved(e.code()) => return Ok(KeyStatus::Moved),
             Value::ServerError(e) if e.code() == "NOPERM" => {
-                tracing::debug!(key = %crate::logging::Id(key), "the ACL refused a read of this key");
+                tracing::debug!(key = %crate::serve::logging::Id(key), "the ACL refused a read of this key");
                 return Err(Error::Permission {
                     command: what.command(i).into(),
                     // Not the key: error logs and /readyz show this, and it holds an id.

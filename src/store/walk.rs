@@ -9,8 +9,8 @@
 use futures_util::Stream;
 
 use crate::Error;
-use crate::pattern::KeyPattern;
-use crate::reply::ReplyError;
+use crate::config::pattern::KeyPattern;
+use crate::store::reply::ReplyError;
 use crate::store::{Packed, SendPacked, all_ok};
 
 /// One SCAN page and Redis's clock when it was read.
@@ -107,7 +107,7 @@ where
             let time = replies.next().ok_or_else(short)?;
             let (next, keys): (u64, Vec<Vec<u8>>) =
                 redis::from_redis_value(page).map_err(|e| ReplyError::new(format!("SCAN: {e}")))?;
-            let time = crate::reply::time(Some(&time))?;
+            let time = crate::store::reply::time(Some(&time))?;
             Ok(Some((
                 Page { keys, time },
                 (

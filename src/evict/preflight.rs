@@ -14,7 +14,7 @@ use redis::aio::ConnectionLike;
 
 use crate::Error;
 use crate::evict::EvictScript;
-use crate::reply::{ReplyError, refusal};
+use crate::store::reply::{ReplyError, refusal};
 
 /// How a refusal names what it was refused on: the sweep's key pattern and its channel
 /// template, never one conversation's key or channel (the error reaches error logs and

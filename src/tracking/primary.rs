@@ -30,17 +30,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::clock::{RedisClock, unix_now};
 use crate::config::{EvictConfig, NotificationMode, ScanConfig, TrackingConfig};
 use crate::error::Trouble;
-use crate::evict::precheck::{self, KeyRead, Read, Reads};
-use crate::health::{Health, LoopHealth};
-use crate::index::{Capacity, Index, NEVER, Ticket, Track};
-use crate::keyspace::{self, Availability, Change, Notice, Subscription};
-use crate::metrics::{Metrics, SweepMetrics};
+use crate::evict::read::{self, KeyRead, Read, Reads};
+use crate::serve::health::{Health, LoopHealth};
+use crate::serve::metrics::{Metrics, SweepMetrics};
+use crate::store::clock::{RedisClock, unix_now};
+use crate::store::walk::{self, Page};
 use crate::store::{Node, NodeId, Store};
 use crate::sweep::{CheckCtx, CheckOpts, Checked, KeyState, Observer, Sweep};
-use crate::walk::{self, Page};
+use crate::tracking::index::{Capacity, Index, NEVER, Ticket, Track};
+use crate::tracking::keyspace::{self, Availability, Change, Notice, Subscription};
 
 /// How long after a failed check its keys are checked again.
 const RETRY: Duration = Duration::from_secs(1);
@@ -624,7 +624,7 @@ impl Run {
         self.probing = true;
         let mut node = self.node.clone();
         self.in_flight.push(Box::pin(async move {
-            Done::Probe(crate::clock::redis_time(&mut node).await)
+            Done::Probe(crate::store::clock::redis_time(&mut node).await)
         }));
     }
 
@@ -974,7 +974,7 @@ impl Run {
                     let mut node = self.node.clone();
                     self.in_flight.push(Box::pin(async move {
                         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-                        let reads = precheck::read(&mut node, &refs, Read::Oldest).await;
+                        let reads = read::read(&mut node, &refs, Read::Oldest).await;
                         Done::Verified { epoch, ids, reads }
                     }));
                 } else {

@@ -1,4 +1,4 @@
-//! Every enabled sweep on every primary: one loop per primary ([`crate::primary`]), kept in step
+//! Every enabled sweep on every primary: one loop per primary ([`crate::tracking::primary`]), kept in step
 //! with the topology (a failover, a resharding), the configuration (reloads) and the leases; and
 //! for each sweep its schedule and, optionally, its lease.
 //!
@@ -18,15 +18,15 @@ use crate::Error;
 use crate::config::{
     Config, CoordinationConfig, EventsConfig, EvictConfig, NotificationMode, SweepConfig,
 };
-use crate::health::{Health, LoopHealth};
-use crate::index::Capacity;
-use crate::lease::Lease;
-use crate::metrics::{Metrics, Totals};
-use crate::primary::{self, Command, Job, LastAnswer, Primary};
-use crate::schedule::{CronClock, Ticker};
+use crate::serve::health::{Health, LoopHealth};
+use crate::serve::metrics::{Metrics, Totals};
+use crate::serve::systemd::Notifier;
 use crate::store::{NodeId, Store};
 use crate::sweep::Sweep;
-use crate::systemd::Notifier;
+use crate::tracking::index::Capacity;
+use crate::tracking::lease::Lease;
+use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary};
+use crate::tracking::schedule::{CronClock, Ticker};
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
 /// resharding); sooner when a primary's work fails, but at most once per [`TOPOLOGY_AFTER`].

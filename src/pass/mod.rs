@@ -7,6 +7,8 @@
 //! a few at a time, so Redis never waits for the sweeper, and at most a few batches of keys wait
 //! at once, so memory does not grow with the keyspace.
 
+pub mod command;
+
 use std::collections::VecDeque;
 use std::pin::pin;
 use std::sync::Arc;
@@ -19,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::config::{EvictConfig, ScanConfig};
 use crate::evict::Clock;
+use crate::store::walk;
 use crate::store::{Node, Store};
 use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Sweep};
-use crate::walk;
 
 /// Primaries of a cluster walked at the same time, each with its own cursor.
 pub(crate) const MAX_PARALLEL_NODES: usize = 8;

@@ -23,12 +23,12 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 use crate::Error;
-use crate::clock::redis_time;
 use crate::config::{Config, SweepConfig};
 use crate::evict::Cutoff;
-use crate::evict::precheck::{self, Read};
+use crate::evict::read::{self, Read};
 use crate::store::Store;
-use crate::walk;
+use crate::store::clock::redis_time;
+use crate::store::walk;
 
 /// Upper bounds of the members-per-key buckets; a last bucket takes the rest.
 pub const BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
@@ -172,13 +172,13 @@ async fn tally_node(
         // Staleness on Redis's clock as of this page (read with the SCAN).
         let cutoff = Cutoff::new(page.time, sweep.ttl, unit);
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let reads = precheck::read(&mut con, &refs, Read::Summary(&cutoff)).await?;
+        let reads = read::read(&mut con, &refs, Read::Summary(&cutoff)).await?;
         for (key, read) in keys.iter().zip(reads.keys) {
             // A key that changed type since SCAN saw it is skipped, not the page.
             let Some(read) = read.set() else { continue };
             let id = || {
                 let id = sweep.pattern.conversation_id(key).unwrap_or(key);
-                crate::logging::Id(id).to_string()
+                crate::serve::logging::Id(id).to_string()
             };
             let oldest = read.oldest.map(|score| unit.to_seconds(score));
             tally.key(read.card, read.stale, oldest, id);
@@ -287,7 +287,7 @@ impl Tally {
             // `+inf` never goes stale: it counts as now (age 0), and `-inf` as the epoch.
             oldest_heartbeat_age_seconds: self.oldest.map(|o| match o {
                 f64::INFINITY => 0.0,
-                o => now - crate::events::seconds(o),
+                o => now - crate::sweep::events::seconds(o),
             }),
             oldest_heartbeat_never: self.oldest == Some(f64::NEG_INFINITY),
             oldest_heartbeat_pinned: self.oldest == Some(f64::INFINITY),
@@ -402,11 +402,15 @@ mod tests {
     fn sweep() -> SweepConfig {
         SweepConfig {
             name: "online".into(),
-            pattern: crate::pattern::KeyPattern::parse("presence:*:online").unwrap(),
+            pattern: crate::config::pattern::KeyPattern::parse("presence:*:online").unwrap(),
             ttl: std::time::Duration::from_secs(45),
-            schedule: crate::schedule::Schedule::Every(std::time::Duration::from_secs(30)),
+            schedule: crate::tracking::schedule::Schedule::Every(std::time::Duration::from_secs(
+                30,
+            )),
             event: "presence.leave".into(),
-            channel: crate::pattern::ChannelTemplate::new("presence:{conversation_id}:events"),
+            channel: crate::config::pattern::ChannelTemplate::new(
+                "presence:{conversation_id}:events",
+            ),
             score_unit: crate::config::ScoreUnit::Seconds,
             enabled: true,
             storm_guard: Default::default(),

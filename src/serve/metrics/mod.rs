@@ -18,10 +18,10 @@ use prometheus::{
 
 use crate::config::SweepConfig;
 use crate::error::Trouble;
-use crate::logging::LogStats;
+use crate::serve::logging::LogStats;
 use crate::store::NodeId;
-use crate::storm::GuardMetrics;
 use crate::sweep::Observer;
+use crate::sweep::storm::GuardMetrics;
 
 const NAMESPACE: &str = "presence_sweeper";
 

@@ -34,11 +34,11 @@ pub use tracker::{Fate, Lag, Tally, Tracker, Verdict};
 use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
 
 use crate::Error;
-use crate::clock::{RedisClock, redis_time, unix_now};
+use crate::config::pattern::CONVERSATION_ID;
 use crate::config::{Config, RedisConfig, SweepConfig, UnknownSweep};
-use crate::loopback::{self, NotLoopback};
-use crate::pattern::CONVERSATION_ID;
+use crate::store::clock::{RedisClock, redis_time, unix_now};
 use crate::store::{self, Store};
+use crate::tools::loopback::{self, NotLoopback};
 
 /// Longest `--duration`: the run must end on its own.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
@@ -499,7 +499,7 @@ async fn watch_redis(store: Store, watch: Arc<Watch>, stop: CancellationToken) {
             let mut st = watch.state();
             match reply {
                 Ok((time, info)) => {
-                    let time = crate::reply::parse_time(&time);
+                    let time = crate::store::reply::parse_time(&time);
                     let run_id = info
                         .lines()
                         .find_map(|l| l.strip_prefix("run_id:"))

@@ -11,14 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::{Config, ConfigError};
-use crate::engine::Engine;
 use crate::error::Trouble;
-use crate::health::Health;
-use crate::http;
-use crate::logging::LogStats;
-use crate::metrics::Metrics;
+use crate::serve::health::Health;
+use crate::serve::http;
+use crate::serve::logging::LogStats;
+use crate::serve::metrics::Metrics;
+use crate::serve::systemd::Notifier;
 use crate::store::Store;
-use crate::systemd::Notifier;
+use crate::tracking::engine::Engine;
 
 /// How long shutdown waits for work in flight; below the 5 s an orchestrator is promised.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);

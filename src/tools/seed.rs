@@ -15,10 +15,10 @@ use futures_util::{StreamExt, TryStreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
+use crate::config::pattern::KeyPattern;
 use crate::config::{Config, RedisConfig, ScoreUnit, SweepConfig, UnknownSweep};
-use crate::loopback::{self, NotLoopback};
-use crate::pattern::KeyPattern;
 use crate::store::Store;
+use crate::tools::loopback::{self, NotLoopback};
 
 /// Members one script call writes at most, over all its keys: keeps each call to a few
 /// milliseconds of Redis time.

@@ -13,7 +13,7 @@ where
     let mut batch = Packed::default();
     batch.command(&[b"TIME"]);
     let replies = all_ok(con.send_packed(batch).await?)?;
-    Ok(crate::reply::time(replies.first())?)
+    Ok(crate::store::reply::time(replies.first())?)
 }
 
 /// Redis's clock, as last read, and when.

@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::health::Health;
-use crate::metrics::Metrics;
+use crate::serve::health::Health;
+use crate::serve::metrics::Metrics;
 
 /// A slow client gets this long to send its request headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);

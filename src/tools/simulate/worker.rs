@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Plan, Shared, lock};
 use crate::Error;
 use crate::config::ScoreUnit;
-use crate::pattern::KeyPattern;
+use crate::config::pattern::KeyPattern;
 use crate::store::Store;
 
 /// Granularity of the schedule: heartbeats are spread over the period in steps of this.

@@ -1,0 +1,10 @@
+//! Where the daemon's work comes from: each key's deadline (`index`), notifications of new keys
+//! (`keyspace`), one primary's loop joining both with walks (`primary`), every sweep on every
+//! primary (`engine`), when sweeps walk (`schedule`) and which replica sweeps (`lease`).
+
+pub(crate) mod engine;
+pub(crate) mod index;
+pub(crate) mod keyspace;
+pub(crate) mod lease;
+pub(crate) mod primary;
+pub(crate) mod schedule;
