@@ -185,6 +185,7 @@ async fn every_series_exists_from_start_even_without_redis() {
         }
         for name in [
             "presence_sweeper_sweep_overruns_total",
+            "presence_sweeper_sweep_ticks_total",
             "presence_sweeper_sweep_duration_seconds_count",
             "presence_sweeper_last_success_timestamp_seconds",
             "presence_sweeper_keys_scanned_total",
@@ -323,4 +324,59 @@ fn healthcheck_command_exit_codes() {
     assert_eq!(code, 1);
     assert!(stderr.contains("unhealthy: cannot connect to"), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Without notifications every sweep walks on its own schedule, and one walk serves them all:
+/// a typing tick (1s) that meets the walk the online tick (2s) started at the same moment is
+/// served by it, not skipped. Before, it counted an overrun at every meeting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticks_that_meet_another_sweeps_walk_are_not_overruns() {
+    let server = RedisServer::start_with(&["--enable-debug-command", "local"]);
+    let mut con = server.con();
+    // Unrelated keys, so that each walk takes long enough for the other sweep's tick to meet it.
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(100_000)
+        .arg("unrelated")
+        .arg(8)
+        .query(&mut con)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = config_file(
+        dir.path(),
+        &server.url(),
+        "[tracking]\nnotifications = \"off\"\n\
+         [sweeps.online]\nschedule = \"2s\"\n[sweeps.typing]\nschedule = \"1s\"\n",
+    );
+    let daemon = InProcessDaemon::start(config, None).await;
+    let s = daemon
+        .wait_metrics("six typing ticks", Duration::from_secs(20), |s| {
+            metric(
+                s,
+                "presence_sweeper_sweep_ticks_total",
+                &[("sweep", "typing")],
+            )
+            .is_some_and(|t| t >= 6.0)
+        })
+        .await;
+    for sweep in ["online", "typing"] {
+        assert_eq!(
+            metric(
+                &s,
+                "presence_sweeper_sweep_overruns_total",
+                &[("sweep", sweep)]
+            ),
+            Some(0.0),
+            "{sweep}"
+        );
+    }
+    assert!(
+        metric(
+            &s,
+            "presence_sweeper_sweep_ticks_total",
+            &[("sweep", "online")]
+        )
+        .is_some_and(|t| t >= 2.0)
+    );
+    daemon.stop().await;
 }

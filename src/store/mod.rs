@@ -31,6 +31,9 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 pub(crate) use self::conn::{Conn, Node, NodeId};
 pub(crate) use self::packed::{Packed, SendPacked, all_ok};
 use self::sentinel::SentinelBackend;
+pub(crate) use self::wire::is_unsent;
+#[cfg(test)]
+pub(crate) use self::wire::unsent_error;
 use self::wire::{Target, Wire};
 use crate::Error;
 use crate::config::{RedisConfig, RedisMode, redact_url};

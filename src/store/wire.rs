@@ -255,10 +255,11 @@ impl Wire {
             raw,
             reply,
         };
-        self.requests.send(request).map_err(|_| closed())?;
+        self.requests.send(request).map_err(|_| unsent())?;
         match tokio::time::timeout(self.timeout, answer).await {
             Ok(Ok(result)) => Ok(result?),
-            Ok(Err(_)) => Err(closed().into()),
+            // Dropped unread in the queue: the socket failed before this request was written.
+            Ok(Err(_)) => Err(unsent().into()),
             Err(_) => {
                 self.retire.cancel();
                 Err(io::Error::new(io::ErrorKind::TimedOut, "Redis did not answer in time").into())
@@ -272,6 +273,26 @@ fn retired() -> io::Error {
         io::ErrorKind::TimedOut,
         "a request on this connection timed out; it is not used again",
     )
+}
+
+/// A request that never reached the socket: Redis cannot have run it. Its kind tells it apart
+/// from a request that was written and then lost its reply (which Redis may have run).
+fn unsent() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, UNSENT)
+}
+
+const UNSENT: &str = "the connection to Redis closed before the request was sent";
+
+/// A request that never reached Redis, as the wire reports it (for other modules' tests).
+#[cfg(test)]
+pub(crate) fn unsent_error() -> redis::RedisError {
+    unsent().into()
+}
+
+/// Whether `e` is a request that never reached Redis (see [`unsent`]). By its text: redis-rs
+/// keeps the `io::Error` inside behind a private accessor, and this text is only ever ours.
+pub(crate) fn is_unsent(e: &redis::RedisError) -> bool {
+    e.is_io_error() && e.to_string().contains(UNSENT)
 }
 
 fn closed() -> io::Error {

@@ -197,6 +197,17 @@ impl Sweep {
                 ctx.observer.published(n);
                 Ok(())
             }
+            Err(e) if delivery_unknown(&e) => {
+                tracing::warn!(
+                    sweep = %self.config.name,
+                    events = n,
+                    error = %e,
+                    "members were evicted and their events sent, but Redis did not confirm them"
+                );
+                counts.events_unconfirmed += n;
+                ctx.observer.events_unconfirmed(n);
+                Err(e.into())
+            }
             Err(e) => {
                 tracing::error!(
                     sweep = %self.config.name,
@@ -209,5 +220,46 @@ impl Sweep {
                 Err(e.into())
             }
         }
+    }
+}
+
+/// Whether a failed publish may still have reached Redis: the request was written, then its
+/// reply was lost (a timeout, a connection reset). Only failures known to have published
+/// nothing (never sent, refused, or answered with an error) count as lost events.
+fn delivery_unknown(e: &redis::RedisError) -> bool {
+    e.is_io_error() && !crate::store::is_unsent(e) && !e.is_connection_refusal()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::delivery_unknown;
+
+    fn io_error(kind: io::ErrorKind, text: &str) -> redis::RedisError {
+        io::Error::new(kind, text.to_string()).into()
+    }
+
+    #[test]
+    fn only_a_lost_reply_leaves_delivery_unknown() {
+        // Written, then no reply: Redis may have published.
+        assert!(delivery_unknown(&io_error(
+            io::ErrorKind::TimedOut,
+            "no answer"
+        )));
+        assert!(delivery_unknown(&io_error(
+            io::ErrorKind::ConnectionReset,
+            "reset"
+        )));
+        // Never sent, or never connected: nothing was published.
+        let unsent = crate::store::unsent_error();
+        assert!(!delivery_unknown(&unsent));
+        assert!(!delivery_unknown(&io_error(
+            io::ErrorKind::ConnectionRefused,
+            "refused"
+        )));
+        // Redis answered with an error: it published nothing.
+        let refused = redis::RedisError::from((redis::ErrorKind::Client, "NOPERM"));
+        assert!(!delivery_unknown(&refused));
     }
 }

@@ -169,8 +169,13 @@ pub trait Observer: Send + Sync {
     fn published(&self, events: u64) {
         let _ = events;
     }
-    /// Members were removed whose events could not be published.
+    /// Members were removed whose events were not published (never sent, or refused).
     fn events_failed(&self, events: u64) {
+        let _ = events;
+    }
+    /// Members were removed whose events were sent but not confirmed: Redis may or may not
+    /// have published them.
+    fn events_unconfirmed(&self, events: u64) {
         let _ = events;
     }
 }
@@ -190,8 +195,10 @@ pub struct Counts {
     pub evicted: u64,
     /// Events published.
     pub events_published: u64,
-    /// Members removed whose events could not be published (Redis failed in between).
+    /// Members removed whose events were not published (never sent, or refused).
     pub events_failed: u64,
+    /// Members removed whose events were sent but not confirmed (the reply was lost).
+    pub events_unconfirmed: u64,
 }
 
 impl Counts {
@@ -202,5 +209,6 @@ impl Counts {
         self.evicted += other.evicted;
         self.events_published += other.events_published;
         self.events_failed += other.events_failed;
+        self.events_unconfirmed += other.events_unconfirmed;
     }
 }

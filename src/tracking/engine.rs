@@ -337,6 +337,7 @@ impl Engine {
                 evicted = now.evicted - was.evicted,
                 events = now.published - was.published,
                 events_lost = now.lost - was.lost,
+                events_unconfirmed = now.unconfirmed - was.unconfirmed,
                 checks = now.checks - was.checks,
                 walks = now.walks - was.walks,
                 failed_walks = now.failed_walks - was.failed_walks,

@@ -254,6 +254,8 @@ struct Tracked {
     /// far in the walk in flight. The storm guard counts them with the index's.
     direct_members: u64,
     walk_direct_members: u64,
+    /// This sweep's last schedule tick that asked for a walk.
+    last_tick: Option<Instant>,
 }
 
 impl Tracked {
@@ -735,7 +737,7 @@ impl Run {
             Command::Jobs(jobs) => self.set_jobs(jobs),
             Command::Tick(name) => {
                 let active = self.notifications_active();
-                let Some(t) = self.jobs.iter().find(|t| t.job.name() == name) else {
+                let Some(t) = self.jobs.iter_mut().find(|t| t.job.name() == name) else {
                     return;
                 };
                 // With notifications a walk adds nothing between reconciliations, unless some
@@ -743,11 +745,18 @@ impl Run {
                 if active && t.synced && t.untracked == 0 {
                     return;
                 }
-                if self.walk.is_some() {
-                    t.job.metrics.overrun();
-                    tracing::debug!(sweep = %name, node = %self.id, "a walk is still running; skipping this tick");
+                let now = Instant::now();
+                let previous = t.last_tick.replace(now);
+                if let Some(walk) = &self.walk {
+                    // A walk serves every sweep: one started since this sweep's previous tick
+                    // (another sweep's tick, met at the same moment) is this tick's walk. Only
+                    // a walk older than that is late.
+                    let overrun = previous.is_some_and(|p| walk.started < p);
+                    t.job.metrics.tick(overrun);
+                    tracing::debug!(sweep = %name, node = %self.id, overrun, "a walk is still running; skipping this tick");
                     return;
                 }
+                t.job.metrics.tick(false);
                 self.start_walk(WalkKind::Discover);
             }
         }
@@ -810,6 +819,7 @@ impl Run {
             direct_time: f64::INFINITY,
             direct_members: 0,
             walk_direct_members: 0,
+            last_tick: None,
         }
     }
 
@@ -1715,6 +1725,9 @@ impl Observer for LoopObserver {
     }
     fn events_failed(&self, events: u64) {
         self.metrics.events_failed(events);
+    }
+    fn events_unconfirmed(&self, events: u64) {
+        self.metrics.events_unconfirmed(events);
     }
 }
 

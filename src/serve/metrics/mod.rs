@@ -72,6 +72,7 @@ pub struct Metrics {
     registry: Registry,
     sweeps: IntCounterVec,
     overruns: IntCounterVec,
+    ticks: IntCounterVec,
     duration: HistogramVec,
     last_success: GaugeVec,
     interval: GaugeVec,
@@ -87,6 +88,7 @@ pub struct Metrics {
     evicted: IntCounterVec,
     published: IntCounterVec,
     lost: IntCounterVec,
+    unconfirmed: IntCounterVec,
     lag: HistogramVec,
     redis_up: IntGauge,
     redis_failures: IntCounterVec,
@@ -121,7 +123,11 @@ impl Metrics {
             .expect("valid metric"),
             overruns: counter(
                 "sweep_overruns_total",
-                "Schedule ticks skipped because a walk was still running.",
+                "Schedule ticks skipped because the walk of an earlier tick was still running.",
+            ),
+            ticks: counter(
+                "sweep_ticks_total",
+                "Schedule ticks that asked a primary for a walk (none are asked while keyspace notifications make walks unnecessary); overruns are a share of these.",
             ),
             duration: HistogramVec::new(
                 histogram(
@@ -190,7 +196,11 @@ impl Metrics {
             published: counter("events_published_total", "Events published."),
             lost: counter(
                 "events_failed_total",
-                "Members removed whose event could not be published (Redis failed in between).",
+                "Members removed whose event was not published: never sent, or refused by Redis.",
+            ),
+            unconfirmed: counter(
+                "events_unconfirmed_total",
+                "Members removed whose event was sent but not confirmed (the reply was lost): subscribers may or may not have received it.",
             ),
             lag: HistogramVec::new(
                 histogram(
@@ -271,6 +281,7 @@ impl Metrics {
         let collectors: Vec<Box<dyn Collector>> = vec![
             Box::new(m.sweeps.clone()),
             Box::new(m.overruns.clone()),
+            Box::new(m.ticks.clone()),
             Box::new(m.duration.clone()),
             Box::new(m.last_success.clone()),
             Box::new(m.interval.clone()),
@@ -286,6 +297,7 @@ impl Metrics {
             Box::new(m.evicted.clone()),
             Box::new(m.published.clone()),
             Box::new(m.lost.clone()),
+            Box::new(m.unconfirmed.clone()),
             Box::new(m.lag.clone()),
             Box::new(m.redis_up.clone()),
             Box::new(m.redis_failures.clone()),
@@ -321,6 +333,7 @@ impl Metrics {
             success: self.sweeps.with_label_values(&[name, "success"]),
             error: self.sweeps.with_label_values(&[name, "error"]),
             overruns: self.overruns.with_label_values(l),
+            ticks: self.ticks.with_label_values(l),
             duration: self.duration.with_label_values(l),
             last_success: self.last_success.with_label_values(l),
             keys_scanned: self.keys_scanned.with_label_values(l),
@@ -335,6 +348,7 @@ impl Metrics {
             evicted: self.evicted.with_label_values(l),
             published: self.published.with_label_values(l),
             lost: self.lost.with_label_values(l),
+            unconfirmed: self.unconfirmed.with_label_values(l),
             lag: self.lag.with_label_values(l),
             nodes: Arc::default(),
             guard: GuardMetrics {
@@ -404,6 +418,7 @@ impl Metrics {
         }
         for c in [
             &self.overruns,
+            &self.ticks,
             &self.keys_scanned,
             &self.missed,
             &self.checks,
@@ -411,6 +426,7 @@ impl Metrics {
             &self.evicted,
             &self.published,
             &self.lost,
+            &self.unconfirmed,
             &self.storm_holds,
         ] {
             let _ = c.remove_label_values(l);
@@ -493,6 +509,7 @@ pub struct SweepMetrics {
     success: prometheus::IntCounter,
     error: prometheus::IntCounter,
     overruns: prometheus::IntCounter,
+    ticks: prometheus::IntCounter,
     duration: prometheus::Histogram,
     last_success: prometheus::Gauge,
     keys_scanned: prometheus::IntCounter,
@@ -507,6 +524,7 @@ pub struct SweepMetrics {
     evicted: prometheus::IntCounter,
     published: prometheus::IntCounter,
     lost: prometheus::IntCounter,
+    unconfirmed: prometheus::IntCounter,
     lag: prometheus::Histogram,
     /// What each primary contributes to the sweep's gauges.
     nodes: Arc<Mutex<BTreeMap<NodeId, NodeFigures>>>,
@@ -534,6 +552,7 @@ pub(crate) struct Totals {
     pub(crate) evicted: u64,
     pub(crate) published: u64,
     pub(crate) lost: u64,
+    pub(crate) unconfirmed: u64,
     pub(crate) checks: u64,
     pub(crate) walks: u64,
     pub(crate) failed_walks: u64,
@@ -553,6 +572,7 @@ impl SweepMetrics {
             evicted: self.evicted.get(),
             published: self.published.get(),
             lost: self.lost.get(),
+            unconfirmed: self.unconfirmed.get(),
             checks: self.checks.get(),
             walks: self.success.get(),
             failed_walks: self.error.get(),
@@ -610,9 +630,13 @@ impl SweepMetrics {
             .set(if oldest.is_finite() { oldest } else { 0.0 });
     }
 
-    /// Counts a tick skipped because a walk was still running.
-    pub(crate) fn overrun(&self) {
-        self.overruns.inc();
+    /// Counts a schedule tick that asked for a walk, and whether it was skipped because the
+    /// walk of an earlier tick was still running.
+    pub(crate) fn tick(&self, overrun: bool) {
+        self.ticks.inc();
+        if overrun {
+            self.overruns.inc();
+        }
     }
 
     /// Counts keys a reconciliation walk found untracked while notifications were in use.
@@ -648,5 +672,9 @@ impl Observer for SweepMetrics {
 
     fn events_failed(&self, events: u64) {
         self.lost.inc_by(events);
+    }
+
+    fn events_unconfirmed(&self, events: u64) {
+        self.unconfirmed.inc_by(events);
     }
 }
