@@ -8,8 +8,7 @@ use redis::Commands;
 
 /// The minimal ACL of the README, for a standalone sweeper without a lease.
 const MINIMAL: &str = "+ping +scan +time +zcount +zcard +zrange +zremrangebyscore \
-                       +zremrangebyrank +multi +exec +discard +publish +evalsha +eval \
-                       +script|load";
+                       +zremrangebyrank +multi +exec +discard +publish +evalsha +script|load";
 
 fn create_user(server: &RedisServer, name: &str, commands: &str) {
     let mut con = server.con();

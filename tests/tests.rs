@@ -1,5 +1,5 @@
 //! The integration tests, one binary of modules (one link). Each module starts its own
-//! `redis-server` processes on free ports through `support`.
+//! `redis-server` processes on free ports through `support` (`docs` needs none: it reads files).
 
 mod support;
 
@@ -8,6 +8,7 @@ mod bad_day;
 mod cli;
 mod cluster;
 mod daemon;
+mod docs;
 mod eviction;
 mod metrics;
 mod operations;

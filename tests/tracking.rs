@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::support::{Binary, RedisServer, Subscriber, metric, redis_now, scrape, wait_until};
 use redis::Commands;
 
-/// Keyspace notifications as the README tells operators to turn them on.
+/// Keyspace notifications as docs/operations.md tells operators to turn them on.
 const NOTIFICATIONS: &[&str] = &["--notify-keyspace-events", "KEA"];
 
 fn daemon(server: &RedisServer, toml: &str) -> Binary {
