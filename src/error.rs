@@ -77,8 +77,11 @@ pub enum Trouble {
     Credentials,
     /// The user may not run a command it needs (an ACL).
     Permission,
-    /// No answer: down, unreachable, timed out, the connection lost.
+    /// No connection: down, unreachable, the connection lost.
     Unreachable,
+    /// Connected, but no answer within `redis.command_timeout` (a paused or overloaded Redis,
+    /// or a connection a firewall dropped silently).
+    Timeout,
     /// Anything else (an unexpected reply, a server error).
     Other,
 }
@@ -90,6 +93,7 @@ impl Trouble {
             Self::Credentials => "credentials",
             Self::Permission => "permission",
             Self::Unreachable => "unreachable",
+            Self::Timeout => "timeout",
             Self::Other => "other",
         }
     }
@@ -124,7 +128,9 @@ fn redis_trouble(e: &redis::RedisError) -> Trouble {
         Trouble::Credentials
     } else if e.code() == Some("NOPERM") {
         Trouble::Permission
-    } else if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+    } else if e.is_timeout() {
+        Trouble::Timeout
+    } else if e.is_io_error() || e.is_connection_dropped() {
         Trouble::Unreachable
     } else {
         Trouble::Other

@@ -306,6 +306,7 @@ fn redis_down(e: &Error) -> String {
         Trouble::Credentials => format!("Redis refused the credentials: {e}"),
         Trouble::Permission => e.to_string(),
         Trouble::Unreachable => format!("Redis is unreachable: {e}"),
+        Trouble::Timeout => format!("Redis does not answer: {e}"),
         Trouble::Other => format!("Redis is not usable: {e}"),
     }
 }
@@ -382,12 +383,12 @@ async fn probe_redis(
                 Err(redis_down(&e))
             }
             Err(_) => {
-                metrics.redis_failure(Trouble::Unreachable);
+                metrics.redis_failure(Trouble::Timeout);
                 if was_up {
                     tracing::warn!("Redis did not answer a PING within {PROBE_INTERVAL:?}");
                 }
                 Err(format!(
-                    "Redis is unreachable: no answer to a PING within {PROBE_INTERVAL:?}"
+                    "Redis does not answer: no answer to a PING within {PROBE_INTERVAL:?}"
                 ))
             }
         };

@@ -1,10 +1,11 @@
 //! Liveness and readiness, decided from what the daemon's loops report.
 //!
-//! Liveness never depends on Redis: a Redis outage must not get the sweeper restarted in a loop.
-//! It fails only when a loop died or a walk stopped making progress (no SCAN page and no reply
-//! for a long time, which every Redis call's timeout rules out unless something is stuck).
-//! Readiness needs Redis, every loop running and turning, and every sweep walked once on every
-//! primary (or standing by while another replica holds its lease).
+//! Liveness is the daemon's own: every loop still turns (each turns every few seconds, idle or
+//! not, whatever Redis does) and none died. It never depends on Redis: a loop waiting on a
+//! silent Redis is alive, and a Redis outage must not get the sweeper restarted in a loop.
+//! Readiness is Redis's: it needs Redis answering, every loop running and turning, no walk stuck
+//! without progress, and every sweep walked once on every primary (or standing by while another
+//! replica holds its lease).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -152,17 +153,19 @@ impl Health {
         self.shutting_down.load(Ordering::Relaxed)
     }
 
-    /// `Ok` while every loop is alive and no walk is stuck; else why not.
+    /// `Ok` while every loop runs and turns; else why not.
     pub fn liveness(&self) -> Result<(), String> {
-        let now = Instant::now();
-        for (name, l) in self.state().loops.iter() {
-            if l.stopped && !self.shutting_down() {
-                return Err(format!("{name}: its loop stopped"));
-            }
-            let quiet = now.saturating_duration_since(l.last_progress);
-            if l.busy && quiet > self.stall_after {
-                return Err(format!("{name}: no progress for {}s", quiet.as_secs()));
-            }
+        let state = self.state();
+        if !self.shutting_down()
+            && let Some((name, _)) = state.loops.iter().find(|(_, l)| l.stopped)
+        {
+            return Err(format!("{name}: its loop stopped"));
+        }
+        if let Some((name, quiet)) = stalest_loop(&state, self.stall_after) {
+            return Err(format!(
+                "{name}: its loop has not turned for {}s",
+                quiet.as_secs()
+            ));
         }
         Ok(())
     }
@@ -185,6 +188,21 @@ impl Health {
         if let Some((name, quiet)) = stalest_loop(&state, self.stall_after) {
             return Err(format!(
                 "{name}: its loop has not turned for {}s",
+                quiet.as_secs()
+            ));
+        }
+        // A walk waiting on a Redis that accepts connections but answers nothing: the loop
+        // is alive (liveness), but the daemon is not doing its job.
+        let now = Instant::now();
+        if let Some((name, quiet)) = state
+            .loops
+            .iter()
+            .filter(|(_, l)| l.busy)
+            .map(|(name, l)| (name, now.saturating_duration_since(l.last_progress)))
+            .find(|&(_, quiet)| quiet > self.stall_after)
+        {
+            return Err(format!(
+                "{name}: its walk made no progress for {}s",
                 quiet.as_secs()
             ));
         }
@@ -332,21 +350,39 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn live_unless_a_walk_is_stuck_or_a_loop_died() {
+    async fn live_while_loops_turn_even_when_a_walk_waits_on_redis() {
         let h = Health::new(Duration::from_secs(60));
         h.set_redis(Ok(()));
         let a = h.register_loop("primary a");
-        // Idle for an hour (a cron schedule) is fine; Redis down is fine.
-        tokio::time::advance(Duration::from_secs(3600)).await;
+        // Idle for an hour, turning every few seconds (a cron schedule) is fine; Redis down is
+        // fine.
+        for _ in 0..720 {
+            tokio::time::advance(Duration::from_secs(5)).await;
+            a.alive();
+        }
         assert!(h.liveness().is_ok());
+        // A walk waiting on a Redis that answers nothing for 75s: the loop still turns, so the
+        // daemon is alive (nothing restarts it), but not ready, and says why.
         a.busy(true);
-        tokio::time::advance(Duration::from_secs(50)).await;
-        a.progress();
-        tokio::time::advance(Duration::from_secs(50)).await;
+        for _ in 0..15 {
+            tokio::time::advance(Duration::from_secs(5)).await;
+            a.alive();
+        }
         assert!(h.liveness().is_ok());
-        tokio::time::advance(Duration::from_secs(11)).await;
-        assert!(h.liveness().unwrap_err().contains("no progress for 61s"));
+        assert_eq!(
+            h.readiness().unwrap_err(),
+            "primary a: its walk made no progress for 75s"
+        );
+        a.progress();
+        assert!(h.readiness().is_ok());
         a.busy(false);
+        // A loop that stops turning is not alive.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(
+            h.liveness().unwrap_err(),
+            "primary a: its loop has not turned for 61s"
+        );
+        a.alive();
         assert!(h.liveness().is_ok());
         drop(a);
         assert!(h.liveness().unwrap_err().contains("loop stopped"));

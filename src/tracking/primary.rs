@@ -1319,7 +1319,7 @@ impl Run {
                 }
             }
             Trouble::Credentials => self.metrics.redis_failure(trouble),
-            Trouble::Unreachable | Trouble::Other => {}
+            Trouble::Unreachable | Trouble::Timeout | Trouble::Other => {}
         }
     }
 

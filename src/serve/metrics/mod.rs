@@ -219,7 +219,7 @@ impl Metrics {
             redis_failures: IntCounterVec::new(
                 opts(
                     "redis_failures_total",
-                    "Failed connection attempts and health probes of Redis, by kind: credentials (a wrong or missing password, an unknown user), permission (an ACL), unreachable, other.",
+                    "Failed connection attempts and health probes of Redis, by kind: credentials (a wrong or missing password, an unknown user), permission (an ACL), unreachable (no connection), timeout (no answer within redis.command_timeout), other.",
                 ),
                 &["kind"],
             )
@@ -317,7 +317,13 @@ impl Metrics {
         for result in ["success", "error"] {
             m.config_reloads.with_label_values(&[result]);
         }
-        for kind in ["credentials", "permission", "unreachable", "other"] {
+        for kind in [
+            "credentials",
+            "permission",
+            "unreachable",
+            "timeout",
+            "other",
+        ] {
             m.redis_failures.with_label_values(&[kind]);
         }
         m
