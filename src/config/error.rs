@@ -46,6 +46,10 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: String,
     },
+    /// `PRESENCE_SWEEPER_*` variables that set nothing (`check-config` refuses them; the
+    /// other commands warn).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    UnknownVariables(Vec<super::env::UnknownVariable>),
 }
 
 /// The layer a value came from, shown after it in error messages.
@@ -58,7 +62,8 @@ const ENVIRONMENT: &str = "the environment";
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0.as_deref() {
-            Some(o) if o == ENVIRONMENT => write!(f, " (from {o})"),
+            // A flag's origin is the flag itself (`--log-level`).
+            Some(o) if o == ENVIRONMENT || o.starts_with("--") => write!(f, " (from {o})"),
             Some(file) => write!(f, " (in {file})"),
             None => Ok(()),
         }

@@ -1,6 +1,7 @@
 //! `[log]`: the format and level of the daemon's log lines.
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 
 use super::section::{Key, Shown};
 
@@ -60,10 +61,46 @@ impl LogConfig {
     ];
 }
 
-/// Checks a `log.level`: a level or a `tracing` filter.
+/// Checks a `log.level`: a level, or a `tracing` filter whose every directive has a level.
+///
+/// A filter takes a bare word as a target name, so a misspelt level (`wraning`) would be a
+/// valid filter that shows only the lines of a target called `wraning`: none at all.
 pub(crate) fn check_level(text: &str) -> Result<(), String> {
+    const LEVELS: &str = "off, error, warn, info, debug, trace";
+    for directive in text.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        if !directive.contains('=') && directive.parse::<LevelFilter>().is_err() {
+            return Err(format!(
+                "{directive:?} is not a level ({LEVELS}); a filter directive names a target and \
+                 a level, as in \"presence_sweeper=debug\""
+            ));
+        }
+    }
+    if text.trim().is_empty() {
+        return Err(format!("empty; a level is one of {LEVELS}"));
+    }
     EnvFilter::builder()
         .parse(text)
         .map(drop)
         .map_err(|e| format!("not a level or tracing filter: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_level;
+
+    #[test]
+    fn levels_and_filters_pass_and_misspellings_do_not() {
+        for ok in [
+            "info",
+            "WARN",
+            "off",
+            "info,presence_sweeper=debug",
+            "h2=warn",
+        ] {
+            assert_eq!(check_level(ok), Ok(()), "{ok}");
+        }
+        for bad in ["wraning", "info,debgu", "", "presence_sweeper=loud"] {
+            assert!(check_level(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -10,10 +10,12 @@
 //! `docs/configuration.md` is generated.
 
 mod coordination;
+mod env;
 mod error;
 mod events;
 mod evict;
 mod http;
+mod layers;
 mod log;
 pub(crate) mod pattern;
 mod redis;
@@ -26,15 +28,17 @@ mod tree;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use config::FileFormat;
 
 pub use self::coordination::CoordinationConfig;
+pub use self::env::{CONFIG_VAR, UnknownVariable};
 pub use self::error::{ConfigError, Origin};
 pub use self::events::EventsConfig;
 pub use self::evict::EvictConfig;
 pub use self::http::HttpConfig;
+use self::layers::{FileLayer, FlagLayer};
 pub use self::log::{LogConfig, LogFormat};
 pub use self::redis::{RedisConfig, RedisMode, TlsConfig};
 pub use self::scan::ScanConfig;
@@ -103,6 +107,23 @@ pub struct Overrides {
     pub log_level: Option<String>,
 }
 
+impl Overrides {
+    /// The flags given, as a layer: each value's origin is its flag.
+    fn layer(&self) -> FlagLayer {
+        let flags = [
+            ("redis.url", "--redis-url", &self.redis_url),
+            ("log.format", "--log-format", &self.log_format),
+            ("log.level", "--log-level", &self.log_level),
+        ];
+        FlagLayer(
+            flags
+                .into_iter()
+                .filter_map(|(key, flag, value)| Some((key, flag, value.clone()?)))
+                .collect(),
+        )
+    }
+}
+
 /// A `--sweep` name that is not configured.
 #[derive(Debug, thiserror::Error)]
 #[error("unknown sweep `{name}` (configured: {known})")]
@@ -119,49 +140,30 @@ impl Config {
         let mut builder = config::Config::builder()
             .add_source(config::File::from_str(DEFAULTS_TOML, FileFormat::Toml));
         if let Some(path) = &sources.file {
-            // Read it ourselves first: the config crate would otherwise also try `path.toml`,
-            // `path.json`... and an unreadable file deserves its own clear message.
-            std::fs::metadata(path)
-                .and_then(|m| {
-                    if m.is_file() {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::other("not a regular file"))
-                    }
-                })
-                .and_then(|()| std::fs::File::open(path).map(drop))
-                .map_err(|cause| ConfigError::ReadFile {
-                    path: path.clone(),
-                    cause,
-                })?;
-            builder =
-                builder.add_source(config::File::new(&path.to_string_lossy(), FileFormat::Toml));
+            builder = builder.add_source(FileLayer::read(path)?);
         }
         let env: config::Map<String, String> = sources
             .env
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        builder = builder.add_source(
-            config::Environment::with_prefix(ENV_PREFIX)
-                .separator(ENV_SEPARATOR)
-                .try_parsing(true)
-                .source(Some(env)),
-        );
-        let o = &sources.overrides;
-        builder = builder
-            .set_override_option("redis.url", o.redis_url.clone())
-            .and_then(|b| b.set_override_option("log.format", o.log_format.clone()))
-            .and_then(|b| b.set_override_option("log.level", o.log_level.clone()))
-            .map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        let merged = builder.build().map_err(|e| match e {
-            config::ConfigError::FileParse { cause, .. } => ConfigError::Syntax(format!(
-                "{}: {}",
-                sources.file.as_deref().unwrap_or(Path::new("?")).display(),
-                one_line(&cause.to_string())
-            )),
-            other => ConfigError::Syntax(one_line(&other.to_string())),
-        })?;
+        let merged = builder
+            .add_source(
+                config::Environment::with_prefix(ENV_PREFIX)
+                    .separator(ENV_SEPARATOR)
+                    .try_parsing(true)
+                    .source(Some(env)),
+            )
+            .add_source(sources.overrides.layer())
+            .build()
+            .map_err(|e| match e {
+                config::ConfigError::FileParse { uri, cause } => ConfigError::Syntax(format!(
+                    "{}: {}",
+                    uri.unwrap_or_default(),
+                    one_line(&cause.to_string())
+                )),
+                other => ConfigError::Syntax(one_line(&other.to_string())),
+            })?;
         let root =
             config::Source::collect(&merged).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let mut config = Self::from_tree(Table::new(String::new(), root))?;
@@ -221,6 +223,20 @@ impl Config {
             .collect()
     }
 
+    /// `PRESENCE_SWEEPER*` variables of `env` that set nothing, each with the variable probably
+    /// meant. `check-config` refuses them; the other commands warn.
+    pub fn unknown_variables(&self, env: &HashMap<String, String>) -> Vec<UnknownVariable> {
+        let keys: Vec<String> = self
+            .to_toml()
+            .lines()
+            .scan(String::new(), |table, line| {
+                Some(effective_key(table, line))
+            })
+            .flatten()
+            .collect();
+        env::unknown_variables(env, &keys)
+    }
+
     /// The effective configuration as TOML, every key in effect included (unset ones as
     /// comments), with every secret redacted.
     pub fn to_toml(&self) -> String {
@@ -266,7 +282,6 @@ fn read_section<S: Default>(
 
 /// The dotted key a line of [`Config::to_toml`] sets or shows unset, if it is one; `table`
 /// follows the `[table]` lines.
-#[cfg(test)]
 pub(crate) fn effective_key(table: &mut String, line: &str) -> Option<String> {
     if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
         *table = name.to_owned();

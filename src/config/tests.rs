@@ -291,3 +291,41 @@ fn every_key_in_effect_is_printed() {
         "{printed}"
     );
 }
+
+#[test]
+fn errors_name_the_file_as_given() {
+    let dir = std::env::temp_dir().join(format!("presence-sweeper-paths-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("cfg")).unwrap();
+    std::fs::write(dir.join("cfg/a.toml"), "[sweeps.x]\nttl = \"1s\"\n").unwrap();
+    let given = dir.join("cfg/../cfg/a.toml");
+    let e = Config::load(&Sources {
+        file: Some(given.clone()),
+        ..Sources::default()
+    })
+    .unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "missing configuration key `sweeps.x.match` (in {})",
+            given.display()
+        )
+    );
+}
+
+#[test]
+fn flags_are_named_as_the_origin() {
+    let e = Config::load(&Sources {
+        overrides: Overrides {
+            log_level: Some("wraning".into()),
+            ..Overrides::default()
+        },
+        ..Sources::default()
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("log.level = \"wraning\" (from --log-level): \"wraning\" is not a level"),
+        "{e}"
+    );
+}
