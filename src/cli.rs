@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use presence_sweeper::config::{Overrides, Sources};
+use presence_sweeper::config::{CONFIG_VAR, Overrides, Sources};
 use presence_sweeper::tools::{seed, simulate};
 
 /// Evicts zombie members from Redis presence sorted sets and announces every eviction.
@@ -24,7 +24,7 @@ pub(crate) struct Cli {
         long,
         global = true,
         value_name = "PATH",
-        env = "PRESENCE_SWEEPER_CONFIG"
+        env = CONFIG_VAR
     )]
     pub(crate) config: Option<PathBuf>,
 

@@ -2,6 +2,7 @@
 //! command, and maps outcomes to exit codes (0 success, 1 failure at run time, 2 bad
 //! configuration or usage).
 
+use std::collections::HashMap;
 use std::fmt::Display;
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ mod cli;
 
 use clap::Parser;
 use cli::{Cli, Command};
-use presence_sweeper::config::Config;
+use presence_sweeper::config::{Config, ConfigError};
 use presence_sweeper::pass::PassOptions;
 use presence_sweeper::pass::command;
 use presence_sweeper::serve::daemon::{Daemon, EXIT_DEADLINE};
@@ -31,12 +32,18 @@ const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
-    let config = match Config::load(&cli.sources(std::env::vars().collect())) {
+    let env = environment();
+    let config = match Config::load(&cli.sources(env.clone())) {
         Ok(c) => c,
         Err(e) => return refused(format!("configuration error: {e}")),
     };
+    let unknown = config.unknown_variables(&env);
     let command = cli.command.take().unwrap_or(Command::Run);
     if let Command::CheckConfig = command {
+        if !unknown.is_empty() {
+            let e = ConfigError::UnknownVariables(unknown);
+            return refused(format!("configuration error: {e}"));
+        }
         if let Err(e) = out(&config.to_toml()) {
             return failed(e);
         }
@@ -45,6 +52,13 @@ fn main() -> ExitCode {
     }
     let logging =
         (!matches!(command, Command::Healthcheck { .. })).then(|| logging::init(&config.log));
+    for variable in &unknown {
+        if logging.is_some() {
+            tracing::warn!("{variable}");
+        } else {
+            say(format_args!("presence-sweeper: warning: {variable}"));
+        }
+    }
     let logs = logging
         .as_ref()
         .map(|l| l.stats.clone())
@@ -75,6 +89,14 @@ fn main() -> ExitCode {
         logging.flush();
     }
     outcome.unwrap_or_else(|e| failed(format!("{e:#}")))
+}
+
+/// The process's environment. A variable whose name or value is not UTF-8 cannot be one of
+/// ours, and must not abort the process as `std::env::vars` would.
+fn environment() -> HashMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
 }
 
 /// A line on stderr; a stderr that is gone (a closed pipe, a full disk) is not worth a panic.
@@ -112,7 +134,7 @@ async fn run(config: Config, cli: Cli, logs: LogStats) -> anyhow::Result<ExitCod
         config,
         listener,
         reloads,
-        loader: Box::new(move || Config::load(&cli.sources(std::env::vars().collect()))),
+        loader: Box::new(move || Config::load(&cli.sources(environment()))),
         notifier: Arc::new(Notifier::from_env()),
         logs,
     };

@@ -323,3 +323,159 @@ fn a_taken_metrics_address_exits_1_with_its_cause_once() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// A `PRESENCE_SWEEPER_*` variable that sets nothing (one underscore: the `config` crate skips
+/// it) is named with the one probably meant: an error for `check-config`, a warning elsewhere.
+#[test]
+fn unknown_environment_variables_are_named_with_the_one_meant() {
+    let typo = [("PRESENCE_SWEEPER_REDIS_URL", "redis://127.0.0.1:1/0")];
+    let meant = "environment variable PRESENCE_SWEEPER_REDIS_URL sets nothing; did you mean \
+                 PRESENCE_SWEEPER__REDIS__URL?";
+    let (code, stdout, stderr) = run_binary(&["check-config"], &typo);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!("presence-sweeper: configuration error: {meant}")
+    );
+
+    let url = format!("redis://127.0.0.1:{}/0", free_port());
+    let (code, _, stderr) = run_binary(&["--redis-url", &url, "sweep"], &typo);
+    assert_eq!(
+        code, 1,
+        "Redis is unreachable, the variable only warned: {stderr}"
+    );
+    assert!(
+        stderr.contains("WARN") && stderr.contains(meant),
+        "{stderr}"
+    );
+
+    // The variables the binary reads itself stay known.
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "c.toml", "");
+    let (code, _, stderr) = run_binary(
+        &["check-config"],
+        &[("PRESENCE_SWEEPER_CONFIG", file.to_str().unwrap())],
+    );
+    assert_eq!(code, 0, "{stderr}");
+}
+
+/// A misspelt level is a valid `tracing` filter (a target called `wraning`) that silences every
+/// line: it is refused, wherever it comes from, by every command.
+#[test]
+fn an_invalid_log_level_exits_2_everywhere() {
+    let why = "\"wraning\" is not a level (off, error, warn, info, debug, trace)";
+    for args in [
+        &["--log-level", "wraning", "check-config"][..],
+        &[
+            "--log-level",
+            "wraning",
+            "--redis-url",
+            "redis://127.0.0.1:1/0",
+            "sweep",
+        ],
+        &["--log-level", "wraning", "healthcheck"],
+        &["--log-level", "wraning", "run"],
+    ] {
+        let (code, stdout, stderr) = run_binary(args, &[]);
+        assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "presence-sweeper: configuration error: log.level = \"wraning\" (from \
+                 --log-level): {why}"
+            )),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_config_error(
+        "",
+        &[("PRESENCE_SWEEPER__LOG__LEVEL", "info,debgu")],
+        "log.level = \"info,debgu\" (from the environment): \"debgu\" is not a level",
+    );
+    let (code, _, stderr) = check_config("[log]\nlevel = \"wraning\"\n", &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("c.toml): \"wraning\" is not a level"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_binary(&["--log-level", "info,h2=warn", "check-config"], &[]);
+    assert_eq!(code, 0, "a filter with levels is fine: {stderr}");
+}
+
+/// Runs the binary in `cwd`.
+fn run_binary_in(cwd: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(crate::support::binary_path())
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("PRESENCE_SWEEPER_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Messages show the configuration file as the operator gave it, not a rewritten path, and a
+/// missing key or a bad value names it.
+#[test]
+fn the_config_file_is_named_as_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().join("x");
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::create_dir_all(dir.path().join("cfg")).unwrap();
+    write_file(
+        &dir.path().join("cfg"),
+        "missing.toml",
+        "[sweeps.x]\nttl = \"1s\"\n",
+    );
+    write_file(&dir.path().join("cfg"), "bad.toml", "[scan]\ncount = 0\n");
+    write_file(&cwd, "good.toml", "[scan]\ncount = 10\n");
+    let absolute = cwd.join("good.toml");
+    let absolute = absolute.to_str().unwrap();
+
+    let cases = [
+        (
+            "../cfg/missing.toml",
+            "missing configuration key `sweeps.x.match` (in ../cfg/missing.toml)",
+        ),
+        (
+            "./../cfg/bad.toml",
+            "scan.count = 0 (in ./../cfg/bad.toml): must be between 1 and 1000000",
+        ),
+    ];
+    for (path, expected) in cases {
+        let (code, _, stderr) = run_binary_in(&cwd, &["--config", path, "check-config"]);
+        assert_eq!(code, 2, "{stderr}");
+        assert_eq!(
+            stderr.trim_end(),
+            format!("presence-sweeper: configuration error: {expected}")
+        );
+    }
+    let (code, stdout, stderr) = run_binary_in(&cwd, &["--config", absolute, "check-config"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("# file: {absolute}\n")),
+        "{stdout}"
+    );
+}
+
+/// `check-config` shows every key in effect: unset ones as comments, and what a storm guard's
+/// `hold` follows when it is not set.
+#[test]
+fn check_config_prints_every_key_in_effect() {
+    let (code, stdout, stderr) = check_config("[sweeps.online]\nttl = \"60s\"\n", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    for line in [
+        "# master_name: unset",
+        "# password_file: unset",
+        "# key_file: unset",
+        "hold = \"1m\"  # the sweep's ttl",
+        "hold = \"5s\"  # the sweep's ttl",
+    ] {
+        assert!(stdout.lines().any(|l| l == line), "{line:?} in {stdout}");
+    }
+}

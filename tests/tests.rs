@@ -7,6 +7,7 @@ mod acl;
 mod bad_day;
 mod cli;
 mod cluster;
+mod config_reference;
 mod daemon;
 mod docs;
 mod eviction;

@@ -2,15 +2,17 @@
 //! authenticate, including the secrets and certificates read from files at start.
 
 use std::fmt;
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use super::ConfigError;
+use super::error::ConfigError;
+use super::secret::{Secret, read_pem, read_secret, redact_url};
+use super::section::{self, Key, Shown};
 use super::tree::{Field, Table, q};
 
-/// `[redis]`: the connection. Its `Debug` hides passwords, also inside URLs.
-#[derive(Clone, PartialEq)]
+/// `[redis]`: the connection. Its `Debug` hides passwords, also inside URLs. Every setting is
+/// explained in the shipped `config/presence-sweeper.toml`.
+#[derive(Clone, Default, PartialEq)]
 pub struct RedisConfig {
     /// `redis.mode`.
     pub mode: RedisMode,
@@ -45,9 +47,10 @@ pub struct RedisConfig {
 }
 
 /// `redis.mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RedisMode {
     /// One server at `redis.url`.
+    #[default]
     Standalone,
     /// A Redis Cluster reached through `redis.nodes`.
     Cluster,
@@ -122,169 +125,202 @@ impl RedisConfig {
         }
     }
 
-    pub(super) fn from_table(t: &mut Table) -> Result<Self, ConfigError> {
-        let mode_field = t.string("mode")?;
-        let mode = match mode_field.value.as_str() {
-            "standalone" => RedisMode::Standalone,
-            "cluster" => RedisMode::Cluster,
-            "sentinel" => RedisMode::Sentinel,
-            _ => {
-                return Err(
-                    mode_field.invalid("must be \"standalone\", \"cluster\" or \"sentinel\"")
-                );
+    /// Reads `[redis]` and its `[redis.tls]`, checking what the mode needs.
+    pub(super) fn read(t: &mut Table) -> Result<Self, ConfigError> {
+        let mut cfg = Self::default();
+        section::read(t, Self::KEYS, &mut cfg)?;
+        let needs = match cfg.mode {
+            RedisMode::Cluster if cfg.nodes.is_empty() => {
+                Some("cluster mode needs `redis.nodes` (seed addresses)")
             }
+            RedisMode::Sentinel if cfg.sentinels.is_empty() => {
+                Some("sentinel mode needs `redis.sentinels`")
+            }
+            RedisMode::Sentinel if cfg.master_name.as_ref().is_none_or(String::is_empty) => {
+                Some("sentinel mode needs `redis.master_name`")
+            }
+            _ => None,
         };
-        let url = t.string("url")?;
-        validate_redis_url(&url)?;
-        let nodes = t.list("nodes")?;
-        for n in &nodes {
-            validate_redis_url(n)?;
+        if let Some(why) = needs {
+            return Err(t.invalid_key("mode", why));
         }
-        let sentinels = t.list("sentinels")?;
-        for s in &sentinels {
-            validate_redis_url(s)?;
-        }
-        let master_name = t.optional_string("master_name")?;
-        match mode {
-            RedisMode::Cluster if nodes.is_empty() => {
-                return Err(mode_field.invalid("cluster mode needs `redis.nodes` (seed addresses)"));
-            }
-            RedisMode::Sentinel if sentinels.is_empty() => {
-                return Err(mode_field.invalid("sentinel mode needs `redis.sentinels`"));
-            }
-            RedisMode::Sentinel if master_name.as_ref().is_none_or(|m| m.value.is_empty()) => {
-                return Err(mode_field.invalid("sentinel mode needs `redis.master_name`"));
-            }
-            _ => {}
-        }
-        let username = t.optional_string("username")?;
-        let password_file = t.optional_string("password_file")?;
-        let password = password_file.as_ref().map(read_secret).transpose()?;
-        let sentinel_password_file = t.optional_string("sentinel_password_file")?;
-        let sentinel_password = sentinel_password_file
-            .as_ref()
-            .map(read_secret)
-            .transpose()?;
-        let connect_timeout = t.duration("connect_timeout")?;
-        let command_timeout = t.duration("command_timeout")?;
-        let sharded_pubsub = t.optional_bool("sharded_pubsub")?.unwrap_or(false);
-        let tls = {
-            let mut tls = t.table("tls")?;
-            let cfg = TlsConfig::from_table(&mut tls)?;
-            tls.finish()?;
-            cfg
-        };
-        Ok(Self {
-            mode,
-            url: url.value,
-            nodes: nodes.into_iter().map(|n| n.value).collect(),
-            sentinels: sentinels.into_iter().map(|s| s.value).collect(),
-            master_name: master_name.map(|m| m.value),
-            username: username.map(|u| u.value).filter(|u| !u.is_empty()),
-            password_file: password_file.map(|p| PathBuf::from(p.value)),
-            password,
-            sentinel_password_file: sentinel_password_file.map(|p| PathBuf::from(p.value)),
-            sentinel_password,
-            connect_timeout,
-            command_timeout,
-            sharded_pubsub,
-            tls,
-        })
+        let mut tls = t.table("tls")?;
+        cfg.tls = TlsConfig::read(&mut tls)?;
+        tls.finish()?;
+        Ok(cfg)
     }
 
     /// The `[redis]` section of the effective configuration, secrets redacted.
     pub(super) fn write_toml(&self, out: &mut String) {
-        let d = |d: Duration| q(&humantime::format_duration(d).to_string());
-        let list = |items: &[String]| {
-            let items: Vec<String> = items.iter().map(|u| q(&redact_url(u))).collect();
-            format!("[{}]", items.join(", "))
-        };
-        let path = |p: &Path| q(&p.to_string_lossy());
-        let _ = writeln!(out, "[redis]\nmode = {}", q(self.mode.as_str()));
-        let _ = writeln!(out, "url = {}", q(&redact_url(&self.url)));
-        let _ = writeln!(out, "nodes = {}", list(&self.nodes));
-        let _ = writeln!(out, "sentinels = {}", list(&self.sentinels));
-        if let Some(m) = &self.master_name {
-            let _ = writeln!(out, "master_name = {}", q(m));
-        }
-        if let Some(u) = &self.username {
-            let _ = writeln!(out, "username = {}", q(u));
-        }
-        if let Some(p) = &self.password_file {
-            let _ = writeln!(out, "password_file = {}  # password: <redacted>", path(p));
-        }
-        if let Some(p) = &self.sentinel_password_file {
-            let _ = writeln!(out, "sentinel_password_file = {}  # <redacted>", path(p));
-        }
-        let _ = writeln!(
-            out,
-            "connect_timeout = {}\ncommand_timeout = {}\nsharded_pubsub = {}",
-            d(self.connect_timeout),
-            d(self.command_timeout),
-            self.sharded_pubsub
-        );
-        let _ = writeln!(out, "\n[redis.tls]");
-        for (key, value) in [
-            ("ca_file", &self.tls.ca_file),
-            ("cert_file", &self.tls.cert_file),
-            ("key_file", &self.tls.key_file),
-        ] {
-            if let Some(p) = value {
-                let _ = writeln!(out, "{key} = {}", path(p));
-            }
-        }
-        out.push('\n');
+        section::write(out, "redis", Self::KEYS, self);
+        section::write(out, "redis.tls", TlsConfig::KEYS, &self.tls);
     }
+
+    const KEYS: &[Key<Self>] = &[
+        Key {
+            name: "mode",
+            read: |t, k, c| {
+                let mode = t.string(k)?;
+                c.mode = match mode.value.as_str() {
+                    "standalone" => RedisMode::Standalone,
+                    "cluster" => RedisMode::Cluster,
+                    "sentinel" => RedisMode::Sentinel,
+                    _ => {
+                        return Err(
+                            mode.invalid("must be \"standalone\", \"cluster\" or \"sentinel\"")
+                        );
+                    }
+                };
+                Ok(())
+            },
+            show: |c| Shown::text(c.mode.as_str()),
+        },
+        Key {
+            name: "url",
+            read: |t, k, c| {
+                let url = t.string(k)?;
+                validate_redis_url(&url)?;
+                c.url = url.value;
+                Ok(())
+            },
+            show: |c| Shown::text(&redact_url(&c.url)),
+        },
+        Key {
+            name: "nodes",
+            read: |t, k, c| read_urls(t, k).map(|v| c.nodes = v),
+            show: |c| Shown::list(c.nodes.iter().map(|u| redact_url(u))),
+        },
+        Key {
+            name: "sentinels",
+            read: |t, k, c| read_urls(t, k).map(|v| c.sentinels = v),
+            show: |c| Shown::list(c.sentinels.iter().map(|u| redact_url(u))),
+        },
+        Key {
+            name: "master_name",
+            read: |t, k, c| {
+                t.optional_string(k)
+                    .map(|m| c.master_name = m.map(|m| m.value))
+            },
+            show: |c| Shown::optional(c.master_name.as_deref()),
+        },
+        Key {
+            name: "username",
+            read: |t, k, c| {
+                let user = t.optional_string(k)?;
+                c.username = user.map(|u| u.value).filter(|u| !u.is_empty());
+                Ok(())
+            },
+            show: |c| Shown::optional(c.username.as_deref()),
+        },
+        Key {
+            name: "password_file",
+            read: |t, k, c| {
+                (c.password_file, c.password) = read_secret_file(t, k)?;
+                Ok(())
+            },
+            show: |c| redacted(c.password_file.as_ref()),
+        },
+        Key {
+            name: "sentinel_password_file",
+            read: |t, k, c| {
+                (c.sentinel_password_file, c.sentinel_password) = read_secret_file(t, k)?;
+                Ok(())
+            },
+            show: |c| redacted(c.sentinel_password_file.as_ref()),
+        },
+        Key {
+            name: "connect_timeout",
+            read: |t, k, c| t.duration(k).map(|d| c.connect_timeout = d),
+            show: |c| Shown::duration(c.connect_timeout),
+        },
+        Key {
+            name: "command_timeout",
+            read: |t, k, c| t.duration(k).map(|d| c.command_timeout = d),
+            show: |c| Shown::duration(c.command_timeout),
+        },
+        Key {
+            name: "sharded_pubsub",
+            read: |t, k, c| t.bool(k).map(|v| c.sharded_pubsub = v),
+            show: |c| Shown::plain(c.sharded_pubsub),
+        },
+    ];
 }
 
 impl TlsConfig {
-    fn from_table(t: &mut Table) -> Result<Self, ConfigError> {
-        let ca_file = t.optional_string("ca_file")?;
-        let cert_file = t.optional_string("cert_file")?;
-        let key_file = t.optional_string("key_file")?;
-        let ca = ca_file.as_ref().map(read_pem).transpose()?;
-        let client = match (&cert_file, &key_file) {
+    fn read(t: &mut Table) -> Result<Self, ConfigError> {
+        let mut cfg = Self::default();
+        section::read(t, Self::KEYS, &mut cfg)?;
+        let pem = |name: &str, path: &PathBuf| {
+            read_pem(&path.to_string_lossy()).map_err(|why| t.invalid_key(name, &why))
+        };
+        cfg.client = match (&cfg.cert_file, &cfg.key_file) {
             (None, None) => None,
             (Some(cert), Some(key)) => Some((
-                read_pem(cert)?,
-                Secret::new(String::from_utf8_lossy(&read_pem(key)?).into_owned()),
+                pem("cert_file", cert)?,
+                Secret::new(String::from_utf8_lossy(&pem("key_file", key)?).into_owned()),
             )),
-            (Some(only), None) | (None, Some(only)) => {
-                return Err(only.invalid(
+            (cert, _) => {
+                return Err(t.invalid_key(
+                    if cert.is_some() { "cert_file" } else { "key_file" },
                     "`redis.tls.cert_file` and `redis.tls.key_file` go together: set both or neither",
                 ));
             }
         };
-        Ok(Self {
-            ca_file: ca_file.map(|f| PathBuf::from(f.value)),
-            cert_file: cert_file.map(|f| PathBuf::from(f.value)),
-            key_file: key_file.map(|f| PathBuf::from(f.value)),
-            ca,
-            client,
-        })
+        Ok(cfg)
     }
+
+    const KEYS: &[Key<Self>] = &[
+        Key {
+            name: "ca_file",
+            read: |t, k, c| {
+                let Some(path) = t.optional_string(k)? else {
+                    return Ok(());
+                };
+                c.ca = Some(read_pem(&path.value).map_err(|why| path.invalid(&why))?);
+                c.ca_file = Some(PathBuf::from(path.value));
+                Ok(())
+            },
+            show: |c| Shown::path(c.ca_file.as_ref()),
+        },
+        Key {
+            name: "cert_file",
+            read: |t, k, c| optional_path(t, k).map(|p| c.cert_file = p),
+            show: |c| Shown::path(c.cert_file.as_ref()),
+        },
+        Key {
+            name: "key_file",
+            read: |t, k, c| optional_path(t, k).map(|p| c.key_file = p),
+            show: |c| Shown::path(c.key_file.as_ref()),
+        },
+    ];
 }
 
-/// A secret that never prints itself.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: String) -> Self {
-        Self(value)
-    }
-
-    /// The secret itself, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
+fn optional_path(t: &mut Table, name: &str) -> Result<Option<PathBuf>, ConfigError> {
+    Ok(t.optional_string(name)?.map(|p| PathBuf::from(p.value)))
 }
 
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
+/// A list of Redis URLs, each checked.
+fn read_urls(t: &mut Table, name: &str) -> Result<Vec<String>, ConfigError> {
+    let urls = t.list(name)?;
+    urls.iter().try_for_each(validate_redis_url)?;
+    Ok(urls.into_iter().map(|u| u.value).collect())
+}
+
+/// A password file, if set, and the password read from it.
+fn read_secret_file(
+    t: &mut Table,
+    name: &str,
+) -> Result<(Option<PathBuf>, Option<Secret>), ConfigError> {
+    let Some(path) = t.optional_string(name)? else {
+        return Ok((None, None));
+    };
+    let secret = read_secret(&path.value).map_err(|why| path.invalid(&why))?;
+    Ok((Some(PathBuf::from(path.value)), Some(secret)))
+}
+
+/// A password file's path, with a note that what it holds is never shown.
+fn redacted(path: Option<&PathBuf>) -> Shown {
+    Shown::path(path).noted("password: <redacted>")
 }
 
 fn validate_redis_url(url: &Field<String>) -> Result<(), ConfigError> {
@@ -296,78 +332,6 @@ fn validate_redis_url(url: &Field<String>) -> Result<(), ConfigError> {
             origin: url.origin.clone(),
             reason: "not a Redis URL (redis://host:port/db, rediss://..., unix:///path)".into(),
         })
-}
-
-fn read_secret(path: &Field<String>) -> Result<Secret, ConfigError> {
-    let resolved = expand_credentials_dir(&path.value);
-    let text = std::fs::read_to_string(&resolved)
-        .map_err(|e| path.invalid(&format!("cannot read the password file: {e}")))?;
-    let password = text.strip_suffix('\n').unwrap_or(&text);
-    let password = password.strip_suffix('\r').unwrap_or(password);
-    if password.is_empty() {
-        return Err(path.invalid("the password file is empty"));
-    }
-    Ok(Secret::new(password.to_owned()))
-}
-
-fn read_pem(path: &Field<String>) -> Result<Vec<u8>, ConfigError> {
-    let resolved = expand_credentials_dir(&path.value);
-    let pem = std::fs::read(&resolved)
-        .map_err(|e| path.invalid(&format!("cannot read the file: {e}")))?;
-    if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
-        return Err(path.invalid("not a PEM file (no -----BEGIN line)"));
-    }
-    Ok(pem)
-}
-
-/// Expands a leading `$CREDENTIALS_DIRECTORY` / `${CREDENTIALS_DIRECTORY}`, where systemd's
-/// `LoadCredential=` puts secrets; the directory is only known once the service starts.
-fn expand_credentials_dir(path: &str) -> PathBuf {
-    for var in ["${CREDENTIALS_DIRECTORY}", "$CREDENTIALS_DIRECTORY"] {
-        if let Some(rest) = path.strip_prefix(var)
-            && let Ok(dir) = std::env::var("CREDENTIALS_DIRECTORY")
-        {
-            return Path::new(&dir).join(rest.trim_start_matches('/'));
-        }
-    }
-    PathBuf::from(path)
-}
-
-/// Hides the password in a Redis URL: `redis://user:secret@host` becomes `redis://user:***@host`,
-/// and a `pass`/`password` query parameter (`unix:///sock?pass=secret`) becomes `***`. The
-/// userinfo runs to the last `@`, so a password with an unescaped `/`, `?` or `#` is hidden too.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let (head, rest) = url.split_at(scheme_end + 3);
-    let rest = match rest.rfind('@') {
-        None => rest.to_owned(),
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let hidden = match userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:***"),
-                // `redis://secret@host` puts the password in the user position.
-                None => "***".to_owned(),
-            };
-            format!("{hidden}{}", &rest[at..])
-        }
-    };
-    let Some((path, query)) = rest.split_once('?') else {
-        return format!("{head}{rest}");
-    };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((k, _))
-                if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
-            {
-                format!("{k}=***")
-            }
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{head}{path}?{}", query.join("&"))
 }
 
 impl fmt::Debug for RedisConfig {

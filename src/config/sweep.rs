@@ -3,10 +3,24 @@
 
 use std::time::Duration;
 
-use super::ConfigError;
+use super::error::ConfigError;
+use super::section::{self, Key, Shown};
 use super::tree::Table;
 use crate::config::pattern::{ChannelTemplate, KeyPattern};
 use crate::tracking::schedule::Schedule;
+
+/// Fields of every event, which a sweep's name (its roster field) must not shadow.
+const RESERVED_NAMES: &[&str] = &[
+    "type",
+    "conversation_id",
+    "user_id",
+    "reason",
+    "last_seen",
+    "timestamp",
+];
+
+/// Where a sweep publishes unless its `channel` says otherwise.
+const DEFAULT_CHANNEL: &str = "presence:{conversation_id}:events";
 
 /// `sweeps.<name>.score_unit`: the unit of the scores the application writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,42 +64,43 @@ impl ScoreUnit {
     }
 }
 
-/// `[sweeps.<name>]`: one kind of presence set and what to do with its zombies.
+/// `[sweeps.<name>]`: one kind of presence set and what to do with its zombies. Every setting
+/// is explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepConfig {
     /// The table name; also the metric label and the roster field of events.
     pub name: String,
-    /// `match`: SCAN glob whose single `*` is the conversation id.
+    /// `sweeps.<name>.match`: SCAN glob whose single `*` is the conversation id.
     pub pattern: KeyPattern,
-    /// `ttl`: how old a score may get before its member is a zombie.
+    /// `sweeps.<name>.ttl`: how old a score may get before its member is a zombie.
     pub ttl: Duration,
-    /// `schedule`: when passes run.
+    /// `sweeps.<name>.schedule`: when walks run where notifications are not in use.
     pub schedule: Schedule,
-    /// `event`: the `type` of published events.
+    /// `sweeps.<name>.event`: the `type` of published events.
     pub event: String,
-    /// `channel`: where events are published.
+    /// `sweeps.<name>.channel`: where events are published.
     pub channel: ChannelTemplate,
-    /// `score_unit`: seconds or milliseconds.
+    /// `sweeps.<name>.score_unit`: the unit of the scores the application writes.
     pub score_unit: ScoreUnit,
-    /// `enabled`: false keeps the sweep configured but idle.
+    /// `sweeps.<name>.enabled`: false keeps the sweep configured but idle.
     pub enabled: bool,
     /// `[sweeps.<name>.storm_guard]`: holding mass evictions.
     pub storm_guard: StormGuardConfig,
 }
 
-/// `[sweeps.<name>.storm_guard]`: when the evictions due within one ttl would remove more than
-/// `share` of the sweep's members (and at least `min_members`), they are held for `hold`.
+/// `[sweeps.<name>.storm_guard]`: holding mass evictions. Every setting is explained in the
+/// shipped `config/presence-sweeper.toml`; the defaults here serve sweeps a file adds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StormGuardConfig {
-    /// `enabled` (default `true`): whether the guard watches this sweep.
+    /// `sweeps.<name>.storm_guard.enabled`: whether the guard watches this sweep.
     pub enabled: bool,
-    /// `share` (default `0.5`): the share of the sweep's members whose eviction within one
-    /// ttl trips the guard.
+    /// `sweeps.<name>.storm_guard.share`: the share of the sweep's members whose eviction
+    /// within one ttl trips the guard.
     pub share: f64,
-    /// `min_members` (default `100`): below this many members evicted at once the guard never
-    /// trips; a small sweep emptying is not a storm.
+    /// `sweeps.<name>.storm_guard.min_members`: fewer evicted members never trip the guard.
     pub min_members: u64,
-    /// `hold` (default: the sweep's `ttl`): how long evictions wait once the guard tripped.
+    /// `sweeps.<name>.storm_guard.hold`: how long evictions wait once it tripped; `None`
+    /// follows the sweep's `ttl`.
     pub hold: Option<Duration>,
 }
 
@@ -100,65 +115,182 @@ impl Default for StormGuardConfig {
     }
 }
 
-impl StormGuardConfig {
-    fn from_table(t: &mut Table) -> Result<Self, ConfigError> {
-        let d = Self::default();
-        Ok(Self {
-            enabled: t.optional_bool("enabled")?.unwrap_or(d.enabled),
-            share: t.optional_number("share", 0.0, 1.0)?.unwrap_or(d.share),
-            min_members: t
-                .optional_integer("min_members", 0, i64::MAX)?
-                .map_or(d.min_members, |n| n as u64),
-            hold: t.optional_duration("hold")?,
-        })
+impl SweepConfig {
+    /// Reads every `[sweeps.<name>]` table, ordered by name.
+    pub(super) fn read_all(sweeps: &mut Table) -> Result<Vec<Self>, ConfigError> {
+        let mut names: Vec<String> = sweeps.map.keys().cloned().collect();
+        names.sort();
+        let mut all = Vec::with_capacity(names.len());
+        for name in names {
+            let mut t = sweeps.table(&name)?;
+            check_name(&name, &t)?;
+            all.push(Self::read(name, &mut t)?);
+            t.finish()?;
+        }
+        Ok(all)
     }
+
+    fn read(name: String, t: &mut Table) -> Result<Self, ConfigError> {
+        let mut cfg = Self {
+            name,
+            // Placeholders for the required keys, which reading sets or refuses as missing.
+            pattern: KeyPattern::parse("*").expect("one star"),
+            ttl: Duration::ZERO,
+            schedule: Schedule::Every(Duration::ZERO),
+            event: String::new(),
+            // Defaults for the optional keys of a sweep a file adds.
+            channel: ChannelTemplate::new(DEFAULT_CHANNEL),
+            score_unit: ScoreUnit::Seconds,
+            enabled: true,
+            storm_guard: StormGuardConfig::default(),
+        };
+        section::read(t, Self::KEYS, &mut cfg)?;
+        let mut guard = t.table("storm_guard")?;
+        section::read(&mut guard, Self::STORM_GUARD_KEYS, &mut cfg)?;
+        guard.finish()?;
+        Ok(cfg)
+    }
+
+    /// This sweep's tables in the effective configuration.
+    pub(super) fn write_toml(&self, out: &mut String) {
+        section::write(out, &format!("sweeps.{}", self.name), Self::KEYS, self);
+        let header = format!("sweeps.{}.storm_guard", self.name);
+        section::write(out, &header, Self::STORM_GUARD_KEYS, self);
+    }
+
+    const KEYS: &[Key<Self>] = &[
+        Key {
+            name: "match",
+            read: |t, k, s| {
+                let glob = t.string(k)?;
+                s.pattern =
+                    KeyPattern::parse(&glob.value).map_err(|e| glob.invalid(&e.to_string()))?;
+                Ok(())
+            },
+            show: |s| Shown::text(s.pattern.glob()),
+        },
+        Key {
+            name: "ttl",
+            read: |t, k, s| t.duration(k).map(|d| s.ttl = d),
+            show: |s| Shown::duration(s.ttl),
+        },
+        Key {
+            name: "schedule",
+            read: |t, k, s| {
+                let text = t.string(k)?;
+                s.schedule =
+                    Schedule::parse(&text.value).map_err(|e| text.invalid(&e.to_string()))?;
+                Ok(())
+            },
+            show: |s| Shown::text(&s.schedule.to_string()),
+        },
+        Key {
+            name: "event",
+            read: |t, k, s| {
+                let event = t.string(k)?;
+                if event.value.is_empty() {
+                    return Err(event.invalid("must not be empty"));
+                }
+                s.event = event.value;
+                Ok(())
+            },
+            show: |s| Shown::text(&s.event),
+        },
+        Key {
+            name: "channel",
+            read: |t, k, s| {
+                match t.optional_string(k)? {
+                    Some(c) if c.value.is_empty() => return Err(c.invalid("must not be empty")),
+                    Some(c) => s.channel = ChannelTemplate::new(&c.value),
+                    None => {}
+                }
+                Ok(())
+            },
+            show: |s| Shown::text(&s.channel.to_string()),
+        },
+        Key {
+            name: "score_unit",
+            read: |t, k, s| {
+                let Some(unit) = t.optional_string(k)? else {
+                    return Ok(());
+                };
+                s.score_unit = match unit.value.as_str() {
+                    "seconds" | "s" => ScoreUnit::Seconds,
+                    "milliseconds" | "ms" => ScoreUnit::Milliseconds,
+                    _ => return Err(unit.invalid("must be \"seconds\" or \"milliseconds\"")),
+                };
+                Ok(())
+            },
+            show: |s| Shown::text(s.score_unit.as_str()),
+        },
+        Key {
+            name: "enabled",
+            read: |t, k, s| {
+                t.optional_bool(k)
+                    .map(|v| s.enabled = v.unwrap_or(s.enabled))
+            },
+            show: |s| Shown::plain(s.enabled),
+        },
+    ];
+
+    /// The keys of `[sweeps.<name>.storm_guard]`, read into the sweep, whose `ttl` the guard's
+    /// `hold` follows unless set.
+    const STORM_GUARD_KEYS: &[Key<Self>] = &[
+        Key {
+            name: "enabled",
+            read: |t, k, s| {
+                let g = &mut s.storm_guard;
+                t.optional_bool(k)
+                    .map(|v| g.enabled = v.unwrap_or(g.enabled))
+            },
+            show: |s| Shown::plain(s.storm_guard.enabled),
+        },
+        Key {
+            name: "share",
+            read: |t, k, s| {
+                let g = &mut s.storm_guard;
+                t.optional_number(k, 0.0, 1.0)
+                    .map(|v| g.share = v.unwrap_or(g.share))
+            },
+            show: |s| Shown::Value(format!("{:?}", s.storm_guard.share)),
+        },
+        Key {
+            name: "min_members",
+            read: |t, k, s| {
+                let g = &mut s.storm_guard;
+                t.optional_integer(k, 0, i64::MAX)
+                    .map(|v| g.min_members = v.map_or(g.min_members, |n| n as u64))
+            },
+            show: |s| Shown::plain(s.storm_guard.min_members),
+        },
+        Key {
+            name: "hold",
+            read: |t, k, s| t.optional_duration(k).map(|d| s.storm_guard.hold = d),
+            show: |s| match s.storm_guard.hold {
+                Some(hold) => Shown::duration(hold),
+                None => Shown::duration(s.ttl).noted("the sweep's ttl"),
+            },
+        },
+    ];
 }
 
-impl SweepConfig {
-    pub(super) fn from_table(name: String, t: &mut Table) -> Result<Self, ConfigError> {
-        let pattern = {
-            let glob = t.string("match")?;
-            KeyPattern::parse(&glob.value).map_err(|e| glob.invalid(&e.to_string()))?
-        };
-        let ttl = t.duration("ttl")?;
-        let schedule = {
-            let text = t.string("schedule")?;
-            Schedule::parse(&text.value).map_err(|e| text.invalid(&e.to_string()))?
-        };
-        let event = t.string("event")?;
-        if event.value.is_empty() {
-            return Err(event.invalid("must not be empty"));
-        }
-        let channel = match t.optional_string("channel")? {
-            Some(c) if c.value.is_empty() => return Err(c.invalid("must not be empty")),
-            Some(c) => ChannelTemplate::new(&c.value),
-            None => ChannelTemplate::new("presence:{conversation_id}:events"),
-        };
-        let score_unit = match t.optional_string("score_unit")? {
-            None => ScoreUnit::Seconds,
-            Some(u) => match u.value.as_str() {
-                "seconds" | "s" => ScoreUnit::Seconds,
-                "milliseconds" | "ms" => ScoreUnit::Milliseconds,
-                _ => return Err(u.invalid("must be \"seconds\" or \"milliseconds\"")),
-            },
-        };
-        let enabled = t.optional_bool("enabled")?.unwrap_or(true);
-        let storm_guard = {
-            let mut g = t.table("storm_guard")?;
-            let cfg = StormGuardConfig::from_table(&mut g)?;
-            g.finish()?;
-            cfg
-        };
-        Ok(SweepConfig {
-            name,
-            pattern,
-            ttl,
-            schedule,
-            event: event.value,
-            channel,
-            score_unit,
-            enabled,
-            storm_guard,
-        })
+/// A sweep's name is a metric label and its events' roster field: plain, and no event field's.
+fn check_name(name: &str, t: &Table) -> Result<(), ConfigError> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(t.invalid(
+            format!("{name:?}"),
+            "sweep names may only hold letters, digits, `_` and `-`",
+        ));
     }
+    if RESERVED_NAMES.contains(&name) || name.ends_with("_base64") {
+        return Err(t.invalid(
+            format!("{name:?}"),
+            "the sweep name is its events' roster field, and this one is already an event field",
+        ));
+    }
+    Ok(())
 }

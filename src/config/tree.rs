@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use config::{Map, Value, ValueKind};
 
-use super::{ConfigError, Origin};
+use super::error::{ConfigError, Origin};
 
 /// Folds a multi-line parser message (with its source snippet) into one line.
 pub(super) fn one_line(text: &str) -> String {
@@ -51,6 +51,9 @@ pub(super) struct Table {
     pub(super) path: String,
     pub(super) map: Map<String, Value>,
     origin: Origin,
+    /// What was read, by name: the value as shown and its layer, for checks that involve
+    /// several keys and complain about one of them once all are read.
+    read: BTreeMap<String, (String, Origin)>,
 }
 
 impl Table {
@@ -59,6 +62,7 @@ impl Table {
             path,
             map,
             origin: Origin::default(),
+            read: BTreeMap::new(),
         }
     }
 
@@ -71,7 +75,48 @@ impl Table {
     }
 
     pub(super) fn take(&mut self, name: &str) -> Option<(String, Value)> {
-        self.map.remove(name).map(|v| (self.key(name), v))
+        let value = self.map.remove(name)?;
+        let origin = Origin(value.origin().map(str::to_owned));
+        self.read
+            .insert(name.to_owned(), (show(&value.kind), origin));
+        Some((self.key(name), value))
+    }
+
+    /// An error about key `name`, already read, found only in the light of other keys.
+    pub(super) fn invalid_key(&self, name: &str, reason: &str) -> ConfigError {
+        let (value, origin) = self
+            .read
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| ("nothing".into(), self.defined_in()));
+        ConfigError::Invalid {
+            key: self.key(name),
+            value,
+            origin,
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// Key `name` is required and absent: the error names the layer that defined this table.
+    pub(super) fn missing(&self, name: &str) -> ConfigError {
+        ConfigError::Missing {
+            key: self.key(name),
+            origin: self.defined_in(),
+        }
+    }
+
+    /// The layer that defined this table. The `config` crate gives merged tables no origin, so
+    /// this is that of the first of its values that has one.
+    fn defined_in(&self) -> Origin {
+        let values = self.read.values().map(|(_, o)| o.0.clone());
+        let unread = self.map.values().map(|v| v.origin().map(str::to_owned));
+        self.origin
+            .0
+            .clone()
+            .into_iter()
+            .chain(values.chain(unread).flatten())
+            .next()
+            .map_or_else(Origin::default, |o| Origin(Some(o)))
     }
 
     pub(super) fn table(&mut self, name: &str) -> Result<Table, ConfigError> {
@@ -84,6 +129,7 @@ impl Table {
                 path: key,
                 map,
                 origin,
+                read: BTreeMap::new(),
             }),
             other => Err(ConfigError::Invalid {
                 key,
@@ -99,7 +145,7 @@ impl Table {
         ConfigError::Invalid {
             key: self.path.clone(),
             value,
-            origin: self.origin.clone(),
+            origin: self.defined_in(),
             reason: reason.to_owned(),
         }
     }
@@ -140,9 +186,7 @@ impl Table {
 
     pub(super) fn string(&mut self, name: &str) -> Result<Field<String>, ConfigError> {
         self.optional_string(name)?
-            .ok_or_else(|| ConfigError::Missing {
-                key: self.key(name),
-            })
+            .ok_or_else(|| self.missing(name))
     }
 
     /// A list of strings: a TOML array, or (from the environment) one comma-separated string.
@@ -216,9 +260,7 @@ impl Table {
 
     pub(super) fn integer(&mut self, name: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
         let Some((key, value)) = self.take(name) else {
-            return Err(ConfigError::Missing {
-                key: self.key(name),
-            });
+            return Err(self.missing(name));
         };
         let origin = Origin(value.origin().map(str::to_owned));
         let shown = show(&value.kind);
@@ -295,6 +337,10 @@ impl Table {
             return Ok(None);
         }
         self.duration(name).map(Some)
+    }
+
+    pub(super) fn bool(&mut self, name: &str) -> Result<bool, ConfigError> {
+        self.optional_bool(name)?.ok_or_else(|| self.missing(name))
     }
 
     pub(super) fn optional_bool(&mut self, name: &str) -> Result<Option<bool>, ConfigError> {

@@ -1,0 +1,40 @@
+//! `[evict]`: how eviction work is cut into bounded batches and calls.
+
+use super::section::{Key, Shown};
+
+/// `[evict]`: bounds on the work of each batch and each call. Every setting is explained in the
+/// shipped `config/presence-sweeper.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictConfig {
+    /// `evict.batch_keys`: keys of one sweep checked together (one read pipeline, then one
+    /// transaction for those holding zombies).
+    pub batch_keys: usize,
+    /// `evict.max_members_per_call`: members one transaction or script call removes at most,
+    /// over all its keys; bounds each command's time in Redis.
+    pub max_members_per_call: usize,
+    /// `evict.pipeline_depth`: batches in flight at once per primary (over all its sweeps).
+    pub pipeline_depth: usize,
+}
+
+impl EvictConfig {
+    pub(super) const KEYS: &[Key<Self>] = &[
+        Key {
+            name: "batch_keys",
+            read: |t, k, e| t.integer(k, 1, 10_000).map(|n| e.batch_keys = n as usize),
+            show: |e| Shown::plain(e.batch_keys),
+        },
+        Key {
+            name: "max_members_per_call",
+            read: |t, k, e| {
+                t.integer(k, 1, 100_000)
+                    .map(|n| e.max_members_per_call = n as usize)
+            },
+            show: |e| Shown::plain(e.max_members_per_call),
+        },
+        Key {
+            name: "pipeline_depth",
+            read: |t, k, e| t.integer(k, 1, 256).map(|n| e.pipeline_depth = n as usize),
+            show: |e| Shown::plain(e.pipeline_depth),
+        },
+    ];
+}

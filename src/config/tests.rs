@@ -1,0 +1,331 @@
+//! The configuration's layers, checks and effective printing.
+
+use std::time::Duration;
+
+use super::*;
+use crate::tracking::schedule::Schedule;
+
+fn load_with(file_text: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let dir = std::env::temp_dir().join(format!(
+        "presence-sweeper-config-{}-{}",
+        std::process::id(),
+        rand_suffix()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = file_text.map(|t| {
+        let p = dir.join("c.toml");
+        std::fs::write(&p, t).unwrap();
+        p
+    });
+    let r = Config::load(&Sources {
+        file,
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        overrides: Overrides::default(),
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+#[test]
+fn defaults_are_the_two_builtin_sweeps() {
+    let c = load_with(None, &[]).unwrap();
+    assert_eq!(c.redis.url, "redis://127.0.0.1:6379/0");
+    assert_eq!(c.scan.count, 1000);
+    let names: Vec<_> = c.sweeps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["online", "typing"]);
+    let online = c.sweep("online").unwrap();
+    assert_eq!(online.ttl, Duration::from_secs(45));
+    assert_eq!(online.schedule, Schedule::Every(Duration::from_secs(30)));
+    assert_eq!(online.event, "presence.leave");
+    let typing = c.sweep("typing").unwrap();
+    assert_eq!(typing.ttl, Duration::from_secs(5));
+    assert_eq!(typing.event, "typing.stop");
+}
+
+#[test]
+fn file_overrides_disables_and_adds() {
+    let c = load_with(
+        Some(
+            r#"
+            [sweeps.typing]
+            enabled = false
+            [sweeps.online]
+            ttl = "60s"
+            [sweeps.cursor]
+            match = "cursor:*"
+            ttl = "2s"
+            schedule = "500ms"
+            event = "cursor.gone"
+            score_unit = "milliseconds"
+            "#,
+        ),
+        &[],
+    )
+    .unwrap();
+    assert!(!c.sweep("typing").unwrap().enabled);
+    assert_eq!(c.sweep("online").unwrap().ttl, Duration::from_secs(60));
+    let cursor = c.sweep("cursor").unwrap();
+    assert_eq!(cursor.score_unit, ScoreUnit::Milliseconds);
+    assert_eq!(
+        cursor.channel.to_string(),
+        "presence:{conversation_id}:events"
+    );
+    assert_eq!(c.enabled_sweeps().count(), 2);
+}
+
+#[test]
+fn environment_beats_file() {
+    let c = load_with(
+        Some("[redis]\nurl = \"redis://file:1/0\"\n[scan]\ncount = 10\n"),
+        &[
+            ("PRESENCE_SWEEPER__REDIS__URL", "redis://env:2/0"),
+            ("PRESENCE_SWEEPER__SWEEPS__ONLINE__TTL", "90s"),
+            ("PRESENCE_SWEEPER__SWEEPS__TYPING__ENABLED", "false"),
+            ("PRESENCE_SWEEPER_CONFIG", "ignored"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.redis.url, "redis://env:2/0");
+    assert_eq!(c.scan.count, 10);
+    assert_eq!(c.sweep("online").unwrap().ttl, Duration::from_secs(90));
+    assert!(!c.sweep("typing").unwrap().enabled);
+}
+
+#[test]
+fn unknown_keys_are_named_with_their_layer() {
+    let e = load_with(Some("[redis]\nulr = \"x\"\n"), &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("unknown configuration key `redis.ulr` (in "),
+        "{msg}"
+    );
+    let e = load_with(None, &[("PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL", "4s")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown configuration key `sweeps.online.tll` (from the environment)"
+    );
+    let e = load_with(Some("[metrics]\nport = 1\n"), &[]).unwrap_err();
+    assert!(e.to_string().contains("`metrics`"), "{e}");
+}
+
+#[test]
+fn bad_values_name_key_and_value() {
+    let cases = [
+        (
+            "[sweeps.online]\nmatch = \"presence:online\"",
+            "sweeps.online.match = \"presence:online\"",
+        ),
+        ("[sweeps.online]\nmatch = \"a:*:*\"", "exactly one `*`"),
+        (
+            "[sweeps.online]\nttl = \"0s\"",
+            "sweeps.online.ttl = \"0s\"",
+        ),
+        (
+            "[sweeps.online]\nttl = \"soon\"",
+            "sweeps.online.ttl = \"soon\"",
+        ),
+        (
+            "[sweeps.online]\nschedule = \"0 99 * * * *\"",
+            "sweeps.online.schedule = \"0 99 * * * *\"",
+        ),
+        (
+            "[sweeps.online]\nscore_unit = \"hours\"",
+            "sweeps.online.score_unit = \"hours\"",
+        ),
+        (
+            "[http]\nlisten = \"localhost\"",
+            "http.listen = \"localhost\"",
+        ),
+        ("[log]\nformat = \"xml\"", "log.format = \"xml\""),
+        ("[scan]\ncount = 0", "scan.count = 0"),
+        ("[redis]\nurl = \"http://x\"", "redis.url = \"http://x\""),
+        (
+            "[redis]\npassword_file = \"/nonexistent/pw\"",
+            "redis.password_file = \"/nonexistent/pw\"",
+        ),
+        (
+            "[sweeps.x]\nttl = \"1s\"",
+            "missing configuration key `sweeps.x.match`",
+        ),
+        (
+            "[coordination]\nlease_ttl = \"500ms\"",
+            "coordination.lease_ttl = \"500ms\" (in ",
+        ),
+        (
+            "[sweeps.user_id]\nmatch = \"u:*\"\nttl = \"1s\"\nschedule = \"1s\"\nevent = \"e\"",
+            "sweeps.user_id = \"user_id\"",
+        ),
+        (
+            "[sweeps.online_base64]\nmatch = \"u:*\"\nttl = \"1s\"\nschedule = \"1s\"\nevent = \"e\"",
+            "already an event field",
+        ),
+        ("[sweeps.\"a b\"]\nmatch = \"u:*\"", "letters, digits"),
+    ];
+    for (text, expected) in cases {
+        let msg = load_with(Some(text), &[]).unwrap_err().to_string();
+        assert!(msg.contains(expected), "{text:?} gave {msg:?}");
+        assert!(!msg.contains('\n'), "one line: {msg:?}");
+    }
+}
+
+#[test]
+fn scale_out_settings() {
+    let c = load_with(
+        Some(
+            "[redis]\nmode = \"cluster\"\nnodes = [\"redis://a:7000\", \"redis://b:7001\"]\n\
+             [coordination]\nlease = true\nlease_ttl = \"3s\"\n",
+        ),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(c.redis.mode, RedisMode::Cluster);
+    assert_eq!(c.redis.nodes, ["redis://a:7000", "redis://b:7001"]);
+    assert!(c.coordination.lease);
+    assert_eq!(c.coordination.lease_ttl, Duration::from_secs(3));
+    // Lists from the environment are comma-separated.
+    let c = load_with(
+        None,
+        &[
+            ("PRESENCE_SWEEPER__REDIS__MODE", "sentinel"),
+            (
+                "PRESENCE_SWEEPER__REDIS__SENTINELS",
+                "redis://s1:26379, redis://s2:26379",
+            ),
+            ("PRESENCE_SWEEPER__REDIS__MASTER_NAME", "mymaster"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.redis.sentinels, ["redis://s1:26379", "redis://s2:26379"]);
+    assert_eq!(c.redis.master_name.as_deref(), Some("mymaster"));
+}
+
+#[test]
+fn scale_out_mistakes_are_named() {
+    let cases = [
+        (
+            "[redis]\nmode = \"cluster\"\n",
+            "cluster mode needs `redis.nodes`",
+        ),
+        (
+            "[redis]\nmode = \"sentinel\"\nsentinels = [\"redis://s:26379\"]\n",
+            "needs `redis.master_name`",
+        ),
+        (
+            "[redis]\nmode = \"replicated\"\n",
+            "redis.mode = \"replicated\"",
+        ),
+        (
+            "[redis]\nnodes = [\"http://x\"]\n",
+            "redis.nodes[0] = \"http://x\"",
+        ),
+        (
+            "[coordination]\nlease_ttl = \"0s\"\n",
+            "coordination.lease_ttl = \"0s\"",
+        ),
+    ];
+    for (text, expected) in cases {
+        let msg = load_with(Some(text), &[]).unwrap_err().to_string();
+        assert!(msg.contains(expected), "{text:?} gave {msg:?}");
+    }
+}
+
+#[test]
+fn redacts_url_passwords() {
+    assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+    assert_eq!(redact_url("redis://:pw@h:1/0"), "redis://:***@h:1/0");
+    assert_eq!(redact_url("redis://pw@h:1"), "redis://***@h:1");
+    assert_eq!(redact_url("redis://h:1/0"), "redis://h:1/0");
+    assert_eq!(redact_url("redis://u:p/a?s#s@h:1/0"), "redis://u:***@h:1/0");
+    assert_eq!(
+        redact_url("unix:///run/redis.sock?db=1&pass=hunter2"),
+        "unix:///run/redis.sock?db=1&pass=***"
+    );
+    let c = load_with(
+        None,
+        &[("PRESENCE_SWEEPER__REDIS__URL", "redis://u:hunter2@h:1/0")],
+    )
+    .unwrap();
+    assert!(!c.to_toml().contains("hunter2"));
+}
+
+#[test]
+fn effective_config_round_trips() {
+    let c = load_with(None, &[]).unwrap();
+    let mut again = load_with(Some(&c.to_toml()), &[]).unwrap();
+    again.file = None;
+    // Printed, a `hold` that followed the sweep's ttl is a value of its own: the same in effect.
+    let followed = c.to_toml().replace("  # the sweep's ttl", "");
+    assert_eq!(again.to_toml(), followed);
+}
+
+#[test]
+fn every_key_in_effect_is_printed() {
+    let c = load_with(None, &[]).unwrap();
+    let printed = c.to_toml();
+    for key in [
+        "redis.master_name",
+        "redis.tls.key_file",
+        "sweeps.online.storm_guard.hold",
+        "sweeps.typing.storm_guard.hold",
+    ] {
+        let shown = printed
+            .lines()
+            .scan(String::new(), |table, line| {
+                Some(effective_key(table, line))
+            })
+            .flatten()
+            .any(|k| k == key);
+        assert!(shown, "{key} in {printed}");
+    }
+    assert!(
+        printed.contains("hold = \"5s\"  # the sweep's ttl"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn errors_name_the_file_as_given() {
+    let dir = std::env::temp_dir().join(format!("presence-sweeper-paths-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("cfg")).unwrap();
+    std::fs::write(dir.join("cfg/a.toml"), "[sweeps.x]\nttl = \"1s\"\n").unwrap();
+    let given = dir.join("cfg/../cfg/a.toml");
+    let e = Config::load(&Sources {
+        file: Some(given.clone()),
+        ..Sources::default()
+    })
+    .unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "missing configuration key `sweeps.x.match` (in {})",
+            given.display()
+        )
+    );
+}
+
+#[test]
+fn flags_are_named_as_the_origin() {
+    let e = Config::load(&Sources {
+        overrides: Overrides {
+            log_level: Some("wraning".into()),
+            ..Overrides::default()
+        },
+        ..Sources::default()
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("log.level = \"wraning\" (from --log-level): \"wraning\" is not a level"),
+        "{e}"
+    );
+}
