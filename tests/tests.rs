@@ -11,6 +11,7 @@ mod config_reference;
 mod daemon;
 mod docs;
 mod eviction;
+mod faults;
 mod metrics;
 mod operations;
 mod replicas;
