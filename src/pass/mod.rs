@@ -9,10 +9,11 @@
 
 pub mod command;
 
-use std::collections::VecDeque;
 use std::pin::pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -21,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::config::{EvictConfig, ScanConfig};
 use crate::evict::Clock;
-use crate::store::walk;
+use crate::store::walk::{self, Pace, Queue};
 use crate::store::{Node, Store};
 use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Sweep};
 
@@ -169,39 +170,25 @@ impl Pass {
         opts: PassOptions,
         ctx: CheckCtx<'_>,
     ) -> (Vec<PassReport>, bool, Option<Error>) {
-        let started = Instant::now();
         let batch_size = self.evict.batch_keys;
         let depth = self.evict.pipeline_depth;
         let glob = walk::common_glob(sweeps.iter().map(|s| &s.config().pattern));
         let mut pages = pin!(walk::pages(node.clone(), glob, self.scan.count));
-        // Keys waiting for a batch, per sweep, each with the Redis time of the page it came in.
-        let mut queues: Vec<VecDeque<(Vec<u8>, f64)>> = vec![VecDeque::new(); sweeps.len()];
+        // Keys waiting for a batch, per sweep.
+        let mut queues: Vec<Queue> = vec![Queue::default(); sweeps.len()];
         let mut in_flight = FuturesUnordered::new();
         let mut reports = vec![PassReport::default(); sweeps.len()];
         let mut failure: Option<Error> = None;
-        let mut scanned = 0u64;
         let mut scan_done = false;
         let mut stopping = false;
-        // With `scan.max_keys_per_second`, the next SCAN waits until the pass is back on pace.
-        let mut next_page_at: Option<tokio::time::Instant> = None;
+        let mut pace = Pace::new(Instant::now(), rate);
 
         loop {
             for (s, queue) in queues.iter_mut().enumerate() {
-                while !stopping
-                    && in_flight.len() < depth
-                    && (queue.len() >= batch_size || (scan_done && !queue.is_empty()))
-                {
-                    let n = batch_size.min(queue.len());
-                    // A batch spanning two pages judges by the older page's time: a cutoff a
-                    // little early only spares members, it never evicts a fresh one.
-                    let mut time = f64::INFINITY;
-                    let batch: Vec<Vec<u8>> = queue
-                        .drain(..n)
-                        .map(|(key, t)| {
-                            time = time.min(t);
-                            key
-                        })
-                        .collect();
+                while !stopping && in_flight.len() < depth {
+                    let Some((batch, time)) = queue.take(batch_size, scan_done) else {
+                        break;
+                    };
                     let check_opts = CheckOpts {
                         held_back: false,
                         now: time,
@@ -217,14 +204,15 @@ impl Pass {
                         .push(async move { (s, sweep.check(node, batch, check_opts, ctx).await) });
                 }
             }
-            let waiting: usize = queues.iter().map(VecDeque::len).sum();
+            let waiting: usize = queues.iter().map(Queue::len).sum();
             if in_flight.is_empty() && (stopping || (scan_done && waiting == 0)) {
                 break;
             }
-            // Keep at most a few batches of keys waiting: memory stays flat however many
-            // keys match.
-            let paced = next_page_at.is_some_and(|t| t > tokio::time::Instant::now());
-            let want_page = !stopping && !scan_done && !paced && waiting < batch_size * depth;
+            let paced = !pace.ready(Instant::now());
+            let want_page = !stopping
+                && !scan_done
+                && !paced
+                && walk::room_for_page(waiting, batch_size, depth);
             tokio::select! {
                 Some((s, checked)) = in_flight.next(), if !in_flight.is_empty() => {
                     reports[s].counts.add(&checked.counts);
@@ -236,16 +224,9 @@ impl Pass {
                 page = pages.next(), if want_page => match page {
                     Some(Ok(page)) => {
                         ctx.observer.progress();
-                        scanned += page.keys.len() as u64;
+                        pace.page(page.keys.len());
                         for key in page.keys {
                             route(sweeps, key, page.time, &mut queues, &mut reports);
-                        }
-                        if let Some(rate) = rate {
-                            let due = scanned as f64 / rate;
-                            next_page_at = Some(
-                                tokio::time::Instant::from_std(started)
-                                    + Duration::from_secs_f64(due),
-                            );
                         }
                     }
                     Some(Err(e)) => {
@@ -254,7 +235,7 @@ impl Pass {
                     }
                     None => scan_done = true,
                 },
-                () = tokio::time::sleep_until(next_page_at.unwrap_or_else(tokio::time::Instant::now)),
+                () = tokio::time::sleep_until(pace.next_page_at().unwrap_or_else(Instant::now)),
                     if paced && !stopping && !scan_done => {}
                 () = ctx.cancel.cancelled(), if !stopping => stopping = true,
             }
@@ -262,7 +243,7 @@ impl Pass {
         if let Some(e) = &failure {
             tracing::debug!(node = %node.id(), error = %e, "a primary's part of the pass failed");
         }
-        let complete = scan_done && queues.iter().all(VecDeque::is_empty) && failure.is_none();
+        let complete = scan_done && queues.iter().all(Queue::is_empty) && failure.is_none();
         (reports, complete, failure)
     }
 }
@@ -272,7 +253,7 @@ fn route(
     sweeps: &[Arc<Sweep>],
     key: Vec<u8>,
     time: f64,
-    queues: &mut [VecDeque<(Vec<u8>, f64)>],
+    queues: &mut [Queue],
     reports: &mut [PassReport],
 ) {
     let fits = |s: &Arc<Sweep>| s.config().pattern.conversation_id(&key).is_some();
@@ -281,8 +262,8 @@ fn route(
     };
     for i in (0..last).filter(|&i| fits(&sweeps[i])) {
         reports[i].keys_scanned += 1;
-        queues[i].push_back((key.clone(), time));
+        queues[i].push(key.clone(), time);
     }
     reports[last].keys_scanned += 1;
-    queues[last].push_back((key, time));
+    queues[last].push(key, time);
 }

@@ -18,6 +18,7 @@ use crate::serve::logging::LogStats;
 use crate::serve::metrics::Metrics;
 use crate::serve::systemd::Notifier;
 use crate::store::Store;
+use crate::store::backoff::Backoff;
 use crate::tracking::engine::Engine;
 
 /// How long shutdown waits for work in flight; below the 5 s an orchestrator is promised.
@@ -132,7 +133,8 @@ async fn connect(
     cancel: &CancellationToken,
 ) -> Option<Store> {
     let watch = ctx.health.register_loop("start-up");
-    let mut delay = FIRST_RETRY;
+    let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY);
+    let mut delay = backoff.next_delay();
     let mut attempt = 1u32;
     loop {
         watch.alive();
@@ -186,13 +188,14 @@ async fn connect(
                 ctx.notifier.reloading();
                 if let Some(new) = reload(config, ctx, true) {
                     *config = new;
-                    delay = FIRST_RETRY;
+                    backoff.reset();
+                    delay = backoff.next_delay();
                 }
                 continue;
             }
             () = tokio::time::sleep(delay) => {}
         }
-        delay = (delay * 2).min(MAX_RETRY);
+        delay = backoff.next_delay();
         attempt += 1;
     }
 }

@@ -29,7 +29,12 @@ impl RedisClock {
     /// Redis's clock now: the reading plus the time since. It lags the true instant by the
     /// reading's travel, so a cutoff computed from it is never ahead of Redis.
     pub(crate) fn now(&self) -> f64 {
-        self.redis + self.at.elapsed().as_secs_f64()
+        self.at(Instant::now())
+    }
+
+    /// Redis's clock at the local instant `local` (no earlier than the reading).
+    pub(crate) fn at(&self, local: Instant) -> f64 {
+        self.redis + local.saturating_duration_since(self.at).as_secs_f64()
     }
 
     /// [`RedisClock::now`] in milliseconds.

@@ -8,6 +8,7 @@
 //! - `resp`: reading replies in place, as bytes.
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 
+pub(crate) mod backoff;
 pub(crate) mod clock;
 mod conn;
 pub(crate) mod packed;

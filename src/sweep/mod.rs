@@ -25,7 +25,9 @@ pub(crate) mod storm;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::Error;
 use crate::config::{Config, EventsConfig, EvictConfig, SweepConfig};

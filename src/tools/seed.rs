@@ -8,7 +8,9 @@
 //! must evict. A rerun writes the same keys again (fresh scores), and nothing is ever deleted.
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::store::Conn;
 use futures_util::{StreamExt, TryStreamExt};

@@ -17,7 +17,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
 use std::pin::pin;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use serde::Serialize;

@@ -6,7 +6,9 @@
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::store::Conn;
 use tokio::time::MissedTickBehavior;
@@ -214,7 +216,7 @@ impl Worker {
         let mut counts = Counts::default();
         // Workers tick in turn rather than all at once, so Redis sees an even stream.
         let offset = self.tick.mul_f64(self.index as f64 / self.workers as f64);
-        let mut ticker = tokio::time::interval_at((clock.start + offset).into(), self.tick);
+        let mut ticker = tokio::time::interval_at(clock.start + offset, self.tick);
         // A late tick is caught up at once: stretching the period instead could make the
         // simulator's own lateness look like the sweeper's false evictions.
         ticker.set_missed_tick_behavior(MissedTickBehavior::Burst);

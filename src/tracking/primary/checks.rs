@@ -1,0 +1,253 @@
+//! The deadline checks' rules: which keys are due, how they are batched, how many go in flight,
+//! and when a checked key is looked at again. No I/O: the loop takes due keys from the index
+//! with these numbers and applies what [`next_look`] says to each checked key.
+
+use std::time::Duration;
+
+use crate::sweep::{CheckOpts, KeyState};
+use crate::tracking::index::NEVER;
+
+/// How long after a failed check its keys are checked again.
+pub(crate) const RETRY: Duration = Duration::from_secs(1);
+/// A key is checked no sooner than this after its deadline: long enough that Redis's clock is
+/// past it (the estimate lags by a reply's travel), so the check finds the zombie stale.
+const DEADLINE_MARGIN_MS: u64 = 3;
+/// Keys coming due within this long of each other are checked in one batch: each batch costs
+/// Redis a round trip's fixed work, and a zombie a few milliseconds more lag is no one's loss.
+const BATCH_WINDOW_MS: u64 = 50;
+/// A check reads Redis's clock anew when the last reading is older than this.
+pub(crate) const CLOCK_REFRESH: Duration = Duration::from_secs(1);
+/// A key found due but not stale (a heartbeat raced its deadline, or clocks disagree) is looked
+/// at again no sooner than this, so no disagreement can make the loop spin.
+const MIN_RECHECK_MS: u64 = 20;
+/// Keys whose newest heartbeat a check reads when the storm guard suspects silence.
+pub(crate) const WITNESSES: usize = 16;
+/// How often a key whose every member is pinned (a score of `+inf`) is checked: it has no
+/// deadline, but it may vanish without a notification (a restart), and must not stay tracked.
+const PINNED_RECHECK_MS: u64 = 3_600_000;
+
+/// `evict.batch_keys` and `evict.pipeline_depth`, as the checks use them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Checks {
+    pub(crate) batch: usize,
+    pub(crate) depth: usize,
+}
+
+impl Checks {
+    /// Whether another future may go in flight, with `in_flight` there already.
+    pub(crate) fn room(&self, in_flight: usize) -> bool {
+        in_flight < self.depth
+    }
+
+    /// Whether a walk with `queued` keys waiting may ask for another page.
+    pub(crate) fn room_for_page(&self, queued: usize) -> bool {
+        crate::store::walk::room_for_page(queued, self.batch, self.depth)
+    }
+
+    /// Whether a sweep whose next key is due at `next_due` (ms, Redis's clock) has a batch to
+    /// check at `now_ms`: a batch waits for its window, so that keys due close together go
+    /// together.
+    pub(crate) fn ripe(next_due: Option<u64>, now_ms: u64) -> bool {
+        next_due.is_some_and(|due| Self::wake_ms(due) <= now_ms)
+    }
+
+    /// When (ms, Redis's clock) a key due at `due` is checked with its batch.
+    pub(crate) fn wake_ms(due: u64) -> u64 {
+        due.saturating_add(BATCH_WINDOW_MS)
+    }
+
+    /// Keys due by this (ms, Redis's clock) are taken into a batch at `now_ms`.
+    pub(crate) fn due_by(now_ms: u64) -> u64 {
+        now_ms.saturating_sub(DEADLINE_MARGIN_MS)
+    }
+}
+
+/// The options of a check on a primary: judged at `now`, guarded by the storm guard. The one
+/// place the loop builds [`CheckOpts`].
+pub(crate) fn opts(now: f64, track: bool, read_time: bool, held_back: bool) -> CheckOpts {
+    CheckOpts {
+        now,
+        fixed: None,
+        dry_run: false,
+        track,
+        read_time,
+        guarded: true,
+        held_back,
+    }
+}
+
+/// What becomes of a checked key in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// Gone (or moved to another primary, whose walk finds it): forget it.
+    Forget,
+    /// Look again at this instant (ms, Redis's clock); it holds `card` members.
+    At { next: u64, card: u64 },
+    /// The check could not tell: try again at this instant.
+    Retry(u64),
+}
+
+/// When a key checked at `now_ms` in state `state` is looked at again. `spared_until`: members
+/// an outage kept from heartbeating, or the storm guard holds, are spared until then.
+pub(crate) fn next_look(
+    state: &KeyState,
+    now_ms: u64,
+    ttl_ms: u64,
+    spared_until: Option<u64>,
+) -> Look {
+    match *state {
+        KeyState::Gone | KeyState::Moved => Look::Forget,
+        KeyState::Live {
+            card,
+            oldest: Some(oldest),
+        } => {
+            let deadline = deadline_ms(oldest, ttl_ms);
+            let next = match spared_until {
+                // Pinned members (`+inf`) never come due; the key is still looked at now and
+                // then, so that one lost in a restart is forgotten.
+                _ if deadline == NEVER => now_ms + PINNED_RECHECK_MS,
+                _ if deadline > now_ms => deadline,
+                Some(until) => until + DEADLINE_MARGIN_MS,
+                None => now_ms + MIN_RECHECK_MS,
+            };
+            Look::At { next, card }
+        }
+        KeyState::Live { oldest: None, .. } | KeyState::Unknown => {
+            Look::Retry(now_ms + RETRY.as_millis() as u64)
+        }
+    }
+}
+
+/// Until when (ms, Redis's clock) the members of a check are spared: an outage's credit for a
+/// sweep of window `ttl_ms`, or the storm guard's hold (`hold_until`, seconds), whichever is
+/// later, if still ahead of `now_ms`.
+pub(crate) fn spared_until(
+    credit_until_s: Option<f64>,
+    hold_until: Option<f64>,
+    now_ms: u64,
+) -> Option<u64> {
+    credit_until_s
+        .into_iter()
+        .chain(hold_until)
+        .map(|until| (until * 1000.0) as u64)
+        .filter(|&until| until > now_ms)
+        .max()
+}
+
+/// A key whose oldest member scored `oldest` (Unix seconds) is due at this many milliseconds
+/// on Redis's clock.
+pub(crate) fn deadline_ms(oldest: f64, ttl_ms: u64) -> u64 {
+    let at = oldest * 1000.0 + ttl_ms as f64;
+    if at.is_nan() || at <= 0.0 {
+        0
+    } else if at >= NEVER as f64 {
+        NEVER
+    } else {
+        at.ceil() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_764_460_000_000;
+
+    fn live(oldest: f64) -> KeyState {
+        KeyState::Live {
+            card: 3,
+            oldest: Some(oldest),
+        }
+    }
+
+    #[test]
+    fn deadlines_from_scores() {
+        assert_eq!(deadline_ms(1_764_460_000.25, 45_000), 1_764_460_045_250);
+        assert_eq!(deadline_ms(f64::NEG_INFINITY, 45_000), 0);
+        assert_eq!(deadline_ms(f64::INFINITY, 45_000), NEVER);
+        assert_eq!(deadline_ms(f64::NAN, 45_000), 0);
+    }
+
+    #[test]
+    fn a_batch_waits_for_its_window_and_takes_keys_past_the_margin() {
+        assert!(!Checks::ripe(None, NOW));
+        assert!(
+            !Checks::ripe(Some(NOW), NOW),
+            "keys due together go together"
+        );
+        assert!(Checks::ripe(Some(NOW - BATCH_WINDOW_MS), NOW));
+        assert_eq!(Checks::wake_ms(NOW), NOW + BATCH_WINDOW_MS);
+        assert_eq!(Checks::due_by(NOW), NOW - DEADLINE_MARGIN_MS);
+        assert_eq!(Checks::wake_ms(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn in_flight_and_queued_work_is_bounded() {
+        let c = Checks {
+            batch: 10,
+            depth: 2,
+        };
+        assert!(c.room(1) && !c.room(2));
+        assert!(c.room_for_page(19) && !c.room_for_page(20));
+    }
+
+    #[test]
+    fn a_live_key_is_looked_at_again_at_its_deadline() {
+        let look = next_look(&live(NOW as f64 / 1000.0), NOW, 45_000, None);
+        assert_eq!(
+            look,
+            Look::At {
+                next: NOW + 45_000,
+                card: 3
+            }
+        );
+        assert_eq!(next_look(&KeyState::Gone, NOW, 45_000, None), Look::Forget);
+        assert_eq!(next_look(&KeyState::Moved, NOW, 45_000, None), Look::Forget);
+        assert_eq!(
+            next_look(&KeyState::Unknown, NOW, 45_000, None),
+            Look::Retry(NOW + 1000)
+        );
+    }
+
+    #[test]
+    fn a_due_key_found_not_stale_does_not_spin() {
+        let overdue = live((NOW - 50_000) as f64 / 1000.0);
+        assert_eq!(
+            next_look(&overdue, NOW, 45_000, None),
+            Look::At {
+                next: NOW + MIN_RECHECK_MS,
+                card: 3
+            }
+        );
+        assert_eq!(
+            next_look(&overdue, NOW, 45_000, Some(NOW + 9_000)),
+            Look::At {
+                next: NOW + 9_000 + DEADLINE_MARGIN_MS,
+                card: 3
+            },
+            "spared members come due when the credit ends"
+        );
+        assert_eq!(
+            next_look(&live(f64::INFINITY), NOW, 45_000, Some(NOW + 9_000)),
+            Look::At {
+                next: NOW + PINNED_RECHECK_MS,
+                card: 3
+            }
+        );
+    }
+
+    #[test]
+    fn members_are_spared_until_the_later_of_credit_and_hold() {
+        let now_s = NOW as f64 / 1000.0;
+        assert_eq!(spared_until(None, None, NOW), None);
+        assert_eq!(spared_until(Some(now_s - 1.0), None, NOW), None, "over");
+        assert_eq!(
+            spared_until(Some(now_s + 5.0), Some(now_s + 2.0), NOW),
+            Some(NOW + 5_000)
+        );
+        assert_eq!(
+            spared_until(None, Some(now_s + 2.0), NOW),
+            Some(NOW + 2_000)
+        );
+    }
+}
