@@ -1,5 +1,6 @@
 //! The integration tests, one binary of modules (one link). Each module starts its own
-//! `redis-server` processes on free ports through `support`.
+//! `redis-server` processes on free ports through `support` (`REDIS_SERVER` picks another
+//! binary, e.g. a `valkey-server`).
 
 mod support;
 
