@@ -1,5 +1,6 @@
 //! The integration tests, one binary of modules (one link). Each module starts its own
-//! `redis-server` processes on free ports through `support` (`docs` needs none: it reads files).
+//! `redis-server` processes on free ports through `support` (`REDIS_SERVER` picks another
+//! binary, e.g. a `valkey-server`; `docs` needs none: it reads files).
 
 mod support;
 

@@ -7,6 +7,7 @@
 //! - `packed`: the data path's commands, encoded once as RESP.
 //! - `resp`: reading replies in place, as bytes.
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
+//! - `version`: which server answers (Redis or Valkey) and whether it is new enough.
 
 pub(crate) mod backoff;
 pub(crate) mod clock;
@@ -16,6 +17,7 @@ pub(crate) mod reply;
 pub(crate) mod resp;
 mod sentinel;
 mod tls;
+mod version;
 pub(crate) mod walk;
 mod wire;
 
@@ -326,9 +328,10 @@ impl Store {
             .await
     }
 
-    /// Refuses servers older than 6.2: they lack `ZRANGE ... BYSCORE`. Best effort: a user the
-    /// ACL refuses `INFO` is let through (a transaction whose reads fail after its removal
-    /// succeeded still stops the pass loudly).
+    /// Refuses servers older than Redis 6.2, which lack `ZRANGE ... BYSCORE` (Valkey is judged by
+    /// its own version, not the `redis_version` it reports). Best effort: a user the ACL refuses
+    /// `INFO` is let through (a transaction whose reads fail after its removal succeeded still
+    /// stops the pass loudly).
     async fn require_version(&self) -> Result<(), redis::RedisError> {
         let mut con = self.connection();
         // In a cluster INFO goes to every primary and answers a map of their replies.
@@ -345,19 +348,12 @@ impl Store {
             v => redis::from_redis_value::<String>(v).into_iter().collect(),
         };
         for text in texts {
-            let version = text
-                .lines()
-                .find_map(|l| l.strip_prefix("redis_version:"))
-                .unwrap_or("0")
-                .trim()
-                .to_owned();
-            let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-            let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-            if (major, minor) < (6, 2) {
+            let server = version::ServerVersion::from_info(&text);
+            if !server.is_supported() {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Client,
-                    "presence-sweeper needs Redis 6.2 or later; this server is",
-                    version,
+                    "presence-sweeper needs Redis 6.2 or later (or Valkey); this server is",
+                    server.to_string(),
                 )));
             }
         }

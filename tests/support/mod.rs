@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -40,15 +40,38 @@ pub fn free_port() -> u16 {
     }
 }
 
-fn redis_server_binary() -> String {
-    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-    if Command::new(&bin).arg("--version").output().is_err() {
-        panic!(
-            "`{bin}` was not found: the tests start their own Redis servers. Install it \
-             (Debian/Ubuntu: `apt-get install redis-server`) or set REDIS_SERVER=/path/to/redis-server"
-        );
-    }
-    bin
+/// The server binary every test server runs: standalone, cluster nodes, replicas, sentinels
+/// (`--sentinel`) and TLS servers alike. `REDIS_SERVER=/path/to/valkey-server` runs the suite
+/// against another build (Valkey, or a Redis of another version); unset, `redis-server` from the
+/// `PATH`. `redis-cli` (cluster creation, sharded subscribers) is always taken from the `PATH`.
+pub fn redis_server_binary() -> &'static str {
+    static BINARY: OnceLock<String> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        if Command::new(&bin).arg("--version").output().is_err() {
+            panic!(
+                "`{bin}` was not found: the tests start their own Redis servers. Install it \
+                 (Debian/Ubuntu: `apt-get install redis-server`) or set \
+                 REDIS_SERVER=/path/to/redis-server (or valkey-server)"
+            );
+        }
+        bin
+    })
+}
+
+/// Why a server did not come up.
+pub enum StartError {
+    /// Its port was taken meanwhile (another test's server, or one that is still closing).
+    PortTaken,
+    /// It exited for another reason; its log says why.
+    Exited(String),
+}
+
+/// The part of the log at `path` after its first `from` bytes (a restart appends to the log of
+/// the start before).
+fn read_log_from(path: &Path, from: u64) -> String {
+    let log = std::fs::read(path).unwrap_or_default();
+    String::from_utf8_lossy(log.get(from as usize..).unwrap_or_default()).into_owned()
 }
 
 /// A `redis-server` owned by one test. Killed and reaped on drop.
@@ -69,11 +92,16 @@ impl RedisServer {
     pub fn start_with(extra: &[&str]) -> Self {
         for _ in 0..5 {
             let mut server = Self::unstarted(free_port(), extra);
-            if server.try_start() {
-                return server;
+            match server.try_start() {
+                Ok(()) => return server,
+                Err(StartError::PortTaken) => {}
+                Err(StartError::Exited(log)) => server.exited(&log),
             }
         }
-        panic!("could not start redis-server on a free port after 5 tries");
+        panic!(
+            "could not start {} on a free port after 5 tries: each port was taken meanwhile",
+            redis_server_binary()
+        );
     }
 
     /// A server that will use `port` but is not running yet ([`RedisServer::restart`] starts it).
@@ -90,36 +118,58 @@ impl RedisServer {
         self.dir.path().join("redis.log")
     }
 
-    fn try_start(&mut self) -> bool {
+    /// Fails the test: the server exited at start, and `log` says why.
+    fn exited(&self, log: &str) -> ! {
+        panic!(
+            "{} on port {} exited at start (arguments {:?}); its log:\n{log}",
+            redis_server_binary(),
+            self.port,
+            self.extra
+        )
+    }
+
+    /// Starts the process and waits until it accepts connections. Panics, with the log, if it
+    /// neither does nor exits within 10 s.
+    pub fn try_start(&mut self) -> Result<(), StartError> {
+        let log_path = self.log_path();
+        let log_start = std::fs::metadata(&log_path).map_or(0, |m| m.len());
         let mut cmd = Command::new(redis_server_binary());
         cmd.args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", &self.dir.path().to_string_lossy()])
-            .args(["--logfile", &self.log_path().to_string_lossy()])
+            .args(["--logfile", &log_path.to_string_lossy()])
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn redis-server");
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                // Exited: most likely the port was taken meanwhile.
-                return false;
+            if let Ok(Some(status)) = child.try_wait() {
+                // Errors in the arguments go to stderr, before the log file is open.
+                let mut stderr = String::new();
+                let _ =
+                    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr);
+                let log = read_log_from(&log_path, log_start);
+                if log.contains("Address already in use") {
+                    return Err(StartError::PortTaken);
+                }
+                return Err(StartError::Exited(format!("({status}){stderr}\n{log}")));
             }
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 self.child = Some(child);
-                return true;
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
         let _ = child.wait();
         panic!(
-            "redis-server on port {} did not come up; log:\n{}",
+            "{} on port {} did not come up; its log:\n{}",
+            redis_server_binary(),
             self.port,
-            std::fs::read_to_string(self.log_path()).unwrap_or_default()
+            read_log_from(&log_path, log_start)
         );
     }
 
@@ -167,14 +217,28 @@ impl RedisServer {
 
     /// Starts the server again on the same port (data is gone: nothing is persisted).
     pub fn restart(&mut self) {
+        if let Err(log) = self.try_restart() {
+            self.exited(&log);
+        }
+    }
+
+    /// [`RedisServer::restart`] that answers the server's log, rather than failing the test,
+    /// when the server exits at start for another reason than a taken port.
+    pub fn try_restart(&mut self) -> Result<(), String> {
         self.stop();
         for _ in 0..50 {
-            if self.try_start() {
-                return;
+            match self.try_start() {
+                Ok(()) => return Ok(()),
+                Err(StartError::PortTaken) => std::thread::sleep(Duration::from_millis(100)),
+                Err(StartError::Exited(log)) => return Err(log),
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("could not restart redis-server on port {}", self.port);
+        panic!(
+            "could not restart {} on port {}: the port stayed taken for 5 s; its last log:\n{}",
+            redis_server_binary(),
+            self.port,
+            std::fs::read_to_string(self.log_path()).unwrap_or_default()
+        );
     }
 }
 

@@ -1,9 +1,10 @@
 //! A primary, its replica and three sentinels, all real processes on free ports.
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{RedisServer, free_port};
+use super::{RedisServer, free_port, redis_server_binary};
 
 /// The name the sentinels monitor.
 pub const MASTER_NAME: &str = "mymaster";
@@ -29,45 +30,24 @@ impl SentinelSetup {
             .arg(primary.port)
             .query(&mut replica.con())
             .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let mut sentinels = Vec::new();
-        for i in 0..3 {
-            let port = free_port();
-            let conf = dir.path().join(format!("sentinel-{i}.conf"));
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\n\
-                     sentinel monitor {MASTER_NAME} 127.0.0.1 {} 2\n\
-                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                     sentinel failover-timeout {MASTER_NAME} 5000\n\
-                     sentinel parallel-syncs {MASTER_NAME} 1\n",
-                    dir.path().display(),
-                    primary.port
-                ),
-            )
-            .unwrap();
-            let child = Command::new("redis-server")
-                .arg(&conf)
-                .arg("--sentinel")
-                .arg("--logfile")
-                .arg(dir.path().join(format!("sentinel-{i}.log")))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server --sentinel");
-            sentinels.push((port, child));
-        }
-        let setup = Self {
+        // Made before the sentinels start so that its drop kills those started if one fails.
+        let mut setup = Self {
             primary,
             replica,
-            sentinels,
-            _dir: dir,
+            sentinels: Vec::new(),
+            _dir: tempfile::tempdir().unwrap(),
         };
+        for i in 0..3 {
+            let sentinel = start_sentinel(setup._dir.path(), i, setup.primary.port);
+            setup.sentinels.push(sentinel);
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         while !(setup.sentinels_agree(setup.primary.port) && setup.replica_in_sync()) {
-            assert!(Instant::now() < deadline, "the sentinels never settled");
+            assert!(
+                Instant::now() < deadline,
+                "the sentinels never settled; their logs:\n{}",
+                setup.logs()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         setup
@@ -116,6 +96,16 @@ impl SentinelSetup {
         })
     }
 
+    /// Every sentinel's log, for failure messages.
+    fn logs(&self) -> String {
+        (0..self.sentinels.len())
+            .map(|i| {
+                let log = std::fs::read_to_string(sentinel_log(self._dir.path(), i));
+                format!("--- sentinel {i}\n{}", log.unwrap_or_default())
+            })
+            .collect()
+    }
+
     fn sentinels_agree(&self, port: u16) -> bool {
         self.sentinels.iter().all(|(p, _)| {
             let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{p}")) else {
@@ -150,4 +140,68 @@ impl Drop for SentinelSetup {
             let _ = child.wait();
         }
     }
+}
+
+fn sentinel_log(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("sentinel-{i}.log"))
+}
+
+/// Sentinel number `i`, monitoring the primary on `primary_port`, on a free port; it runs the
+/// same binary as every test server (`REDIS_SERVER`). Waits until it accepts connections; if it
+/// exits at start for another reason than a taken port, fails the test with its log.
+fn start_sentinel(dir: &Path, i: usize, primary_port: u16) -> (u16, Child) {
+    let log = sentinel_log(dir, i);
+    for _ in 0..5 {
+        let port = free_port();
+        let conf = dir.join(format!("sentinel-{i}.conf"));
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel failover-timeout {MASTER_NAME} 5000\n\
+                 sentinel parallel-syncs {MASTER_NAME} 1\n",
+                dir.display(),
+            ),
+        )
+        .unwrap();
+        let _ = std::fs::remove_file(&log);
+        let mut child = Command::new(redis_server_binary())
+            .arg(&conf)
+            .arg("--sentinel")
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the server binary with --sentinel");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                if text.contains("Address already in use") {
+                    break;
+                }
+                panic!(
+                    "sentinel {i} ({}) exited at start ({status}); its log:\n{text}",
+                    redis_server_binary()
+                );
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return (port, child);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "sentinel {i} did not come up; its log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("could not start sentinel {i} on a free port after 5 tries");
 }

@@ -6,6 +6,44 @@ use std::process::Command;
 
 use super::RedisServer;
 
+/// Set (to anything) where the TLS tests must run for real: there a server binary without TLS
+/// fails them instead of skipping them. CI sets it for the pass that covers TLS.
+pub const REQUIRE_TLS: &str = "TESTS_REQUIRE_TLS";
+
+/// Whether a server's start-up log says that it was built without TLS. Valkey and Redis 7.2 on
+/// say "Failed finding TLS support"; older Redis refuses the `tls-*` directives as unknown.
+fn lacks_tls(log: &str) -> bool {
+    log.contains("Failed finding TLS support")
+        || log.contains("Missing implement of connection type tls")
+        || (log.contains("Bad directive") && log.contains("'tls-"))
+}
+
+/// A server binary without TLS cannot run the TLS tests, and Rust has no runtime skip: the test
+/// says why on stderr and passes, unless [`REQUIRE_TLS`] is set. Written to the process's
+/// stderr, not with `eprintln!`, which the test harness captures and shows only for failures:
+/// the skip must show in every run.
+fn skip_without_tls(log: &str) {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a TLS test")
+        .to_owned();
+    let why = format!(
+        "{} was built without TLS (its log: {:?})",
+        super::redis_server_binary(),
+        log.lines()
+            .find(|l| l.contains("TLS") || l.contains("tls-"))
+            .unwrap_or(log.trim())
+    );
+    if std::env::var_os(REQUIRE_TLS).is_some() {
+        panic!("{test}: {REQUIRE_TLS} is set but {why}");
+    }
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {why}; set REDIS_SERVER to a TLS-capable build to run it"
+    );
+}
+
 /// The files of one test's PKI.
 pub struct Certs {
     dir: tempfile::TempDir,
@@ -112,13 +150,14 @@ impl Certs {
     }
 
     /// A redis-server speaking only TLS on a free port; `verify_clients` requires a client
-    /// certificate signed by the CA.
-    pub fn server(&self, verify_clients: bool) -> RedisServer {
+    /// certificate signed by the CA. `None` if the server binary was built without TLS (see
+    /// [`skip_without_tls`]): the test returns early.
+    pub fn server(&self, verify_clients: bool) -> Option<RedisServer> {
         self.server_with(verify_clients, &[])
     }
 
     /// [`Certs::server`] with extra `redis-server` arguments.
-    pub fn server_with(&self, verify_clients: bool, extra: &[&str]) -> RedisServer {
+    pub fn server_with(&self, verify_clients: bool, extra: &[&str]) -> Option<RedisServer> {
         let port = super::free_port();
         let p = |name: &str| self.path(name).to_string_lossy().into_owned();
         let args = [
@@ -138,8 +177,17 @@ impl Certs {
         let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
         args.extend_from_slice(extra);
         let mut server = RedisServer::unstarted(port, &args);
-        server.restart();
-        server
+        match server.try_restart() {
+            Ok(()) => Some(server),
+            Err(log) if lacks_tls(&log) => {
+                skip_without_tls(&log);
+                None
+            }
+            Err(log) => panic!(
+                "the TLS server ({}) exited at start; its log:\n{log}",
+                super::redis_server_binary()
+            ),
+        }
     }
 
     /// A TLS connection to `server` for seeding and checking, with the client certificate.
