@@ -3,7 +3,9 @@
 //!
 //! - this module: [`Sweep`], what every check of it shares, and what checks report to;
 //! - `check`: one batch of keys, read, evicted and announced: the one evictor every source of
-//!   work (a full pass, a deadline, reconciliation) goes through;
+//!   work (a full pass, a deadline, reconciliation) goes through, as named steps;
+//! - `plan`: the check's pure steps (what each read says, how zombies split into calls);
+//! - `apply`: the evict step (transactions, the bounded script, counting and announcing);
 //! - `announce`: the events of what was removed, and publishing them;
 //! - `sizing`: how big calls may be, from the length of the ids met.
 //!
@@ -18,8 +20,10 @@
 //! roster, so consumers already resynchronise from the next one.
 
 mod announce;
+mod apply;
 mod check;
 pub(crate) mod events;
+mod plan;
 mod sizing;
 pub(crate) mod storm;
 
@@ -35,7 +39,7 @@ use crate::store::{Node, Store};
 use crate::sweep::events::EventEncoder;
 use crate::sweep::storm::{GuardMetrics, StormGuard};
 
-pub(crate) use check::{CheckCtx, CheckOpts, Checked, KeyState};
+pub(crate) use check::{CheckCtx, CheckOpts, Checked, KeyState, Purpose};
 
 /// How long a node's successful preflight stands: ACLs rarely change, and a failed check forgets
 /// it at once.

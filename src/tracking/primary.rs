@@ -38,7 +38,7 @@ use crate::serve::metrics::{Metrics, SweepMetrics};
 use crate::store::clock::{RedisClock, unix_now};
 use crate::store::walk::{self, Page};
 use crate::store::{Node, NodeId, Store};
-use crate::sweep::{CheckCtx, CheckOpts, Checked, KeyState, Observer, Sweep};
+use crate::sweep::{CheckCtx, CheckOpts, Checked, KeyState, Observer, Purpose, Sweep};
 use crate::tracking::index::{Capacity, Index, NEVER, Ticket, Track};
 use crate::tracking::keyspace::{self, Availability, Change, Notice, Subscription};
 
@@ -701,7 +701,7 @@ impl Run {
     /// never further than [`STALL`] past its last answer (the apps may not have been able to
     /// write either), and during an outage's credit the outage's start.
     /// Whether staleness judged at `judge` is held back behind Redis's clock (see
-    /// [`CheckOpts::held_back`]).
+    /// [`Purpose::held_back`]).
     fn held_back(&self, judge: f64) -> bool {
         self.clock.is_some_and(|c| c.now() - judge > HELD_BACK_S)
     }
@@ -860,13 +860,11 @@ impl Run {
                     .map(|(ticket, id)| (ticket, pattern.key(&id)))
                     .unzip();
                 let opts = CheckOpts {
-                    now,
-                    fixed: None,
-                    dry_run: false,
-                    track: true,
-                    read_time: clock.at.elapsed() > CLOCK_REFRESH,
-                    guarded: true,
-                    held_back: self.held_back(now),
+                    judge_at: now,
+                    purpose: Purpose::Deadline {
+                        read_time: clock.at.elapsed() > CLOCK_REFRESH,
+                        held_back: self.held_back(now),
+                    },
                 };
                 let epoch = t.epoch;
                 let check = self.check(t, keys, opts);
@@ -893,7 +891,7 @@ impl Run {
         opts: CheckOpts,
     ) -> impl Future<Output = Checked> + Send + 'static {
         let witnesses: Vec<Vec<u8>> =
-            if opts.guarded && !opts.held_back && t.job.sweep.guard().suspects_silence(opts.now) {
+            if opts.purpose.may_hold() && t.job.sweep.guard().suspects_silence(opts.judge_at) {
                 let pattern = &t.job.sweep.config().pattern;
                 t.index
                     .latest(WITNESSES)
@@ -945,13 +943,8 @@ impl Run {
                     let n = batch.min(t.direct.len());
                     let keys: Vec<Vec<u8>> = t.direct.drain(..n).collect();
                     let opts = CheckOpts {
-                        now: judge.map_or(t.direct_time, |j| t.direct_time.min(j)),
-                        fixed: None,
-                        dry_run: false,
-                        track: false,
-                        read_time: false,
-                        guarded: true,
-                        held_back,
+                        judge_at: judge.map_or(t.direct_time, |j| t.direct_time.min(j)),
+                        purpose: Purpose::Walk { held_back },
                     };
                     if t.direct.is_empty() {
                         t.direct_time = f64::INFINITY;
