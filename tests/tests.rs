@@ -12,6 +12,7 @@ mod eviction;
 mod metrics;
 mod operations;
 mod replicas;
+mod score_unit;
 mod sentinel;
 mod tls;
 mod tools;

@@ -4,7 +4,8 @@
 //!
 //! Every source of work goes through here: a full pass, a key whose deadline came, a key that
 //! reconciliation or a keyspace notification found. A check runs as named steps: classify
-//! (pure, `plan`), count, admit (the storm guard), plan (pure) and evict (`apply`).
+//! (pure, `plan`; it also checks the scores against the sweep's `score_unit`, `units`), count,
+//! admit (the storm guard), plan (pure) and evict (`apply`).
 
 use tokio_util::sync::CancellationToken;
 
@@ -15,6 +16,7 @@ use crate::evict::Cutoff;
 use crate::evict::read::{self, KeyStatus, Read};
 use crate::store::{Conn, Node, Store};
 use crate::sweep::storm::Admit;
+use crate::sweep::units::Mismatch;
 
 /// How one check runs.
 #[derive(Debug, Clone, Copy)]
@@ -201,11 +203,8 @@ impl Sweep {
         out: &mut Checked,
     ) -> Result<(), Error> {
         let purpose = opts.purpose;
-        let cutoff = Cutoff::new(
-            purpose.fixed().unwrap_or(opts.judge_at),
-            self.config.ttl,
-            self.config.score_unit,
-        );
+        let judge_at = purpose.fixed().unwrap_or(opts.judge_at);
+        let cutoff = Cutoff::new(judge_at, self.config.ttl, self.config.score_unit);
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let guarded = purpose.guarded() && self.guard.enabled();
         let reads = read::read(node, &refs, purpose.read(&cutoff, guarded)).await?;
@@ -221,6 +220,8 @@ impl Sweep {
         let rules = Rules {
             cutoff: &cutoff,
             unit: self.config.score_unit,
+            judge_at,
+            held_back: purpose.held_back(),
             tracks: purpose.tracks(),
             count_all: guarded,
             budget: self.budget(),
@@ -229,13 +230,30 @@ impl Sweep {
         for &(i, state) in &triage.settled {
             self.settle(i, state, out, ctx.observer);
         }
+        // A count of zombies alone shows no score: a few stale keys' lowest say what they are.
+        let sampled = self
+            .sample(
+                node,
+                &refs,
+                &triage.stale,
+                &rules,
+                purpose.tracks() || guarded,
+            )
+            .await?;
+        if self.units.observe(triage.mismatch.or(sampled), judge_at) {
+            // Nothing is removed; the keys whose scores are off are looked at again soon, so
+            // that the sweep sees when they are right again.
+            for &i in &triage.mismatched {
+                out.states[i] = KeyState::Unknown;
+            }
+            return Ok(());
+        }
         self.count(node, &refs, &cutoff, &mut triage, out).await?;
         if guarded && let Some(until) = self.admit(node, opts, ctx, &triage).await? {
             self.hold(&triage, out, ctx.observer);
             out.hold_until = Some(until);
             return Ok(());
         }
-        self.learn_ids(node, &refs, &triage.stale).await?;
         let plan = plan::plan(&triage.stale, self.budget(), |z| self.sizing.key_bytes(z));
         self.evict(node, &refs, plan, &triage.clean, &cutoff, opts, ctx, out)
             .await
@@ -321,21 +339,28 @@ impl Sweep {
         }
     }
 
-    /// A full pass reads no ids before it evicts: before its first eviction, the lowest
-    /// members of a few stale keys say how long this sweep's ids run (one round trip, once),
-    /// so that 16 KiB ids do not make the first call's reply 8 MB.
-    async fn learn_ids(
+    /// Before the first eviction of a sweep, and before every eviction when the read showed
+    /// no scores, reads the lowest members of a few stale keys (one round trip): they say how
+    /// long the sweep's ids run, so that 16 KiB ids do not make the first call's reply 8 MB,
+    /// and whether their scores fit the sweep's `score_unit`.
+    async fn sample(
         &self,
         node: &mut Node,
         refs: &[&[u8]],
         stale: &[(usize, u64)],
-    ) -> Result<(), Error> {
-        if self.sizing.seen() || stale.is_empty() {
-            return Ok(());
+        rules: &Rules<'_>,
+        scores_read: bool,
+    ) -> Result<Option<Mismatch>, Error> {
+        if (self.sizing.seen() && scores_read) || stale.is_empty() {
+            return Ok(None);
         }
         let sample: Vec<&[u8]> = stale.iter().take(8).map(|&(i, _)| refs[i]).collect();
-        self.observe_ids(&read::read(node, &sample, Read::Oldest).await?.keys);
-        Ok(())
+        let reads = read::read(node, &sample, Read::Oldest).await?.keys;
+        self.observe_ids(&reads);
+        Ok(reads
+            .iter()
+            .filter_map(|r| r.set())
+            .find_map(|read| plan::mismatch(&read, rules)))
     }
 
     /// Tells the storm guard of a heartbeat scored `newest` (score unit), if any, read at

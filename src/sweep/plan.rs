@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use super::check::KeyState;
 use super::sizing::CALL_BYTES;
+use super::units::{self, Mismatch};
 use crate::config::ScoreUnit;
 use crate::evict::Cutoff;
 use crate::evict::read::{KeyRead, KeyStatus};
@@ -37,6 +38,10 @@ impl KeyState {
 pub(super) struct Rules<'c> {
     pub(super) cutoff: &'c Cutoff,
     pub(super) unit: ScoreUnit,
+    /// The instant judged at (Redis's clock, Unix seconds), for the score-unit check.
+    pub(super) judge_at: f64,
+    /// `judge_at` may be far behind Redis's clock: a score ahead of it proves nothing.
+    pub(super) held_back: bool,
     /// The read was a tracking probe (each key's lowest score), not a count of zombies.
     pub(super) tracks: bool,
     /// Every stale tracked key is counted: the storm guard must know how many would go.
@@ -63,6 +68,10 @@ pub(super) struct Triage {
     /// Members of the keys read: at least this many are the sweep's, even before their checks
     /// are counted in its population (a backlog found by the first walk).
     pub(super) members: u64,
+    /// The first score read that says the sweep's `score_unit` is wrong, if any.
+    pub(super) mismatch: Option<Mismatch>,
+    /// The keys whose scores say so.
+    pub(super) mismatched: Vec<usize>,
 }
 
 /// Sorts every key by its read.
@@ -81,6 +90,10 @@ pub(super) fn classify(reads: Vec<KeyStatus>, rules: &Rules<'_>) -> Triage {
         };
         t.newest = t.newest.max(read.newest.unwrap_or(f64::NEG_INFINITY));
         t.members += read.card;
+        if let Some(m) = mismatch(&read, rules) {
+            t.mismatch.get_or_insert(m);
+            t.mismatched.push(i);
+        }
         if !rules.tracks {
             match read.stale {
                 0 => t.clean.push(i),
@@ -105,6 +118,15 @@ pub(super) fn classify(reads: Vec<KeyStatus>, rules: &Rules<'_>) -> Triage {
         }
     }
     t
+}
+
+/// What the scores a read brought say of the sweep's `score_unit`.
+pub(super) fn mismatch(read: &KeyRead, rules: &Rules<'_>) -> Option<Mismatch> {
+    let ahead_of = (!rules.held_back).then_some(rules.judge_at);
+    [read.oldest, read.newest]
+        .into_iter()
+        .flatten()
+        .find_map(|s| units::mismatch(s, rules.unit, rules.judge_at, ahead_of))
 }
 
 /// The keys holding zombies, split into eviction calls.
@@ -172,6 +194,8 @@ mod tests {
         Rules {
             cutoff,
             unit: ScoreUnit::Seconds,
+            judge_at: NOW,
+            held_back: false,
             tracks,
             count_all,
             budget: 10,
@@ -202,7 +226,7 @@ mod tests {
             &rules(&cutoff, false, false),
         );
         assert_eq!((t.clean, t.stale), (vec![0], vec![(1, 3)]));
-        assert!(t.settled.is_empty());
+        assert!(t.settled.is_empty() && t.mismatch.is_none());
     }
 
     #[test]
@@ -266,5 +290,39 @@ mod tests {
         let only_big = plan(&[(7, 50)], 10, |_| 1);
         assert_eq!(only_big.first_key(), Some(7), "the script's key first");
         assert_eq!(plan(&[], 10, |_| 1).first_key(), None);
+    }
+
+    #[test]
+    fn scores_a_thousand_times_off_flag_their_keys() {
+        let cutoff = Cutoff::at(NOW * 1000.0 - 30_000.0);
+        let ms = Rules {
+            unit: ScoreUnit::Milliseconds,
+            ..rules(&cutoff, true, false)
+        };
+        // Apps writing seconds to a sweep in milliseconds: every heartbeat looks stale.
+        let reads = vec![set(0, 3, Some(NOW * 1000.0)), set(0, 3, Some(NOW - 1.0))];
+        let t = classify(reads, &ms);
+        assert_eq!(t.mismatch, Some(Mismatch::Smaller));
+        assert_eq!(t.mismatched, vec![1]);
+        // And the other way round: no key is ever stale, the read says why.
+        let cutoff = Cutoff::at(NOW - 30.0);
+        let t = classify(
+            vec![set(0, 3, Some(NOW * 1000.0))],
+            &rules(&cutoff, true, false),
+        );
+        assert_eq!((t.mismatch, t.mismatched), (Some(Mismatch::Ahead), vec![0]));
+    }
+
+    #[test]
+    fn a_pinned_member_is_no_mismatch() {
+        let cutoff = Cutoff::at(NOW - 30.0);
+        let read = KeyStatus::Set(KeyRead {
+            card: 2,
+            oldest: Some(NOW - 1.0),
+            newest: Some(f64::INFINITY),
+            ..KeyRead::default()
+        });
+        let t = classify(vec![read], &rules(&cutoff, true, false));
+        assert_eq!(t.mismatch, None);
     }
 }
