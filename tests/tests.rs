@@ -16,6 +16,7 @@ mod faults;
 mod metrics;
 mod operations;
 mod replicas;
+mod score_unit;
 mod sentinel;
 mod tls;
 mod tools;

@@ -24,7 +24,7 @@ use crate::config::{EvictConfig, ScanConfig};
 use crate::evict::Clock;
 use crate::store::walk::{self, Pace, Queue};
 use crate::store::{Node, Store};
-use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Sweep};
+use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Purpose, Sweep};
 
 /// Primaries of a cluster walked at the same time, each with its own cursor.
 pub(crate) const MAX_PARALLEL_NODES: usize = 8;
@@ -190,13 +190,11 @@ impl Pass {
                         break;
                     };
                     let check_opts = CheckOpts {
-                        held_back: false,
-                        now: time,
-                        fixed: opts.clock.fixed(),
-                        dry_run: opts.dry_run,
-                        track: false,
-                        read_time: false,
-                        guarded: false,
+                        judge_at: time,
+                        purpose: Purpose::Pass {
+                            dry_run: opts.dry_run,
+                            fixed: opts.clock.fixed(),
+                        },
                     };
                     let sweep = &sweeps[s];
                     let node = node.clone();

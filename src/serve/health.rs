@@ -34,6 +34,8 @@ struct State {
     /// Primaries where Redis refused the daemon's user a command it needs (an ACL), and what
     /// it said; until the permission is proven again.
     refused: BTreeMap<NodeId, String>,
+    /// Sweeps whose configuration their data contradicts (a wrong `score_unit`), and why.
+    misconfigured: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -76,7 +78,19 @@ impl Health {
 
     /// Forgets a sweep that is no longer configured.
     pub fn forget_sweep(&self, name: &str) {
-        self.state().sweeps.remove(name);
+        let mut state = self.state();
+        state.sweeps.remove(name);
+        state.misconfigured.remove(name);
+    }
+
+    /// `sweep`'s data contradicts its configuration (`Some`: why, naming no member or key), or
+    /// no longer does (`None`). A misconfigured sweep evicts nothing; `/readyz` names it.
+    pub(crate) fn set_misconfigured(&self, sweep: &str, why: Option<String>) {
+        let mut state = self.state();
+        match why {
+            Some(why) => state.misconfigured.insert(sweep.to_owned(), why),
+            None => state.misconfigured.remove(sweep),
+        };
     }
 
     /// The primaries every sweep must have walked to be ready.
@@ -208,6 +222,9 @@ impl Health {
         }
         if let Some((node, why)) = state.refused.iter().next() {
             return Err(format!("{node}: {why}"));
+        }
+        if let Some(why) = state.misconfigured.values().next() {
+            return Err(why.clone());
         }
         let waiting: Vec<&str> = state
             .sweeps

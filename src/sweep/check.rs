@@ -3,46 +3,107 @@
 //! and report per key what is left (its size and, for a deadline index, its lowest score).
 //!
 //! Every source of work goes through here: a full pass, a key whose deadline came, a key that
-//! reconciliation or a keyspace notification found.
+//! reconciliation or a keyspace notification found. A check runs as named steps: classify
+//! (pure, `plan`; it also checks the scores against the sweep's `score_unit`, `units`), count,
+//! admit (the storm guard), plan (pure) and evict (`apply`).
 
-use std::collections::HashMap;
-
-use redis::cluster_routing::Slot;
 use tokio_util::sync::CancellationToken;
 
-use super::announce::{Events, Removal};
-use super::sizing::CALL_BYTES;
+use super::plan::{self, Rules, Triage};
 use super::{Counts, Observer, Sweep};
 use crate::Error;
-use crate::evict::read::{self, KeyRead, KeyStatus, Read};
-use crate::evict::script::{KeyReply, Params};
-use crate::evict::transaction::{self, TxKey};
-use crate::evict::{Clock, Cutoff};
-use crate::store::walk::FIRST_PAGE_SHARE;
+use crate::evict::Cutoff;
+use crate::evict::read::{self, KeyStatus, Read};
 use crate::store::{Conn, Node, Store};
-use crate::sweep::events::Roster;
 use crate::sweep::storm::Admit;
+use crate::sweep::units::Mismatch;
 
 /// How one check runs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CheckOpts {
     /// The instant staleness is judged at, on Redis's clock, in Unix seconds: read from Redis a
-    /// moment before, never ahead of it.
-    pub(crate) now: f64,
-    /// Tests: judge and stamp events at this instant instead of Redis `TIME`.
-    pub(crate) fixed: Option<f64>,
-    /// Count what would be evicted; change and publish nothing.
-    pub(crate) dry_run: bool,
-    /// Read each key's lowest remaining score, for a deadline index.
-    pub(crate) track: bool,
-    /// With `track`: read Redis's clock too (the caller's reading is getting old).
-    pub(crate) read_time: bool,
-    /// Ask the sweep's storm guard before evicting, and feed it.
-    pub(crate) guarded: bool,
-    /// `now` is held back behind Redis's clock (Redis is not answering, or an outage's credit
-    /// runs): the apps could not write meanwhile, so the storm guard reads no silence into it
-    /// and starts no hold.
-    pub(crate) held_back: bool,
+    /// moment before, never ahead of it, and held back behind it while Redis is not answering
+    /// or an outage's credit runs.
+    pub(crate) judge_at: f64,
+    /// Who asks, which decides what is read and whether the storm guard is asked.
+    pub(crate) purpose: Purpose,
+}
+
+/// Why a batch is checked. Each kind reads what it needs, so combinations that make no sense
+/// (a guarded dry run, a tracking check on a fixed clock) cannot be asked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Purpose {
+    /// A batch of a full pass (the `sweep` command): zombies counted with `ZCOUNT`, no storm
+    /// guard.
+    Pass {
+        /// Count what would be evicted; change and publish nothing.
+        dry_run: bool,
+        /// Tests: judge and stamp events at this instant instead of Redis `TIME`.
+        fixed: Option<f64>,
+    },
+    /// Keys a walk found that the deadline index cannot hold: counted with `ZCOUNT`, guarded.
+    Walk {
+        /// See [`Purpose::held_back`].
+        held_back: bool,
+    },
+    /// Tracked keys whose deadline came: each key's lowest score is read for the index;
+    /// guarded.
+    Deadline {
+        /// Read Redis's clock too (the caller's reading is getting old).
+        read_time: bool,
+        /// See [`Purpose::held_back`].
+        held_back: bool,
+    },
+}
+
+impl Purpose {
+    /// Whether the sweep's storm guard is asked before evicting, and fed.
+    pub(crate) fn guarded(self) -> bool {
+        !matches!(self, Self::Pass { .. })
+    }
+
+    /// The judging instant is held back behind Redis's clock (Redis is not answering, or an
+    /// outage's credit runs): the apps could not write meanwhile, so the storm guard reads no
+    /// silence into it and starts no hold.
+    pub(crate) fn held_back(self) -> bool {
+        match self {
+            Self::Walk { held_back } | Self::Deadline { held_back, .. } => held_back,
+            Self::Pass { .. } => false,
+        }
+    }
+
+    /// A guarded check whose instant is Redis's own: one that may start a storm hold.
+    pub(crate) fn may_hold(self) -> bool {
+        self.guarded() && !self.held_back()
+    }
+
+    pub(super) fn tracks(self) -> bool {
+        matches!(self, Self::Deadline { .. })
+    }
+
+    fn dry_run(self) -> bool {
+        matches!(self, Self::Pass { dry_run: true, .. })
+    }
+
+    pub(super) fn fixed(self) -> Option<f64> {
+        match self {
+            Self::Pass { fixed, .. } => fixed,
+            _ => None,
+        }
+    }
+
+    /// The first read of a batch: with `newest`, also each key's newest heartbeat for the
+    /// storm guard.
+    fn read(self, cutoff: &Cutoff, newest: bool) -> Read<'_> {
+        match self {
+            Self::Deadline { read_time, .. } => Read::Probe {
+                time: read_time,
+                newest,
+            },
+            _ if newest => Read::StaleNewest(cutoff),
+            _ => Read::Stale(cutoff),
+        }
+    }
 }
 
 /// What a check works with besides its node.
@@ -90,9 +151,6 @@ pub(crate) struct Checked {
     pub(crate) error: Option<Error>,
 }
 
-/// The keys of one transaction (as indices into the batch) and what it did.
-type Outcome = (Vec<usize>, Result<(f64, Vec<TxKey>), Error>);
-
 impl Sweep {
     /// Checks `keys` on `node`. Returns what was done even when a step fails, so evictions are
     /// always counted and announced. Once `ctx.cancel` fires no new eviction starts.
@@ -129,12 +187,13 @@ impl Sweep {
                 e => e,
             });
         }
-        if opts.guarded {
-            self.guard.evicted(opts.now, out.counts.evicted);
+        if opts.purpose.guarded() {
+            self.guard.evicted(opts.judge_at, out.counts.evicted);
         }
         out
     }
 
+    /// The steps of a check: read, classify, count, admit, plan, evict.
     async fn check_inner(
         &self,
         node: &mut Node,
@@ -143,203 +202,165 @@ impl Sweep {
         ctx: CheckCtx<'_>,
         out: &mut Checked,
     ) -> Result<(), Error> {
-        let cutoff = Cutoff::new(
-            opts.fixed.unwrap_or(opts.now),
-            self.config.ttl,
-            self.config.score_unit,
-        );
+        let purpose = opts.purpose;
+        let judge_at = purpose.fixed().unwrap_or(opts.judge_at);
+        let cutoff = Cutoff::new(judge_at, self.config.ttl, self.config.score_unit);
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let guarded = opts.guarded && self.guard.enabled() && !opts.dry_run;
-        let what = match (opts.track, guarded) {
-            (true, _) => Read::Probe {
-                time: opts.read_time,
-                newest: guarded,
-            },
-            (false, true) => Read::StaleNewest(&cutoff),
-            (false, false) => Read::Stale(&cutoff),
-        };
-        let reads = read::read(node, &refs, what).await?;
+        let guarded = purpose.guarded() && self.guard.enabled();
+        let reads = read::read(node, &refs, purpose.read(&cutoff, guarded)).await?;
         out.time = reads.time;
         ctx.observer.progress();
-        if opts.dry_run {
+        if purpose.dry_run() {
             return self.dry_run(node, &refs, reads.keys, ctx, out).await;
         }
-        // Clean keys whose size is still to be read (a full pass reads it only for them).
-        let mut clean: Vec<usize> = Vec::new();
-        // Keys holding zombies, with how many (at most): transactions of at most `budget` zombies
-        // each take them; keys with more go to the script.
-        let mut stale: Vec<(usize, u64)> = Vec::new();
-        // A tracking read knows a key holds zombies from its lowest score, not how many: a key
-        // bigger than a transaction's budget has them counted first (and every stale key, when
-        // the storm guard must know how many would go).
-        let mut uncounted: Vec<usize> = Vec::new();
-        // What a tracking read saw of each stale key, should the guard hold its eviction.
-        let mut seen: HashMap<usize, KeyRead> = HashMap::new();
-        let mut newest = f64::NEG_INFINITY;
-        // Members of the keys read: at least this many are the sweep's, even before their
-        // checks are counted in its population (a backlog found by the first walk).
-        let mut members = 0;
-        if opts.track {
+        if purpose.tracks() {
             // Ids as long as the probe saw bound this check's calls, before they bring any back.
             self.observe_ids(&reads.keys);
         }
-        let budget = self.sizing.budget(self.evict.max_members_per_call) as u64;
-        for (i, read) in reads.keys.into_iter().enumerate() {
-            let read = match read {
-                KeyStatus::NotZset => {
-                    out.states[i] = KeyState::Gone;
-                    continue;
-                }
-                KeyStatus::Moved => {
-                    out.states[i] = KeyState::Moved;
-                    continue;
-                }
-                KeyStatus::Set(read) => read,
-            };
-            newest = newest.max(read.newest.unwrap_or(f64::NEG_INFINITY));
-            members += read.card;
-            if opts.track {
-                let KeyRead { card, oldest, .. } = read;
-                match oldest {
-                    Some(score) if cutoff.is_stale(score) => {
-                        seen.insert(i, read);
-                        if guarded || card > budget {
-                            uncounted.push(i);
-                        } else {
-                            stale.push((i, card));
-                        }
-                    }
-                    _ => {
-                        out.states[i] = self.live(card, oldest);
-                        self.count_clean(card, out, ctx.observer);
-                    }
-                }
-            } else if read.stale == 0 {
-                clean.push(i);
-            } else {
-                stale.push((i, read.stale));
-            }
-        }
-        if !uncounted.is_empty() {
-            let keys: Vec<&[u8]> = uncounted.iter().map(|&i| refs[i]).collect();
-            let counts = read::read(node, &keys, Read::Stale(&cutoff)).await?;
-            for (i, read) in uncounted.into_iter().zip(counts.keys) {
-                match read {
-                    KeyStatus::Set(read) => stale.push((i, read.stale)),
-                    KeyStatus::NotZset => out.states[i] = KeyState::Gone,
-                    KeyStatus::Moved => out.states[i] = KeyState::Moved,
-                }
-            }
-        }
-        if guarded {
-            self.heard(newest, opts.now);
-            let zombies: u64 = stale.iter().map(|&(_, n)| n).sum();
-            if zombies > 0
-                && !opts.held_back
-                && !ctx.witnesses.is_empty()
-                && self.guard.suspects_silence(opts.now)
-            {
-                // Quiet keys came due, but the busy ones may be well: ask them.
-                let refs: Vec<&[u8]> = ctx.witnesses.iter().map(Vec::as_slice).collect();
-                let heard = read::read(node, &refs, Read::Newest).await?;
-                for read in heard.keys.iter().filter_map(|r| r.set()) {
-                    self.heard(read.newest.unwrap_or(f64::NEG_INFINITY), opts.now);
-                }
-            }
-            if let Admit::Hold(until) = self.guard.admit(opts.now, zombies, members, opts.held_back)
-            {
-                // Nothing is removed: tracked keys are looked at again when the hold ends, the
-                // others at the next walk.
-                for (i, _) in stale {
-                    if let Some(read) = seen.get(&i) {
-                        out.states[i] = self.live(read.card, read.oldest);
-                        self.count_clean(read.card, out, ctx.observer);
-                    }
-                }
-                out.hold_until = Some(until);
-                return Ok(());
-            }
-        }
-        // A full pass reads no ids before it evicts: before its first eviction, the lowest
-        // members of a few stale keys say how long this sweep's ids run (one round trip, once),
-        // so that 16 KiB ids do not make the first call's reply 8 MB.
-        let budget = if self.sizing.seen() || stale.is_empty() {
-            budget
-        } else {
-            let sample: Vec<&[u8]> = stale.iter().take(8).map(|&(i, _)| refs[i]).collect();
-            self.observe_ids(&read::read(node, &sample, Read::Oldest).await?.keys);
-            self.sizing.budget(self.evict.max_members_per_call) as u64
+        let rules = Rules {
+            cutoff: &cutoff,
+            unit: self.config.score_unit,
+            judge_at,
+            held_back: purpose.held_back(),
+            tracks: purpose.tracks(),
+            count_all: guarded,
+            budget: self.budget(),
         };
-        // Each transaction call removes at most `budget` members and brings back about
-        // `CALL_BYTES` at most.
-        let mut transactions: Vec<Vec<usize>> = Vec::new();
-        let (mut in_last, mut bytes_last) = (0, 0);
-        let mut big: Vec<usize> = Vec::new();
-        for (i, zombies) in stale {
-            if zombies > budget {
-                big.push(i);
-                continue;
-            }
-            let bytes = self.sizing.key_bytes(zombies);
-            if transactions.is_empty()
-                || in_last + zombies > budget
-                || bytes_last + bytes > CALL_BYTES
-            {
-                transactions.push(Vec::new());
-                (in_last, bytes_last) = (0, 0);
-            }
-            in_last += zombies;
-            bytes_last += bytes;
-            transactions.last_mut().expect("pushed above").push(i);
+        let mut triage = plan::classify(reads.keys, &rules);
+        for &(i, state) in &triage.settled {
+            self.settle(i, state, out, ctx.observer);
         }
-        let first_zombie = transactions.first().and_then(|g| g.first()).or(big.first());
-        if let Some(&i) = first_zombie {
-            // Before anything is removed: may this user do all a check does?
-            self.preflight(ctx.store, node, refs[i]).await?;
-        }
-        let mut transactions = transactions.into_iter();
-        // The clean keys' sizes and the first transactions go out together: one round trip.
-        let first = transactions.next().unwrap_or_default();
-        let mut card_node = node.clone();
-        let clean_refs: Vec<&[u8]> = clean.iter().map(|&i| refs[i]).collect();
-        let (cards, outcomes) = tokio::join!(
-            read::read(&mut card_node, &clean_refs, Read::Members),
-            self.evict_keys(node, &refs, &first, &cutoff, opts)
-        );
-        // Whatever a transaction removed is announced first, even if another read failed.
-        let mut failure = self.finish_outcomes(node, &refs, outcomes, ctx, out).await;
-        match cards {
-            Ok(cards) => {
-                for (i, read) in clean.into_iter().zip(cards.keys) {
-                    match read {
-                        KeyStatus::Set(read) => {
-                            out.states[i] = self.live(read.card, None);
-                            self.count_clean(read.card, out, ctx.observer);
-                        }
-                        KeyStatus::NotZset => out.states[i] = KeyState::Gone,
-                        KeyStatus::Moved => out.states[i] = KeyState::Moved,
-                    }
-                }
+        // A count of zombies alone shows no score: a few stale keys' lowest say what they are.
+        let sampled = self
+            .sample(
+                node,
+                &refs,
+                &triage.stale,
+                &rules,
+                purpose.tracks() || guarded,
+            )
+            .await?;
+        if self.units.observe(triage.mismatch.or(sampled), judge_at) {
+            // Nothing is removed; the keys whose scores are off are looked at again soon, so
+            // that the sweep sees when they are right again.
+            for &i in &triage.mismatched {
+                out.states[i] = KeyState::Unknown;
             }
-            Err(e) => {
-                failure.get_or_insert(e);
+            return Ok(());
+        }
+        self.count(node, &refs, &cutoff, &mut triage, out).await?;
+        if guarded && let Some(until) = self.admit(node, opts, ctx, &triage).await? {
+            self.hold(&triage, out, ctx.observer);
+            out.hold_until = Some(until);
+            return Ok(());
+        }
+        let plan = plan::plan(&triage.stale, self.budget(), |z| self.sizing.key_bytes(z));
+        self.evict(node, &refs, plan, &triage.clean, &cutoff, opts, ctx, out)
+            .await
+    }
+
+    /// Most zombies one transaction may remove now.
+    fn budget(&self) -> u64 {
+        self.sizing.budget(self.evict.max_members_per_call) as u64
+    }
+
+    /// Records what became of key `i`, counting it when members remain.
+    pub(super) fn settle(&self, i: usize, state: KeyState, out: &mut Checked, obs: &dyn Observer) {
+        out.states[i] = state;
+        if let KeyState::Live { card, .. } = state {
+            self.count_clean(card, out, obs);
+        }
+    }
+
+    /// The count step: the zombies of the stale keys a tracking read could not count.
+    async fn count(
+        &self,
+        node: &mut Node,
+        refs: &[&[u8]],
+        cutoff: &Cutoff,
+        triage: &mut Triage,
+        out: &mut Checked,
+    ) -> Result<(), Error> {
+        if triage.uncounted.is_empty() {
+            return Ok(());
+        }
+        let uncounted = std::mem::take(&mut triage.uncounted);
+        let keys: Vec<&[u8]> = uncounted.iter().map(|&i| refs[i]).collect();
+        let counts = read::read(node, &keys, Read::Stale(cutoff)).await?;
+        for (i, status) in uncounted.into_iter().zip(counts.keys) {
+            match KeyState::of(status) {
+                Ok(read) => triage.stale.push((i, read.stale)),
+                Err(state) => out.states[i] = state,
             }
-        }
-        for group in transactions {
-            // On shutdown no new call starts; what the calls before removed was announced.
-            if failure.is_some() || ctx.cancel.is_cancelled() {
-                break;
-            }
-            let outcomes = self.evict_keys(node, &refs, &group, &cutoff, opts).await;
-            failure = self.finish_outcomes(node, &refs, outcomes, ctx, out).await;
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        if !big.is_empty() && !ctx.cancel.is_cancelled() {
-            self.sweep_big(node, &refs, big, opts, ctx, out).await?;
         }
         Ok(())
+    }
+
+    /// The admit step: asks the storm guard whether the zombies may go, reading a few busy
+    /// witnesses first when it suspects the sweep went silent. `Some`: held until then.
+    async fn admit(
+        &self,
+        node: &mut Node,
+        opts: CheckOpts,
+        ctx: CheckCtx<'_>,
+        triage: &Triage,
+    ) -> Result<Option<f64>, Error> {
+        let now = opts.judge_at;
+        let held_back = opts.purpose.held_back();
+        self.heard(triage.newest, now);
+        let zombies: u64 = triage.stale.iter().map(|&(_, n)| n).sum();
+        if zombies > 0
+            && !held_back
+            && !ctx.witnesses.is_empty()
+            && self.guard.suspects_silence(now)
+        {
+            // Quiet keys came due, but the busy ones may be well: ask them.
+            let refs: Vec<&[u8]> = ctx.witnesses.iter().map(Vec::as_slice).collect();
+            let heard = read::read(node, &refs, Read::Newest).await?;
+            for read in heard.keys.iter().filter_map(|r| r.set()) {
+                self.heard(read.newest.unwrap_or(f64::NEG_INFINITY), now);
+            }
+        }
+        Ok(
+            match self.guard.admit(now, zombies, triage.members, held_back) {
+                Admit::Hold(until) => Some(until),
+                Admit::Evict => None,
+            },
+        )
+    }
+
+    /// Nothing is removed: the tracked stale keys are reported as they were read, to be looked
+    /// at again when the hold ends; the others wait for the next walk.
+    fn hold(&self, triage: &Triage, out: &mut Checked, obs: &dyn Observer) {
+        for (i, _) in &triage.stale {
+            if let Some(read) = triage.seen.get(i) {
+                self.settle(*i, self.live(read.card, read.oldest), out, obs);
+            }
+        }
+    }
+
+    /// Before the first eviction of a sweep, and before every eviction when the read showed
+    /// no scores, reads the lowest members of a few stale keys (one round trip): they say how
+    /// long the sweep's ids run, so that 16 KiB ids do not make the first call's reply 8 MB,
+    /// and whether their scores fit the sweep's `score_unit`.
+    async fn sample(
+        &self,
+        node: &mut Node,
+        refs: &[&[u8]],
+        stale: &[(usize, u64)],
+        rules: &Rules<'_>,
+        scores_read: bool,
+    ) -> Result<Option<Mismatch>, Error> {
+        if (self.sizing.seen() && scores_read) || stale.is_empty() {
+            return Ok(None);
+        }
+        let sample: Vec<&[u8]> = stale.iter().take(8).map(|&(i, _)| refs[i]).collect();
+        let reads = read::read(node, &sample, Read::Oldest).await?.keys;
+        self.observe_ids(&reads);
+        Ok(reads
+            .iter()
+            .filter_map(|r| r.set())
+            .find_map(|read| plan::mismatch(&read, rules)))
     }
 
     /// Tells the storm guard of a heartbeat scored `newest` (score unit), if any, read at
@@ -363,14 +384,8 @@ impl Sweep {
     }
 
     /// What is left of a key of `card` members whose lowest score is `oldest` (score unit).
-    fn live(&self, card: u64, oldest: Option<f64>) -> KeyState {
-        match card {
-            0 => KeyState::Gone,
-            card => KeyState::Live {
-                card,
-                oldest: oldest.map(|s| self.config.score_unit.to_seconds(s)),
-            },
-        }
+    pub(super) fn live(&self, card: u64, oldest: Option<f64>) -> KeyState {
+        KeyState::live(card, oldest, self.config.score_unit)
     }
 
     fn count_clean(&self, card: u64, out: &mut Checked, observer: &dyn Observer) {
@@ -407,261 +422,5 @@ impl Sweep {
             ctx.observer.key_checked(left);
         }
         Ok(())
-    }
-
-    /// Evicts the keys `group` (indices into `keys`) in transactions: one for all of them on a
-    /// single server; in a cluster one per hash slot, each in its own pipeline, so that a slot
-    /// that moved redirects only its own transaction (the cluster client resends a whole
-    /// pipeline to where a MOVED points, which is safe for a transaction refused at queue time,
-    /// and only for that).
-    async fn evict_keys(
-        &self,
-        node: &Node,
-        keys: &[&[u8]],
-        group: &[usize],
-        cutoff: &Cutoff,
-        opts: CheckOpts,
-    ) -> Vec<Outcome> {
-        if group.is_empty() {
-            return Vec::new();
-        }
-        let groups = slot_groups(keys, group, node.needs_slot_groups());
-        let runs = groups.into_iter().map(|group| {
-            let mut node = node.clone();
-            async move {
-                let refs: Vec<&[u8]> = group.iter().map(|&i| keys[i]).collect();
-                let outcome = transaction::evict(
-                    &mut node,
-                    std::slice::from_ref(&refs),
-                    cutoff,
-                    opts.fixed,
-                    opts.track,
-                    self.sizing.roster(),
-                )
-                .await;
-                (group, outcome)
-            }
-        });
-        futures_util::future::join_all(runs).await
-    }
-
-    /// Counts and announces the transactions that went through; returns the first failure.
-    async fn finish_outcomes(
-        &self,
-        node: &mut Node,
-        keys: &[&[u8]],
-        outcomes: Vec<Outcome>,
-        ctx: CheckCtx<'_>,
-        out: &mut Checked,
-    ) -> Option<Error> {
-        let mut failure = None;
-        for (group, outcome) in outcomes {
-            let result = match outcome {
-                Ok(evicted) => {
-                    self.finish_transaction(node, keys, &group, evicted, ctx, out)
-                        .await
-                }
-                Err(e) => Err(e),
-            };
-            if let Err(e) = result {
-                failure.get_or_insert(e);
-            }
-        }
-        failure
-    }
-
-    /// Counts and announces what the transaction of `group` removed.
-    async fn finish_transaction(
-        &self,
-        node: &mut Node,
-        keys: &[&[u8]],
-        group: &[usize],
-        (now, results): (f64, Vec<TxKey>),
-        ctx: CheckCtx<'_>,
-        out: &mut Checked,
-    ) -> Result<(), Error> {
-        ctx.observer.progress();
-        let mut events = Events::default();
-        let mut uncounted = Vec::new();
-        for (&i, result) in group.iter().zip(results) {
-            let evicted = match result {
-                TxKey::Done(evicted) => evicted,
-                TxKey::NotZset => {
-                    out.states[i] = KeyState::Gone;
-                    continue;
-                }
-                TxKey::Moved => {
-                    out.states[i] = KeyState::Moved;
-                    continue;
-                }
-            };
-            match evicted.card {
-                Some(card) => {
-                    let removal = Removal::of(keys[i], &evicted, card, now);
-                    self.count_removal(&removal, true, &mut events, node, ctx, out)
-                        .await;
-                    out.states[i] = self.live(card, evicted.oldest);
-                }
-                None => uncounted.push((i, evicted)),
-            }
-        }
-        if !uncounted.is_empty() {
-            // Full rosters: the sets may be bigger, so count them (just after the eviction).
-            let refs: Vec<&[u8]> = uncounted.iter().map(|(i, _)| keys[*i]).collect();
-            let cards = match read::read(node, &refs, Read::Members).await {
-                Ok(reads) => reads
-                    .keys
-                    .into_iter()
-                    .map(|r| r.set().map(|r| r.card))
-                    .collect(),
-                Err(e) => {
-                    // The members are gone either way: announce them with the count we know
-                    // (at least the roster) rather than not at all.
-                    tracing::warn!(error = %e, "could not count full rosters; announcing at least the roster size");
-                    vec![None; refs.len()]
-                }
-            };
-            for ((i, evicted), card) in uncounted.into_iter().zip(cards) {
-                let card = card.unwrap_or(evicted.roster.len() as u64);
-                let removal = Removal::of(keys[i], &evicted, card, now);
-                self.count_removal(&removal, true, &mut events, node, ctx, out)
-                    .await;
-                out.states[i] = self.live(card, evicted.oldest);
-            }
-        }
-        self.flush(&mut events, node, ctx, &mut out.counts).await;
-        Self::outcome(events)
-    }
-
-    /// Counts a removal (the key too if it is `finished`) and announces it.
-    async fn count_removal(
-        &self,
-        r: &Removal<'_>,
-        finished: bool,
-        events: &mut Events,
-        node: &mut Node,
-        ctx: CheckCtx<'_>,
-        out: &mut Checked,
-    ) {
-        if finished {
-            out.counts.keys += 1;
-            out.counts.members += r.card;
-            ctx.observer.key_checked(r.card);
-        }
-        out.counts.evicted += r.removed.len() as u64;
-        let ids = r.removed.iter().map(|(m, _)| m.len());
-        self.sizing.observe(
-            r.removed.len() + r.roster.len(),
-            ids.clone().sum::<usize>() + r.roster.json_len(),
-            ids.max().unwrap_or(0).max(r.roster.longest()),
-        );
-        self.announce(r, events, node, ctx, &mut out.counts).await;
-    }
-
-    /// Keys holding more zombies than one call may remove: the bounded script, called again for
-    /// keys its budget did not finish. In a cluster each call holds the keys of one slot.
-    async fn sweep_big(
-        &self,
-        node: &mut Node,
-        keys: &[&[u8]],
-        big: Vec<usize>,
-        opts: CheckOpts,
-        ctx: CheckCtx<'_>,
-        out: &mut Checked,
-    ) -> Result<(), Error> {
-        // The first call may remove a sixteenth of the budget and each next one twice as many as
-        // the last, like the SCAN pages ([`FIRST_PAGE_SHARE`]): a key this big is often met first
-        // thing in a pass, by a Redis that has been idle and runs every command slow for a while.
-        let most = self.sizing.budget(self.evict.max_members_per_call);
-        let mut params = Params {
-            ttl: self.config.ttl,
-            unit: self.config.score_unit,
-            budget: (most / FIRST_PAGE_SHARE as usize).max(1),
-            roster: self.sizing.roster(),
-            clock: opts.fixed.map_or(Clock::Redis, Clock::Fixed),
-            // Judged at the caller's instant, as the transactions are: after an outage that is
-            // its start, so big keys get the outage's credit too.
-            judge_by: Some(opts.now),
-        };
-        for group in slot_groups(keys, &big, node.needs_slot_groups()) {
-            let mut pending: Vec<usize> = group;
-            // On shutdown no new call starts; what the calls before removed was announced.
-            while !pending.is_empty() && !ctx.cancel.is_cancelled() {
-                let call_keys: Vec<Vec<u8>> = pending.iter().map(|&i| keys[i].to_vec()).collect();
-                let reply = self.script.call(node, &call_keys, &params).await?;
-                params.budget = (params.budget * 2).min(most);
-                ctx.observer.progress();
-                let mut events = Events::default();
-                let mut next = Vec::new();
-                for (i, result) in pending.into_iter().zip(reply.keys) {
-                    let swept = match result {
-                        KeyReply::Swept(s) => s,
-                        KeyReply::NotReached => {
-                            next.push(i);
-                            continue;
-                        }
-                        KeyReply::WrongType => {
-                            out.states[i] = KeyState::Gone;
-                            continue;
-                        }
-                    };
-                    let roster = Roster::of(&swept.roster);
-                    let removal = Removal {
-                        key: keys[i],
-                        removed: &swept.removed,
-                        roster: &roster,
-                        card: swept.card,
-                        now: reply.now,
-                    };
-                    // A key the budget did not finish is counted once finished.
-                    self.count_removal(&removal, !swept.more, &mut events, node, ctx, out)
-                        .await;
-                    if swept.more {
-                        next.push(i);
-                    } else {
-                        out.states[i] = self.live(swept.card, swept.oldest);
-                    }
-                }
-                self.flush(&mut events, node, ctx, &mut out.counts).await;
-                Self::outcome(events)?;
-                pending = next;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The indices `group` of `keys` split into the groups one transaction or script call may hold:
-/// everything at once on a single server, one hash slot per group in a cluster.
-fn slot_groups(keys: &[&[u8]], group: &[usize], by_slot: bool) -> Vec<Vec<usize>> {
-    if !by_slot {
-        return vec![group.to_vec()];
-    }
-    let mut index: HashMap<Slot, usize> = HashMap::new();
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for &i in group {
-        let g = *index.entry(Slot::for_key(keys[i])).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[g].push(i);
-    }
-    groups
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn groups_by_slot_only_in_a_cluster() {
-        let keys: Vec<&[u8]> = vec![
-            b"presence:{a}:online",
-            b"presence:b:online",
-            b"presence:{a}:typing",
-        ];
-        assert_eq!(slot_groups(&keys, &[0, 1, 2], false), vec![vec![0, 1, 2]]);
-        let groups = slot_groups(&keys, &[0, 1, 2], true);
-        assert_eq!(groups, vec![vec![0, 2], vec![1]], "hash tags share a slot");
     }
 }

@@ -3,9 +3,12 @@
 //!
 //! - this module: [`Sweep`], what every check of it shares, and what checks report to;
 //! - `check`: one batch of keys, read, evicted and announced: the one evictor every source of
-//!   work (a full pass, a deadline, reconciliation) goes through;
+//!   work (a full pass, a deadline, reconciliation) goes through, as named steps;
+//! - `plan`: the check's pure steps (what each read says, how zombies split into calls);
+//! - `apply`: the evict step (transactions, the bounded script, counting and announcing);
 //! - `announce`: the events of what was removed, and publishing them;
-//! - `sizing`: how big calls may be, from the length of the ids met.
+//! - `sizing`: how big calls may be, from the length of the ids met;
+//! - `units`: whether the scores read fit the sweep's `score_unit`.
 //!
 //! The daemon publishes the events from the eviction's reply instead of a script publishing
 //! them. Why: ids that are not valid UTF-8 cannot be encoded as JSON in Lua (cjson passes the
@@ -18,10 +21,13 @@
 //! roster, so consumers already resynchronise from the next one.
 
 mod announce;
+mod apply;
 mod check;
 pub(crate) mod events;
+mod plan;
 mod sizing;
 pub(crate) mod storm;
+pub(crate) mod units;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -36,8 +42,9 @@ use crate::evict::preflight;
 use crate::store::{Node, Store};
 use crate::sweep::events::EventEncoder;
 use crate::sweep::storm::{GuardMetrics, StormGuard};
+use crate::sweep::units::{UnitAlarm, UnitCheck};
 
-pub(crate) use check::{CheckCtx, CheckOpts, Checked, KeyState};
+pub(crate) use check::{CheckCtx, CheckOpts, Checked, KeyState, Purpose};
 
 /// How long a node's successful preflight stands: ACLs rarely change, and a failed check forgets
 /// it at once.
@@ -52,6 +59,8 @@ pub struct Sweep {
     evict: EvictConfig,
     sharded_pubsub: bool,
     guard: StormGuard,
+    /// Whether its scores fit its `score_unit`; evicts nothing while they do not.
+    units: UnitCheck,
     /// How big its calls may be, from its ids' length.
     sizing: sizing::Sizing,
     /// When each node (by its id) last passed its preflight.
@@ -68,18 +77,27 @@ impl Sweep {
             &settings.events,
             settings.redis.sharded_pubsub,
             GuardMetrics::detached(),
+            UnitAlarm::detached(),
         )
     }
 
-    /// The sweep `config` with explicit settings; its storm guard reports to `guard`.
+    /// The sweep `config` with explicit settings; its storm guard reports to `guard`, a wrong
+    /// `score_unit` to `units`.
     pub(crate) fn with_settings(
         config: &SweepConfig,
         evict: &EvictConfig,
         events: &EventsConfig,
         sharded_pubsub: bool,
         guard: GuardMetrics,
+        units: UnitAlarm,
     ) -> Self {
         Self {
+            units: UnitCheck::new(
+                &config.name,
+                config.score_unit,
+                config.ttl.as_secs_f64(),
+                units,
+            ),
             encoder: EventEncoder::new(&config.event, &config.name, events.max_bytes),
             sizing: sizing::Sizing::new(events.max_bytes),
             guard: StormGuard::new(&config.storm_guard, &config.name, config.ttl, guard),

@@ -19,10 +19,12 @@ use crate::config::{
     Config, CoordinationConfig, EventsConfig, EvictConfig, NotificationMode, SweepConfig,
 };
 use crate::serve::health::{Health, LoopHealth};
+use crate::serve::metrics::SweepMetrics;
 use crate::serve::metrics::{Metrics, Totals};
 use crate::serve::systemd::Notifier;
 use crate::store::{NodeId, Store};
 use crate::sweep::Sweep;
+use crate::sweep::units::UnitAlarm;
 use crate::tracking::index::Capacity;
 use crate::tracking::lease::Lease;
 use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary};
@@ -217,6 +219,7 @@ impl Engine {
             &settings.events,
             settings.sharded_pubsub,
             metrics.guard(),
+            unit_alarm(&self.health, &config.name, &metrics),
         ));
         let job = Arc::new(Job { sweep, metrics });
         self.health.sweep(&config.name);
@@ -560,4 +563,13 @@ async fn sweep_clock(mut c: SweepClock) {
         gauge.set(0);
     }
     c.health.retire();
+}
+
+/// Where sweep `name` reports a wrong `score_unit`: its gauge, and `/readyz`.
+fn unit_alarm(health: &Arc<Health>, name: &str, metrics: &SweepMetrics) -> UnitAlarm {
+    let (health, name) = (health.clone(), name.to_owned());
+    UnitAlarm {
+        gauge: metrics.score_unit_mismatch(),
+        readiness: Arc::new(move |why| health.set_misconfigured(&name, why)),
+    }
 }

@@ -97,6 +97,7 @@ pub struct Metrics {
     outages: IntCounterVec,
     storm_holding: IntGaugeVec,
     storm_holds: IntCounterVec,
+    score_unit_mismatch: IntGaugeVec,
     config_reloads: IntCounterVec,
     lease_held: IntGaugeVec,
 }
@@ -240,6 +241,10 @@ impl Metrics {
                 "storm_holds_total",
                 "Times the storm guard started holding the sweep's evictions.",
             ),
+            score_unit_mismatch: gauge(
+                "score_unit_mismatch",
+                "1 while the sweep's scores are about 1000 times off Redis's clock or over a day ahead of it (its score_unit is wrong) and it evicts nothing, else 0.",
+            ),
             outages: IntCounterVec::new(
                 opts(
                     "redis_outages_total",
@@ -306,6 +311,7 @@ impl Metrics {
             Box::new(m.outages.clone()),
             Box::new(m.storm_holding.clone()),
             Box::new(m.storm_holds.clone()),
+            Box::new(m.score_unit_mismatch.clone()),
             Box::new(m.config_reloads.clone()),
             Box::new(m.lease_held.clone()),
             Box::new(build_info),
@@ -361,6 +367,7 @@ impl Metrics {
                 holding: self.storm_holding.with_label_values(l),
                 holds: self.storm_holds.with_label_values(l),
             },
+            score_unit_mismatch: self.score_unit_mismatch.with_label_values(l),
         }
     }
 
@@ -535,6 +542,7 @@ pub struct SweepMetrics {
     /// What each primary contributes to the sweep's gauges.
     nodes: Arc<Mutex<BTreeMap<NodeId, NodeFigures>>>,
     guard: GuardMetrics,
+    score_unit_mismatch: prometheus::IntGauge,
 }
 
 /// One primary's share of a sweep's gauges.
@@ -570,6 +578,11 @@ impl SweepMetrics {
     /// The storm guard's series.
     pub(crate) fn guard(&self) -> GuardMetrics {
         self.guard.clone()
+    }
+
+    /// 1 while the sweep's `score_unit` looks wrong.
+    pub(crate) fn score_unit_mismatch(&self) -> prometheus::IntGauge {
+        self.score_unit_mismatch.clone()
     }
 
     /// The sweep's totals so far.

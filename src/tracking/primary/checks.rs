@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::sweep::{CheckOpts, KeyState};
+use crate::sweep::{CheckOpts, KeyState, Purpose};
 use crate::tracking::index::NEVER;
 
 /// How long after a failed check its keys are checked again.
@@ -62,17 +62,23 @@ impl Checks {
     }
 }
 
-/// The options of a check on a primary: judged at `now`, guarded by the storm guard. The one
-/// place the loop builds [`CheckOpts`].
-pub(crate) fn opts(now: f64, track: bool, read_time: bool, held_back: bool) -> CheckOpts {
+/// The options of a check of tracked keys at their deadlines, judged at `judge_at`. With
+/// [`walk_opts`], the only places the loop builds [`CheckOpts`].
+pub(crate) fn deadline_opts(judge_at: f64, read_time: bool, held_back: bool) -> CheckOpts {
     CheckOpts {
-        now,
-        fixed: None,
-        dry_run: false,
-        track,
-        read_time,
-        guarded: true,
-        held_back,
+        judge_at,
+        purpose: Purpose::Deadline {
+            read_time,
+            held_back,
+        },
+    }
+}
+
+/// The options of a check of keys a walk found but could not track, judged at `judge_at`.
+pub(crate) fn walk_opts(judge_at: f64, held_back: bool) -> CheckOpts {
+    CheckOpts {
+        judge_at,
+        purpose: Purpose::Walk { held_back },
     }
 }
 

@@ -224,7 +224,7 @@ impl Liveness {
     }
 
     /// Whether staleness judged at `judge` is held back behind Redis's clock (see
-    /// [`crate::sweep::CheckOpts::held_back`]).
+    /// [`crate::sweep::Purpose::held_back`]).
     pub(crate) fn held_back(&self, at: Instant, judge: f64) -> bool {
         self.clock.is_some_and(|c| c.at(at) - judge > HELD_BACK_S)
     }

@@ -489,7 +489,8 @@ impl Run {
                     .map(|(ticket, id)| (ticket, pattern.key(&id)))
                     .unzip();
                 let read_time = clock.at.elapsed() > checks::CLOCK_REFRESH;
-                let opts = checks::opts(judge, true, read_time, self.liveness.held_back(at, judge));
+                let opts =
+                    checks::deadline_opts(judge, read_time, self.liveness.held_back(at, judge));
                 let epoch = t.epoch;
                 let check = self.io.check(t, keys, opts);
                 self.in_flight.push(Box::pin(async move {

@@ -84,7 +84,7 @@ impl Io {
         opts: CheckOpts,
     ) -> impl Future<Output = Checked> + Send + 'static {
         let witnesses: Vec<Vec<u8>> =
-            if opts.guarded && !opts.held_back && t.job.sweep.guard().suspects_silence(opts.now) {
+            if opts.purpose.may_hold() && t.job.sweep.guard().suspects_silence(opts.judge_at) {
                 let pattern = &t.job.sweep.config().pattern;
                 t.index
                     .latest(WITNESSES)

@@ -54,7 +54,7 @@ impl Run {
         let epoch = t.epoch;
         if let Some((keys, time)) = t.direct.take(batch, scan_done) {
             let now = judge.map_or(time, |j| time.min(j));
-            let opts = checks::opts(now, false, false, held_back);
+            let opts = checks::walk_opts(now, held_back);
             let check = self.io.check(&self.jobs[i], keys, opts);
             return Some(Box::pin(async move {
                 Done::Direct {
