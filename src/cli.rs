@@ -17,7 +17,11 @@ use presence_sweeper::tools::{seed, simulate};
 /// score (last heartbeat) fell out of the window, atomically and on Redis's clock, and publishes
 /// one JSON event per removed member.
 #[derive(Debug, Parser)]
-#[command(name = "presence-sweeper", version, propagate_version = true)]
+#[command(
+    name = "presence-sweeper",
+    version = presence_sweeper::version::LONG,
+    propagate_version = true
+)]
 pub(crate) struct Cli {
     /// TOML configuration file (layered over the built-in defaults).
     #[arg(

@@ -27,6 +27,8 @@
 //! - [`tools`]: [`tools::seed`], [`tools::stats`] and [`tools::simulate`], for people trying
 //!   or measuring the sweeper; the daemon never calls them.
 //!
+//! - [`version`]: what this binary was built from (revision and compiler, from `build.rs`).
+//!
 //! The command line belongs to the binary (`src/cli.rs`), which turns it into these modules'
 //! options.
 
@@ -39,6 +41,7 @@ mod store;
 mod sweep;
 pub mod tools;
 mod tracking;
+pub mod version;
 
 pub use error::Error;
 pub use evict::{Clock, EvictScript};

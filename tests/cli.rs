@@ -323,3 +323,25 @@ fn a_taken_metrics_address_exits_1_with_its_cause_once() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn version_names_the_git_revision_and_the_compiler() {
+    use presence_sweeper::version::{REVISION, RUSTC, VERSION};
+    let (code, stdout, _) = run_binary(&["--version"], &[]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stdout.trim(),
+        format!("presence-sweeper {VERSION} (revision {REVISION}, built with {RUSTC})")
+    );
+    // Built from this checkout (unless the build was told otherwise): its commit.
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    if let (Some(head), None) = (head, option_env!("PRESENCE_SWEEPER_GIT_REVISION")) {
+        assert_eq!(REVISION, head);
+    }
+    assert!(RUSTC.starts_with("rustc 1."), "{RUSTC}");
+}

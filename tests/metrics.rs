@@ -129,7 +129,11 @@ async fn a_pass_is_accounted_exactly() {
         metric(
             &s,
             "presence_sweeper_build_info",
-            &[("version", env!("CARGO_PKG_VERSION"))]
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("revision", presence_sweeper::version::REVISION),
+                ("rustc", presence_sweeper::version::rustc_release()),
+            ]
         ),
         Some(1.0)
     );

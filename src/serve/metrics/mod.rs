@@ -260,13 +260,17 @@ impl Metrics {
         let build_info = IntGaugeVec::new(
             opts(
                 "build_info",
-                "Constant 1, labelled with the version of presence-sweeper.",
+                "Constant 1, labelled with the version of presence-sweeper, the git revision it was built from and the rustc that built it.",
             ),
-            &["version"],
+            &["version", "revision", "rustc"],
         )
         .expect("valid metric");
         build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .with_label_values(&[
+                crate::version::VERSION,
+                crate::version::REVISION,
+                crate::version::rustc_release(),
+            ])
             .set(1);
         let collectors: Vec<Box<dyn Collector>> = vec![
             Box::new(m.sweeps.clone()),
