@@ -234,3 +234,59 @@ async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
         "every removed member is announced once"
     );
 }
+
+/// The connections `CLIENT LIST` shows, but the one asking: `(name, cmd)` each.
+fn other_clients(con: &mut redis::Connection) -> Vec<(String, String)> {
+    let me: i64 = redis::cmd("CLIENT").arg("ID").query(con).unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con).unwrap();
+    let field = |line: &str, key: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(key))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    list.lines()
+        .filter(|l| field(l, "id=") != me.to_string())
+        .map(|l| (field(l, "name="), field(l, "cmd=")))
+        .collect()
+}
+
+#[test]
+fn every_connection_of_the_daemon_is_named_for_its_use() {
+    let server = RedisServer::start_with(&["--notify-keyspace-events", "Kz"]);
+    let mut con = server.con();
+    let d = Binary::spawn(
+        &toml("[sweeps.online]\nenabled = false\n[sweeps.typing]\nschedule = \"200ms\"\n"),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    d.wait_ready(Duration::from_secs(10));
+    seed_zombies(&mut con, 3);
+    wait_until("the zombies evicted", Duration::from_secs(10), || {
+        zcard(&mut con, "presence:c0:typing") == 1
+    });
+    wait_until("a subscriber", Duration::from_secs(10), || {
+        other_clients(&mut con)
+            .iter()
+            .any(|(name, _)| name == "presence-sweeper:notify")
+    });
+    let clients = other_clients(&mut con);
+    let names: Vec<&str> = clients.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        clients
+            .iter()
+            .all(|(n, _)| n.starts_with("presence-sweeper:")),
+        "{clients:?}"
+    );
+    for expected in ["data", "control", "notify"] {
+        let name = format!("presence-sweeper:{expected}");
+        assert!(names.contains(&name.as_str()), "{clients:?}");
+    }
+    // The subscriber went on to subscribe under its name.
+    assert!(
+        clients
+            .iter()
+            .any(|(n, cmd)| n == "presence-sweeper:notify" && cmd == "psubscribe"),
+        "{clients:?}"
+    );
+}

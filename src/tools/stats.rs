@@ -26,9 +26,9 @@ use crate::Error;
 use crate::config::{Config, SweepConfig};
 use crate::evict::Cutoff;
 use crate::evict::read::{self, Read};
-use crate::store::Store;
 use crate::store::clock::redis_time;
 use crate::store::walk;
+use crate::store::{Opener, Store};
 
 /// Upper bounds of the members-per-key buckets; a last bucket takes the rest.
 pub const BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
@@ -120,7 +120,7 @@ pub async fn run(
     sweeps: &[&SweepConfig],
     top: usize,
 ) -> Result<StatsReport, Error> {
-    let store = Store::connect(&config.redis).await?;
+    let store = Store::connect_as(&config.redis, Opener::Tool("stats")).await?;
     let redis_time = redis_time(&mut store.connection()).await?;
     let mut report = StatsReport {
         redis_time,

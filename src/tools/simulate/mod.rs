@@ -37,7 +37,7 @@ use crate::Error;
 use crate::config::pattern::CONVERSATION_ID;
 use crate::config::{Config, RedisConfig, SweepConfig, UnknownSweep};
 use crate::store::clock::{RedisClock, redis_time, unix_now};
-use crate::store::{self, Store};
+use crate::store::{self, Opener, Store};
 use crate::tools::loopback::{self, NotLoopback};
 
 /// Longest `--duration`: the run must end on its own.
@@ -328,7 +328,7 @@ pub async fn run(
     redis: &RedisConfig,
     cancel: &CancellationToken,
 ) -> Result<SimulateReport, Error> {
-    let store = Store::connect(redis).await?;
+    let store = Store::connect_as(redis, Opener::Tool("simulate")).await?;
     let script = redis::Script::new(include_str!("heartbeat.lua"));
     script.load_async(&mut store.connection()).await?;
 
@@ -851,7 +851,7 @@ async fn subscribe(
     redis: &RedisConfig,
     patterns: &[String],
 ) -> Result<redis::aio::PubSubStream, Error> {
-    let mut pubsub = store::subscriber(redis).await?;
+    let mut pubsub = store::subscriber(redis, Opener::Tool("simulate")).await?;
     for p in patterns {
         pubsub.psubscribe(p).await?;
     }
