@@ -345,3 +345,48 @@ fn version_names_the_git_revision_and_the_compiler() {
     }
     assert!(RUSTC.starts_with("rustc 1."), "{RUSTC}");
 }
+
+/// A TCP server that answers anything with an HTTP error, as a web server on the wrong port
+/// would.
+fn not_redis() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut socket in listener.incoming().map_while(Result::ok) {
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf);
+            let _ = socket.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n!!");
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_server_that_is_not_redis_is_named_as_such_in_one_line() {
+    let addr = not_redis();
+    let url = format!("redis://{addr}/0");
+    let expected = format!("{addr} answered, but not as Redis does (is it a Redis server?)");
+    let (code, _, stderr) = run_binary(&["--redis-url", &url, "sweep"], &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!("presence-sweeper: sweep failed: cannot connect to Redis: {expected}")
+    );
+    // The daemon says it once per attempt, one line each, and not as an outage.
+    let d = crate::support::Binary::spawn(
+        "[http]\nlisten = \"127.0.0.1:0\"\n",
+        &["--redis-url", &url],
+        &[],
+    );
+    d.wait_for_log(&expected, 2, std::time::Duration::from_secs(10));
+    let log = d.log();
+    assert!(!log.contains("Unexpected"), "{log}");
+    assert!(!log.contains("not reachable"), "{log}");
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("Redis is not usable yet; retrying"))
+            .all(|l| l.contains(&expected)),
+        "{log}"
+    );
+}

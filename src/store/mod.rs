@@ -106,10 +106,7 @@ impl Store {
         tokio::time::timeout(cfg.connect_timeout * 2 + Duration::from_secs(1), attempt)
             .await
             .unwrap_or_else(|_| Err(timed_out("connect timed out")))
-            .map_err(|cause| Error::Connect {
-                url: cfg.describe(),
-                cause,
-            })
+            .map_err(|cause| connect_error(cfg, cause))
     }
 
     /// A handle for commands that are not tied to a pass's node (PING, leases, sharded
@@ -458,6 +455,38 @@ async fn pubsub(
     tokio::time::timeout(timeout, attempt)
         .await
         .unwrap_or_else(|_| Err(timed_out("connect timed out")))
+}
+
+/// Why connecting failed, in one line: a server that answered gibberish is named as such.
+fn connect_error(cfg: &RedisConfig, cause: redis::RedisError) -> Error {
+    if !answered_but_not_as_redis(&cause) {
+        return Error::Connect {
+            url: cfg.describe(),
+            cause,
+        };
+    }
+    let address = match cfg.mode {
+        RedisMode::Standalone => cfg
+            .url
+            .as_str()
+            .into_connection_info()
+            .map(|info| info.addr().to_string())
+            .unwrap_or_else(|_| cfg.describe()),
+        _ => cfg.describe(),
+    };
+    Error::NotRedis { address }
+}
+
+/// Whether the server's bytes were not RESP (redis-rs's parser, or the data path's reader,
+/// gave up on them), or were RESP of a shape no Redis sends to the greeting.
+fn answered_but_not_as_redis(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+    ) || e.kind() == redis::ErrorKind::Io
+        && std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
 }
 
 fn timed_out(what: &'static str) -> redis::RedisError {
