@@ -18,8 +18,8 @@
 //!   `storm` (the storm guard every eviction asks first).
 //! - `tracking`: where the daemon's work comes from: `index` (each key's deadline), `keyspace`
 //!   (notifications of new keys), `primary` (one primary's loop joining both with walks),
-//!   `engine` (every sweep on every primary, following topology, reloads and leases), `lease`
-//!   and `schedule`.
+//!   `engine` (every sweep on every primary, following topology, reloads and leases), `lease`,
+//!   `schedule` and `summary` (the log's account of the work).
 //! - [`pass`]: a full pass of the keyspace; [`pass::command`]: the `sweep` command.
 //! - `serve`: the process: [`serve::daemon`], `metrics` (the Prometheus registry), `health`
 //!   (liveness and readiness), [`serve::http`], [`serve::systemd`], [`serve::signals`] and

@@ -290,3 +290,38 @@ fn every_connection_of_the_daemon_is_named_for_its_use() {
         "{clients:?}"
     );
 }
+
+#[test]
+fn a_large_burst_is_logged_at_once_and_the_last_line_says_stopped() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let mut d = Binary::spawn(
+        &toml("[sweeps.online]\nenabled = false\n[sweeps.typing]\nschedule = \"200ms\"\n"),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    d.wait_ready(Duration::from_secs(10));
+    seed_zombies(&mut con, 1_100);
+    d.wait_for_log("large eviction burst", 1, Duration::from_secs(20));
+    let log = d.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("large eviction burst"))
+        .unwrap();
+    assert!(
+        line.contains("sweep=typing") && line.contains("evicted="),
+        "{line}"
+    );
+    // Counts only, never an id.
+    assert!(
+        !line.contains("zombie") && !line.contains("presence:c"),
+        "{line}"
+    );
+    // No summary yet: the first comes a minute after start.
+    assert_eq!(d.count("summary of the last"), 0);
+    d.signal("TERM");
+    assert!(d.wait_exit(Duration::from_secs(10)).unwrap().success());
+    let log = d.log();
+    let last = log.lines().last().unwrap();
+    assert!(last.contains("INFO") && last.ends_with("stopped"), "{log}");
+}

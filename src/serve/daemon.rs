@@ -103,7 +103,10 @@ impl Daemon {
             }
         }
         notifier.stopping();
-        stop_server(server, http_stop).await
+        stop_server(server, http_stop).await?;
+        // The last word: a log that ends without it is a process that died.
+        tracing::info!("stopped");
+        Ok(())
     }
 }
 
