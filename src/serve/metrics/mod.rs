@@ -195,7 +195,7 @@ impl Metrics {
             lag: HistogramVec::new(
                 histogram(
                     "eviction_lag_seconds",
-                    "Eviction time minus (last_seen + ttl): how long a zombie outlived its window.",
+                    "Eviction time minus (last_seen + ttl): how long a zombie outlived its window. Members a day or more past it (a score written by hand) are evicted but not observed.",
                     LAG_BUCKETS,
                 ),
                 by_sweep,
@@ -640,7 +640,7 @@ impl Observer for SweepMetrics {
 
     fn member_evicted(&self, lag_seconds: f64) {
         self.evicted.inc();
-        // A score of -inf says nothing of how late its eviction was.
+        // A score of -inf, or one written by hand, says nothing of how late its eviction was.
         if lag_seconds.is_finite() {
             self.lag.observe(lag_seconds.max(0.0));
         }
