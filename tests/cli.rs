@@ -370,7 +370,7 @@ fn a_server_that_is_not_redis_is_named_as_such_in_one_line() {
     let (code, _, stderr) = run_binary(&["--redis-url", &url, "sweep"], &[]);
     assert_eq!(code, 1, "{stderr}");
     assert_eq!(
-        stderr.trim(),
+        stderr.lines().last().unwrap(),
         format!("presence-sweeper: sweep failed: cannot connect to Redis: {expected}")
     );
     // The daemon says it once per attempt, one line each, and not as an outage.
@@ -388,5 +388,40 @@ fn a_server_that_is_not_redis_is_named_as_such_in_one_line() {
             .filter(|l| l.contains("Redis is not usable yet; retrying"))
             .all(|l| l.contains(&expected)),
         "{log}"
+    );
+}
+
+#[test]
+fn one_shot_sweep_says_first_what_it_will_change_without_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let port = server
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let url = format!("redis://default:s3cret@127.0.0.1:{port}/0");
+    let (code, stdout, stderr) = run_binary(&["--redis-url", &url, "sweep", "--dry-run"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("s3cret") && !stdout.contains("s3cret"));
+    assert_eq!(
+        stderr.lines().next().unwrap(),
+        format!(
+            "presence-sweeper: sweeping redis://default:***@127.0.0.1:{port}/0 \
+             (dry run: nothing is changed): online, typing"
+        ),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_binary(&["--redis-url", &url, "sweep", "--sweep", "typing"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "presence-sweeper: sweeping redis://default:***@127.0.0.1:{port}/0 \
+             (evicting and publishing): typing\n"
+        )),
+        "{stderr}"
     );
 }
