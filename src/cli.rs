@@ -90,8 +90,9 @@ pub(crate) enum Command {
     /// Report the presence keyspace of every enabled sweep (or the named ones), read-only: keys,
     /// members, stale members, members per key, oldest heartbeat, largest conversations.
     ///
-    /// Streams the keys with SCAN and sends only SCAN, ZCARD, ZCOUNT, ZRANGE and TIME; memory
-    /// stays flat however large the keyspace. Works on any Redis.
+    /// Streams the keys with SCAN and sends only SCAN, ZCARD, ZCOUNT, ZRANGE and TIME (and
+    /// CLIENT SETNAME, naming its connections); memory stays flat however large the keyspace.
+    /// Works on any Redis.
     Stats {
         /// A sweep to report on, enabled or not; repeat for several. Default: every enabled sweep.
         #[arg(long = "sweep", value_name = "NAME")]

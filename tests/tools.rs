@@ -261,6 +261,8 @@ fn stats_reports_exact_numbers_and_changes_nothing() {
         "time",
         "ping",
         "client|setinfo",
+        // Its connections name themselves (presence-sweeper:stats): no data changes.
+        "client|setname",
         "info",
         "hello",
     ];
