@@ -271,6 +271,11 @@ pub struct SimulateReport {
     pub unverified_zombies: u64,
     /// Events in this run's conversations for members it never wrote, or unreadable.
     pub unexpected_events: u64,
+    /// Events received in this run's conversations, of any kind.
+    pub events_received: u64,
+    /// Zombies were missed and not one event came: most likely no sweeper runs against this
+    /// Redis (or it sweeps other keys, or publishes elsewhere).
+    pub no_sweeper_answered: bool,
     /// Typing bursts, with `--typing`.
     pub typing: Option<TypingReport>,
     /// No false evictions, duplicates, missed or unverified zombies, or unexpected events.
@@ -665,6 +670,14 @@ fn judge(
         && typing.as_ref().is_none_or(|t| {
             t.false_stops + t.duplicate_stops + t.missed_stops + t.unverified_stops == 0
         });
+    // Every event the run received in its conversations, judged or not.
+    let events_received = online.evictions
+        + online.false_evictions
+        + online.duplicates
+        + unexpected_events
+        + typing
+            .as_ref()
+            .map_or(0, |t| t.stops + t.false_stops + t.duplicate_stops);
     let st = watch.state();
     SimulateReport {
         sweep: plan.sweep.name.clone(),
@@ -696,6 +709,8 @@ fn judge(
         unobserved_evictions: online.unobserved,
         unverified_zombies: online.unverified,
         unexpected_events,
+        events_received,
+        no_sweeper_answered: events_received == 0 && online.missed > 0,
         typing,
         ok,
     }
@@ -939,6 +954,13 @@ impl fmt::Display for SimulateReport {
         writeln!(f, "  false evictions      {:>10}", self.false_evictions)?;
         writeln!(f, "  duplicate events     {:>10}", self.duplicate_events)?;
         writeln!(f, "  missed zombies       {:>10}", self.missed_zombies)?;
+        if self.no_sweeper_answered {
+            writeln!(
+                f,
+                "  no sweeper answered: not one event came on sweep {:?}'s channel; is a sweeper running against this Redis with the same [sweeps.{}] settings?",
+                self.sweep, self.sweep
+            )?;
+        }
         if self.pending_zombies > 0 {
             writeln!(f, "  zombies not yet due  {:>10}", self.pending_zombies)?;
         }
