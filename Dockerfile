@@ -1,5 +1,5 @@
 # presence-sweeper container image: build with cargo, run as a non-root user on a slim Debian.
-#   docker build -t presence-sweeper .
+#   docker build -t presence-sweeper --build-arg PRESENCE_SWEEPER_GIT_REVISION=$(git rev-parse --short=12 HEAD) .
 #   docker run --rm -p 9750:9750 -e PRESENCE_SWEEPER__REDIS__URL=redis://redis:6379/0 presence-sweeper
 
 FROM rust:1.95-slim-bookworm AS build
@@ -11,8 +11,12 @@ RUN mkdir src \
  && touch src/lib.rs \
  && cargo build --locked --release \
  && rm -rf src
+COPY build.rs ./
 COPY src ./src
 COPY config ./config
+# .git is not in the build context: the revision for `--version` and `build_info` comes from here,
+# e.g. --build-arg PRESENCE_SWEEPER_GIT_REVISION=$(git rev-parse --short=12 HEAD); else "unknown".
+ARG PRESENCE_SWEEPER_GIT_REVISION
 # Newer mtimes than the stub build's, so cargo rebuilds our crate (and only it).
 RUN touch src/main.rs src/lib.rs && cargo build --locked --release
 

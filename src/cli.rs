@@ -17,7 +17,11 @@ use presence_sweeper::tools::{seed, simulate};
 /// score (last heartbeat) fell out of the window, atomically and on Redis's clock, and publishes
 /// one JSON event per removed member.
 #[derive(Debug, Parser)]
-#[command(name = "presence-sweeper", version, propagate_version = true)]
+#[command(
+    name = "presence-sweeper",
+    version = presence_sweeper::version::LONG,
+    propagate_version = true
+)]
 pub(crate) struct Cli {
     /// TOML configuration file (layered over the built-in defaults).
     #[arg(
@@ -86,8 +90,9 @@ pub(crate) enum Command {
     /// Report the presence keyspace of every enabled sweep (or the named ones), read-only: keys,
     /// members, stale members, members per key, oldest heartbeat, largest conversations.
     ///
-    /// Streams the keys with SCAN and sends only SCAN, ZCARD, ZCOUNT, ZRANGE and TIME; memory
-    /// stays flat however large the keyspace. Works on any Redis.
+    /// Streams the keys with SCAN and sends only SCAN, ZCARD, ZCOUNT, ZRANGE and TIME (and
+    /// CLIENT SETNAME, naming its connections); memory stays flat however large the keyspace.
+    /// Works on any Redis.
     Stats {
         /// A sweep to report on, enabled or not; repeat for several. Default: every enabled sweep.
         #[arg(long = "sweep", value_name = "NAME")]

@@ -19,6 +19,15 @@ pub enum Error {
         /// Why.
         cause: redis::RedisError,
     },
+    /// Something answered at the address, but not in Redis's protocol: another kind of server
+    /// (HTTP, a database on the wrong port). One line, not the parser's complaint.
+    #[error(
+        "cannot connect to Redis: {address} answered, but not as Redis does (is it a Redis server?)"
+    )]
+    NotRedis {
+        /// Where (`host:port`, or the configuration's servers; passwords redacted).
+        address: String,
+    },
     /// A Redis command failed.
     #[error("Redis: {0}")]
     Redis(redis::RedisError),

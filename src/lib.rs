@@ -18,14 +18,16 @@
 //!   `storm` (the storm guard every eviction asks first).
 //! - `tracking`: where the daemon's work comes from: `index` (each key's deadline), `keyspace`
 //!   (notifications of new keys), `primary` (one primary's loop joining both with walks),
-//!   `engine` (every sweep on every primary, following topology, reloads and leases), `lease`
-//!   and `schedule`.
+//!   `engine` (every sweep on every primary, following topology, reloads and leases), `lease`,
+//!   `schedule` and `summary` (the log's account of the work).
 //! - [`pass`]: a full pass of the keyspace; [`pass::command`]: the `sweep` command.
 //! - `serve`: the process: [`serve::daemon`], `metrics` (the Prometheus registry), `health`
 //!   (liveness and readiness), [`serve::http`], [`serve::systemd`], [`serve::signals`] and
 //!   [`serve::logging`].
 //! - [`tools`]: [`tools::seed`], [`tools::stats`] and [`tools::simulate`], for people trying
 //!   or measuring the sweeper; the daemon never calls them.
+//!
+//! - [`version`]: what this binary was built from (revision and compiler, from `build.rs`).
 //!
 //! The command line belongs to the binary (`src/cli.rs`), which turns it into these modules'
 //! options.
@@ -39,6 +41,7 @@ mod store;
 mod sweep;
 pub mod tools;
 mod tracking;
+pub mod version;
 
 pub use error::Error;
 pub use evict::{Clock, EvictScript};

@@ -148,6 +148,21 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
         Ok(s) => s,
         Err(e) => return Ok(refused(e)),
     };
+    // Which Redis is about to change, before anything does (on stderr: stdout is the summaries).
+    say(format_args!(
+        "presence-sweeper: sweeping {} ({}): {}",
+        config.redis.describe(),
+        if dry_run {
+            "dry run: nothing is changed"
+        } else {
+            "evicting and publishing"
+        },
+        selected
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
     let cancel = CancellationToken::new();
     signals::install(cancel.clone(), EXIT_DEADLINE)?;
     let opts = PassOptions {

@@ -479,3 +479,105 @@ fn check_config_prints_every_key_in_effect() {
         assert!(stdout.lines().any(|l| l == line), "{line:?} in {stdout}");
     }
 }
+
+#[test]
+fn version_names_the_git_revision_and_the_compiler() {
+    use presence_sweeper::version::{REVISION, RUSTC, VERSION};
+    let (code, stdout, _) = run_binary(&["--version"], &[]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stdout.trim(),
+        format!("presence-sweeper {VERSION} (revision {REVISION}, built with {RUSTC})")
+    );
+    // Built from this checkout (unless the build was told otherwise): its commit.
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    if let (Some(head), None) = (head, option_env!("PRESENCE_SWEEPER_GIT_REVISION")) {
+        assert_eq!(REVISION, head);
+    }
+    assert!(RUSTC.starts_with("rustc 1."), "{RUSTC}");
+}
+
+/// A TCP server that answers anything with an HTTP error, as a web server on the wrong port
+/// would.
+fn not_redis() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut socket in listener.incoming().map_while(Result::ok) {
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf);
+            let _ = socket.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n!!");
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_server_that_is_not_redis_is_named_as_such_in_one_line() {
+    let addr = not_redis();
+    let url = format!("redis://{addr}/0");
+    let expected = format!("{addr} answered, but not as Redis does (is it a Redis server?)");
+    let (code, _, stderr) = run_binary(&["--redis-url", &url, "sweep"], &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert_eq!(
+        stderr.lines().last().unwrap(),
+        format!("presence-sweeper: sweep failed: cannot connect to Redis: {expected}")
+    );
+    // The daemon says it once per attempt, one line each, and not as an outage.
+    let d = crate::support::Binary::spawn(
+        "[http]\nlisten = \"127.0.0.1:0\"\n",
+        &["--redis-url", &url],
+        &[],
+    );
+    d.wait_for_log(&expected, 2, std::time::Duration::from_secs(10));
+    let log = d.log();
+    assert!(!log.contains("Unexpected"), "{log}");
+    assert!(!log.contains("not reachable"), "{log}");
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("Redis is not usable yet; retrying"))
+            .all(|l| l.contains(&expected)),
+        "{log}"
+    );
+}
+
+#[test]
+fn one_shot_sweep_says_first_what_it_will_change_without_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let port = server
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let url = format!("redis://default:s3cret@127.0.0.1:{port}/0");
+    let (code, stdout, stderr) = run_binary(&["--redis-url", &url, "sweep", "--dry-run"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("s3cret") && !stdout.contains("s3cret"));
+    assert_eq!(
+        stderr.lines().next().unwrap(),
+        format!(
+            "presence-sweeper: sweeping redis://default:***@127.0.0.1:{port}/0 \
+             (dry run: nothing is changed): online, typing"
+        ),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run_binary(&["--redis-url", &url, "sweep", "--sweep", "typing"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "presence-sweeper: sweeping redis://default:***@127.0.0.1:{port}/0 \
+             (evicting and publishing): typing\n"
+        )),
+        "{stderr}"
+    );
+}

@@ -234,3 +234,94 @@ async fn sigterm_mid_pass_drains_and_announces_everything_removed() {
         "every removed member is announced once"
     );
 }
+
+/// The connections `CLIENT LIST` shows, but the one asking: `(name, cmd)` each.
+fn other_clients(con: &mut redis::Connection) -> Vec<(String, String)> {
+    let me: i64 = redis::cmd("CLIENT").arg("ID").query(con).unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con).unwrap();
+    let field = |line: &str, key: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(key))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    list.lines()
+        .filter(|l| field(l, "id=") != me.to_string())
+        .map(|l| (field(l, "name="), field(l, "cmd=")))
+        .collect()
+}
+
+#[test]
+fn every_connection_of_the_daemon_is_named_for_its_use() {
+    let server = RedisServer::start_with(&["--notify-keyspace-events", "Kz"]);
+    let mut con = server.con();
+    let d = Binary::spawn(
+        &toml("[sweeps.online]\nenabled = false\n[sweeps.typing]\nschedule = \"200ms\"\n"),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    d.wait_ready(Duration::from_secs(10));
+    seed_zombies(&mut con, 3);
+    wait_until("the zombies evicted", Duration::from_secs(10), || {
+        zcard(&mut con, "presence:c0:typing") == 1
+    });
+    wait_until("a subscriber", Duration::from_secs(10), || {
+        other_clients(&mut con)
+            .iter()
+            .any(|(name, _)| name == "presence-sweeper:notify")
+    });
+    let clients = other_clients(&mut con);
+    let names: Vec<&str> = clients.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        clients
+            .iter()
+            .all(|(n, _)| n.starts_with("presence-sweeper:")),
+        "{clients:?}"
+    );
+    for expected in ["data", "control", "notify"] {
+        let name = format!("presence-sweeper:{expected}");
+        assert!(names.contains(&name.as_str()), "{clients:?}");
+    }
+    // The subscriber went on to subscribe under its name.
+    assert!(
+        clients
+            .iter()
+            .any(|(n, cmd)| n == "presence-sweeper:notify" && cmd == "psubscribe"),
+        "{clients:?}"
+    );
+}
+
+#[test]
+fn a_large_burst_is_logged_at_once_and_the_last_line_says_stopped() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let mut d = Binary::spawn(
+        &toml("[sweeps.online]\nenabled = false\n[sweeps.typing]\nschedule = \"200ms\"\n"),
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    d.wait_ready(Duration::from_secs(10));
+    seed_zombies(&mut con, 1_100);
+    d.wait_for_log("large eviction burst", 1, Duration::from_secs(20));
+    let log = d.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("large eviction burst"))
+        .unwrap();
+    assert!(
+        line.contains("sweep=typing") && line.contains("evicted="),
+        "{line}"
+    );
+    // Counts only, never an id.
+    assert!(
+        !line.contains("zombie") && !line.contains("presence:c"),
+        "{line}"
+    );
+    // No summary yet: the first comes a minute after start.
+    assert_eq!(d.count("summary of the last"), 0);
+    d.signal("TERM");
+    assert!(d.wait_exit(Duration::from_secs(10)).unwrap().success());
+    let log = d.log();
+    let last = log.lines().last().unwrap();
+    assert!(last.contains("INFO") && last.ends_with("stopped"), "{log}");
+}

@@ -129,7 +129,11 @@ async fn a_pass_is_accounted_exactly() {
         metric(
             &s,
             "presence_sweeper_build_info",
-            &[("version", env!("CARGO_PKG_VERSION"))]
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("revision", presence_sweeper::version::REVISION),
+                ("rustc", presence_sweeper::version::rustc_release()),
+            ]
         ),
         Some(1.0)
     );
@@ -379,4 +383,34 @@ async fn ticks_that_meet_another_sweeps_walk_are_not_overruns() {
         .is_some_and(|t| t >= 2.0)
     );
     daemon.stop().await;
+}
+
+#[test]
+fn a_zombie_written_by_hand_is_evicted_but_not_observed_as_lag() {
+    use crate::support::wait_until;
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let d = Binary::spawn(
+        "[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
+         [sweeps.typing]\nschedule = \"200ms\"\n",
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    d.wait_ready(Duration::from_secs(10));
+    // The README's zombie by hand (score 1), and one that stopped heartbeating 10 s ago.
+    let now = redis_now(&mut con);
+    let _: () = con.zadd("presence:c1:typing", "u1", 1).unwrap();
+    let _: () = con.zadd("presence:c2:typing", "u2", now - 10.0).unwrap();
+    let typing = [("sweep", "typing")];
+    wait_until("both evicted", Duration::from_secs(10), || {
+        metric(
+            &scrape(d.http_addr()),
+            "presence_sweeper_evicted_total",
+            &typing,
+        ) == Some(2.0)
+    });
+    let s = scrape(d.http_addr());
+    let lag = |name: &str| metric(&s, name, &typing).unwrap();
+    assert_eq!(lag("presence_sweeper_eviction_lag_seconds_count"), 1.0);
+    assert!(lag("presence_sweeper_eviction_lag_seconds_sum") < 60.0);
 }

@@ -96,7 +96,12 @@ fn a_wrong_ca_fails_clearly() {
         "{stderr}"
     );
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // The target line, then the error in one line.
+    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    assert!(
+        stderr.starts_with("presence-sweeper: sweeping rediss://"),
+        "{stderr}"
+    );
     assert_eq!(
         crate::support::members(&mut con, "presence:c1:online").len(),
         2,

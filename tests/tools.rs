@@ -261,6 +261,8 @@ fn stats_reports_exact_numbers_and_changes_nothing() {
         "time",
         "ping",
         "client|setinfo",
+        // Its connections name themselves (presence-sweeper:stats): no data changes.
+        "client|setname",
         "info",
         "hello",
     ];
@@ -284,26 +286,29 @@ fn stats_reports_exact_numbers_and_changes_nothing() {
     assert_eq!(online["stale_members"], 200 * 2 + 1);
     let age = online["oldest_heartbeat_age_seconds"].as_f64().unwrap();
     assert!((1000.0..1030.0).contains(&age), "{age}");
-    let buckets: Vec<(serde_json::Value, u64)> = online["members_per_key"]["buckets"]
+    // Each bucket its own keys (`from` to `to` members), not cumulative.
+    let buckets: Vec<(u64, serde_json::Value, u64)> = online["members_per_key"]["buckets"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|b| (b["le"].clone(), b["keys"].as_u64().unwrap()))
+        .map(|b| {
+            let keys = b["keys"].as_u64().unwrap();
+            (b["from"].as_u64().unwrap(), b["to"].clone(), keys)
+        })
         .collect();
-    let expected: Vec<(serde_json::Value, u64)> = [
-        (1.into(), 1),
-        (2.into(), 0),
-        (5.into(), 0),
-        (10.into(), 0),
-        (20.into(), 200),
-        (50.into(), 0),
-        (100.into(), 1),
-        (200.into(), 0),
-        (500.into(), 0),
-        (1000.into(), 0),
-        ("+Inf".into(), 0),
-    ]
-    .into();
+    let expected: Vec<(u64, serde_json::Value, u64)> = vec![
+        (1, 1.into(), 1),
+        (2, 2.into(), 0),
+        (3, 5.into(), 0),
+        (6, 10.into(), 0),
+        (11, 20.into(), 200),
+        (21, 50.into(), 0),
+        (51, 100.into(), 1),
+        (101, 200.into(), 0),
+        (201, 500.into(), 0),
+        (501, 1000.into(), 0),
+        (1001, serde_json::Value::Null, 0),
+    ];
     assert_eq!(buckets, expected);
     assert_eq!(online["members_per_key"]["max"], 60);
     let top: Vec<(&str, u64)> = online["largest"]
@@ -432,6 +437,8 @@ fn simulate_against_a_running_sweeper_is_clean() {
     assert_eq!(r["missed_zombies"], 0);
     assert_eq!(r["pending_zombies"], 0);
     assert_eq!(r["unexpected_events"], 0);
+    assert_eq!(r["no_sweeper_answered"], false);
+    assert!(r["events_received"].as_u64().unwrap() >= vanished, "{r:#}");
     assert!(r["heartbeats"].as_u64().unwrap() > 1000, "{r:#}");
     let lag = &r["eviction_lag_seconds"];
     // Evicted by the first pass after the window closed: within a schedule, plus pass time.
@@ -465,6 +472,11 @@ fn simulate_without_a_sweeper_reports_missed_zombies() {
     assert_eq!(line("evictions observed"), 0);
     assert_eq!(line("false evictions"), 0);
     assert!(stdout.contains("  result               FAILED"), "{stdout}");
+    // Said plainly: not a slow sweeper, none at all.
+    assert!(
+        stdout.contains("  no sweeper answered: not one event came on sweep \"sim\"'s channel"),
+        "{stdout}"
+    );
     assert_eq!(dbsize(&mut server.con()), 0);
 }
 

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::config::{Config, SweepConfig};
 use crate::pass::{Pass, PassOptions, PassReport};
-use crate::store::Store;
+use crate::store::{Opener, Store};
 use crate::sweep::{NoObserver, Sweep};
 
 /// Connects (one attempt) and runs one full pass of every sweep in `sweeps`: one walk of each
@@ -18,7 +18,7 @@ pub async fn run(
     opts: PassOptions,
     cancel: &CancellationToken,
 ) -> Result<Vec<(String, PassReport)>, Error> {
-    let store = Store::connect(&config.redis).await?;
+    let store = Store::connect_as(&config.redis, Opener::Tool("sweep")).await?;
     let runtime: Vec<Arc<Sweep>> = sweeps
         .iter()
         .map(|s| Arc::new(Sweep::new(s, config)))

@@ -104,7 +104,10 @@ impl Daemon {
             }
         }
         notifier.stopping();
-        stop_server(server, http_stop).await
+        stop_server(server, http_stop).await?;
+        // The last word: a log that ends without it is a process that died.
+        tracing::info!("stopped");
+        Ok(())
     }
 }
 
@@ -163,12 +166,20 @@ async fn connect(
                         retry_in_ms = delay.as_millis() as u64,
                         "Redis refused the daemon's credentials; fix them and send SIGHUP (retrying meanwhile)"
                     );
-                } else {
+                } else if trouble == Trouble::Unreachable {
                     tracing::warn!(
                         error = %e,
                         attempt,
                         retry_in_ms = delay.as_millis() as u64,
                         "Redis is not reachable yet; retrying"
+                    );
+                } else {
+                    // It answered: not an outage (another kind of server, an old Redis).
+                    tracing::warn!(
+                        error = %e,
+                        attempt,
+                        retry_in_ms = delay.as_millis() as u64,
+                        "Redis is not usable yet; retrying"
                     );
                 }
                 ctx.notifier

@@ -8,10 +8,12 @@
 //! - `resp`: reading replies in place, as bytes.
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 //! - `version`: which server answers (Redis or Valkey) and whether it is new enough.
+//! - `name`: the names connections give themselves (`CLIENT SETNAME`).
 
 pub(crate) mod backoff;
 pub(crate) mod clock;
 mod conn;
+mod name;
 pub(crate) mod packed;
 pub(crate) mod reply;
 pub(crate) mod resp;
@@ -22,6 +24,7 @@ pub(crate) mod walk;
 mod wire;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
@@ -32,6 +35,8 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 pub(crate) use self::conn::{Conn, Node, NodeId};
+pub use self::name::Opener;
+use self::name::Purpose;
 pub(crate) use self::packed::{Packed, SendPacked, all_ok};
 use self::sentinel::SentinelBackend;
 pub(crate) use self::wire::is_unsent;
@@ -51,6 +56,11 @@ pub struct Store {
     wires: Arc<Mutex<HashMap<String, Wire>>>,
     /// How the data path reaches TLS servers, where the configuration has any.
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// Whose connections these are, for their names.
+    opener: Opener,
+    /// Whether the shared connection is named again at each ping (it may have reconnected,
+    /// unnamed): until Redis refuses `CLIENT SETNAME`.
+    renaming: Arc<AtomicBool>,
 }
 
 enum Backend {
@@ -60,19 +70,29 @@ enum Backend {
 }
 
 impl Store {
-    /// Connects once: one attempt, bounded by `redis.connect_timeout`.
+    /// Connects once, as the daemon: one attempt, bounded by `redis.connect_timeout`.
     pub async fn connect(cfg: &RedisConfig) -> Result<Self, Error> {
+        Self::connect_as(cfg, Opener::Daemon).await
+    }
+
+    /// Connects once, naming the connections after `opener`.
+    pub async fn connect_as(cfg: &RedisConfig, opener: Opener) -> Result<Self, Error> {
+        let control = opener.name(Purpose::Control);
         let attempt = async {
             let backend = match cfg.mode {
                 RedisMode::Standalone => {
                     let client = client(cfg, &cfg.url)?;
-                    let con = manager(client.clone(), cfg).await?;
+                    let con = manager(client.clone(), cfg, &control).await?;
                     Backend::Standalone(con, Box::new(client))
                 }
                 RedisMode::Sentinel => {
-                    Backend::Sentinel(Box::new(SentinelBackend::connect(cfg).await?))
+                    Backend::Sentinel(Box::new(SentinelBackend::connect(cfg, &control).await?))
                 }
-                RedisMode::Cluster => Backend::Cluster(cluster(cfg).await?),
+                RedisMode::Cluster => {
+                    let mut con = cluster(cfg).await?;
+                    let _ = name::set(&mut con, &control).await;
+                    Backend::Cluster(con)
+                }
             };
             let tls = uses_tls(cfg)
                 .then(|| tls::client_config(&cfg.tls))
@@ -82,6 +102,8 @@ impl Store {
                 cfg: Arc::new(cfg.clone()),
                 wires: Arc::default(),
                 tls,
+                opener,
+                renaming: Arc::new(AtomicBool::new(true)),
             };
             store.require_version().await?;
             store.ping_once().await?;
@@ -90,10 +112,7 @@ impl Store {
         tokio::time::timeout(cfg.connect_timeout * 2 + Duration::from_secs(1), attempt)
             .await
             .unwrap_or_else(|_| Err(timed_out("connect timed out")))
-            .map_err(|cause| Error::Connect {
-                url: cfg.describe(),
-                cause,
-            })
+            .map_err(|cause| connect_error(cfg, cause))
     }
 
     /// A handle for commands that are not tied to a pass's node (PING, leases, sharded
@@ -184,7 +203,9 @@ impl Store {
         if let Some(wire) = cached {
             return Ok(wire);
         }
-        match Wire::connect(target, self.cfg.connect_timeout, self.cfg.command_timeout).await {
+        let name = self.opener.name(Purpose::Data);
+        let (connect, command) = (self.cfg.connect_timeout, self.cfg.command_timeout);
+        match Wire::connect(target, &name, connect, command).await {
             Ok(wire) => {
                 self.wires
                     .lock()
@@ -202,6 +223,7 @@ impl Store {
     /// One round trip that proves Redis can take the sweeper's writes. Behind Sentinel it also
     /// checks that the server is still the primary, and follows a failover when it is not.
     pub async fn ping(&self) -> Result<(), Error> {
+        self.rename().await;
         match &*self.backend {
             Backend::Sentinel(s) => s.check().await,
             _ => self.ping_once().await.map_err(Error::from),
@@ -219,10 +241,22 @@ impl Store {
     /// else), within `redis.connect_timeout`.
     pub(crate) async fn subscriber(&self, node: &Node) -> Result<redis::aio::PubSub, Error> {
         let client = self.client_for(node)?;
-        tokio::time::timeout(self.cfg.connect_timeout, client.get_async_pubsub())
-            .await
-            .unwrap_or_else(|_| Err(timed_out("connect timed out")))
-            .map_err(Error::from)
+        let name = self.opener.name(Purpose::Notify);
+        Ok(pubsub(&client, self.tls.as_ref(), &name, self.cfg.connect_timeout).await?)
+    }
+
+    /// Names the shared connection again (a connection manager that reconnected, a cluster
+    /// node that joined, comes back unnamed), unless Redis refused it once.
+    async fn rename(&self) {
+        if !self.renaming.load(Ordering::Relaxed) {
+            return;
+        }
+        let name = self.opener.name(Purpose::Control);
+        if let Err(e) = name::set(&mut self.connection(), &name).await
+            && e.code() == Some("NOPERM")
+        {
+            self.renaming.store(false, Ordering::Relaxed);
+        }
     }
 
     /// The primary `id` as the topology is now, with a data-path connection that works if one
@@ -323,9 +357,11 @@ impl Store {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.cfg.connect_timeout))
             .set_response_timeout(Some(self.cfg.command_timeout));
-        client
+        let mut con = client
             .get_multiplexed_async_connection_with_config(&config)
-            .await
+            .await?;
+        let _ = name::set(&mut con, &self.opener.name(Purpose::Setup)).await;
+        Ok(con)
     }
 
     /// Refuses servers older than Redis 6.2, which lack `ZRANGE ... BYSCORE` (Valkey is judged by
@@ -375,16 +411,82 @@ impl Store {
 }
 
 /// A dedicated pub/sub connection (a subscribed connection cannot carry other commands), with
-/// the configured credentials, bounded by `redis.connect_timeout`. Standalone only.
-pub(crate) async fn subscriber(cfg: &RedisConfig) -> Result<redis::aio::PubSub, Error> {
-    let attempt = async { client(cfg, &cfg.url)?.get_async_pubsub().await };
-    tokio::time::timeout(cfg.connect_timeout, attempt)
+/// the configured credentials, named after `opener`, bounded by `redis.connect_timeout`.
+/// Standalone only.
+pub(crate) async fn subscriber(
+    cfg: &RedisConfig,
+    opener: Opener,
+) -> Result<redis::aio::PubSub, Error> {
+    let attempt = async {
+        let client = client(cfg, &cfg.url)?;
+        let tls = uses_tls(cfg)
+            .then(|| tls::client_config(&cfg.tls))
+            .transpose()?;
+        let name = opener.name(Purpose::Notify);
+        pubsub(&client, tls.as_ref(), &name, cfg.connect_timeout).await
+    };
+    attempt.await.map_err(|cause| Error::Connect {
+        url: redact_url(&cfg.url),
+        cause,
+    })
+}
+
+/// A pub/sub connection to `client`'s server named `name`: redis-rs's pub/sub cannot send
+/// `CLIENT SETNAME`, so the socket is opened and greeted here and handed to it. A server the
+/// data path cannot reach itself (TLS without verification) gets an unnamed one.
+async fn pubsub(
+    client: &Client,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    name: &str,
+    timeout: Duration,
+) -> Result<redis::aio::PubSub, redis::RedisError> {
+    let attempt = async {
+        match Target::from_info(client.get_connection_info(), tls) {
+            Ok(target) => {
+                let stream = wire::greeted(&target, name, timeout).await?;
+                // Greeted already: authenticated, in its database, named.
+                let settings = redis::RedisConnectionInfo::default()
+                    .set_protocol(redis::ProtocolVersion::RESP2);
+                redis::aio::PubSub::new(&settings, stream).await
+            }
+            Err(_) => client.get_async_pubsub().await,
+        }
+    };
+    tokio::time::timeout(timeout, attempt)
         .await
         .unwrap_or_else(|_| Err(timed_out("connect timed out")))
-        .map_err(|cause| Error::Connect {
-            url: redact_url(&cfg.url),
+}
+
+/// Why connecting failed, in one line: a server that answered gibberish is named as such.
+fn connect_error(cfg: &RedisConfig, cause: redis::RedisError) -> Error {
+    if !answered_but_not_as_redis(&cause) {
+        return Error::Connect {
+            url: cfg.describe(),
             cause,
-        })
+        };
+    }
+    let address = match cfg.mode {
+        RedisMode::Standalone => cfg
+            .url
+            .as_str()
+            .into_connection_info()
+            .map(|info| info.addr().to_string())
+            .unwrap_or_else(|_| cfg.describe()),
+        _ => cfg.describe(),
+    };
+    Error::NotRedis { address }
+}
+
+/// Whether the server's bytes were not RESP (redis-rs's parser, or the data path's reader,
+/// gave up on them), or were RESP of a shape no Redis sends to the greeting.
+fn answered_but_not_as_redis(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+    ) || e.kind() == redis::ErrorKind::Io
+        && std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::InvalidData)
 }
 
 fn timed_out(what: &'static str) -> redis::RedisError {
@@ -447,11 +549,15 @@ fn manager_config(cfg: &RedisConfig) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_secs(1))
 }
 
+/// The shared connection, named `name` (until it reconnects: [`Store::ping`] names it again).
 async fn manager(
     client: Client,
     cfg: &RedisConfig,
+    name: &str,
 ) -> Result<ConnectionManager, redis::RedisError> {
-    ConnectionManager::new_with_config(client, manager_config(cfg)).await
+    let mut con = ConnectionManager::new_with_config(client, manager_config(cfg)).await?;
+    let _ = name::set(&mut con, name).await;
+    Ok(con)
 }
 
 async fn cluster(

@@ -17,18 +17,21 @@ pub(super) struct SentinelBackend {
     sentinel: Mutex<SentinelClient>,
     current: RwLock<(ConnectionManager, redis::Client)>,
     cfg: RedisConfig,
+    /// The name of the connection to the primary.
+    name: String,
 }
 
 impl SentinelBackend {
-    pub(super) async fn connect(cfg: &RedisConfig) -> Result<Self, redis::RedisError> {
+    pub(super) async fn connect(cfg: &RedisConfig, name: &str) -> Result<Self, redis::RedisError> {
         let mut sentinel = sentinel_client(cfg)?;
         let client = sentinel.async_get_client().await?;
         tracing::info!(primary = %client.get_connection_info().addr(), "Sentinel named the primary");
-        let con = manager(client.clone(), cfg).await?;
+        let con = manager(client.clone(), cfg, name).await?;
         Ok(Self {
             sentinel: Mutex::new(sentinel),
             current: RwLock::new((con, client)),
             cfg: cfg.clone(),
+            name: name.to_owned(),
         })
     }
 
@@ -104,7 +107,7 @@ impl SentinelBackend {
             sentinel.async_get_client().await?
         };
         let address = client.get_connection_info().addr().to_string();
-        let con = manager(client.clone(), &self.cfg).await?;
+        let con = manager(client.clone(), &self.cfg, &self.name).await?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (con, client);
         tracing::info!(primary = %address, "following the primary Sentinel names");
         Ok(())

@@ -148,45 +148,20 @@ impl Pending {
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+/// A socket to Redis: TCP, TLS or a unix socket.
+pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 impl Wire {
-    /// Connects, authenticates and selects the database, within `connect_timeout`. Each request
-    /// then waits at most `timeout` for its replies.
+    /// Connects, authenticates, selects the database and names the connection `name`, within
+    /// `connect_timeout`. Each request then waits at most `timeout` for its replies.
     pub(super) async fn connect(
         target: &Target,
+        name: &str,
         connect_timeout: Duration,
         timeout: Duration,
     ) -> RedisResult<Self> {
-        let stream: Box<dyn Io> = tokio::time::timeout(connect_timeout, async {
-            Ok::<Box<dyn Io>, io::Error>(match &target.addr {
-                Addr::Tcp(host, port) => {
-                    let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                    s.set_nodelay(true)?;
-                    Box::new(s)
-                }
-                Addr::Tls(host, port, config) => {
-                    let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
-                    s.set_nodelay(true)?;
-                    let name = rustls::pki_types::ServerName::try_from(host.clone())
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                    let tls = tokio_rustls::TlsConnector::from(config.clone());
-                    Box::new(tls.connect(name, s).await?)
-                }
-                #[cfg(unix)]
-                Addr::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
-                #[cfg(not(unix))]
-                Addr::Unix(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Unsupported,
-                        "unix sockets are not supported here",
-                    ));
-                }
-            })
-        })
-        .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        let stream = open(target, connect_timeout).await?;
         let (requests, rx) = mpsc::unbounded_channel();
         let retire = CancellationToken::new();
         tokio::spawn(drive(stream, rx, retire.clone()));
@@ -195,22 +170,9 @@ impl Wire {
             retire,
             timeout: connect_timeout,
         };
-        // PING last: the connection is proven to answer (and to be speaking RESP) even with
-        // nothing to authenticate or select.
-        let mut hello = Packed::default();
-        if let Some(password) = &target.password {
-            match &target.username {
-                Some(user) => hello.command(&[b"AUTH", user.as_bytes(), password.as_bytes()]),
-                None => hello.command(&[b"AUTH", password.as_bytes()]),
-            };
-        }
-        let db = target.db.to_string();
-        if target.db != 0 {
-            hello.command(&[b"SELECT", db.as_bytes()]);
-        }
-        hello.command(&[b"PING"]);
-        let n = hello.len();
-        if let Err(e) = wire.send(hello.into_bytes(), n).await.and_then(all_ok) {
+        let hello = Hello::new(target, name);
+        let replies = wire.send(hello.bytes, hello.count).await;
+        if let Err(e) = replies.and_then(Hello::check) {
             wire.retire.cancel();
             return Err(e);
         }
@@ -266,6 +228,114 @@ impl Wire {
             }
         }
     }
+}
+
+/// Opens a socket to `target` within `connect_timeout`.
+async fn open(target: &Target, connect_timeout: Duration) -> io::Result<Box<dyn Io>> {
+    tokio::time::timeout(connect_timeout, async {
+        Ok::<Box<dyn Io>, io::Error>(match &target.addr {
+            Addr::Tcp(host, port) => {
+                let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                s.set_nodelay(true)?;
+                Box::new(s)
+            }
+            Addr::Tls(host, port, config) => {
+                let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
+                s.set_nodelay(true)?;
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let tls = tokio_rustls::TlsConnector::from(config.clone());
+                Box::new(tls.connect(name, s).await?)
+            }
+            #[cfg(unix)]
+            Addr::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
+            #[cfg(not(unix))]
+            Addr::Unix(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "unix sockets are not supported here",
+                ));
+            }
+        })
+    })
+    .await
+    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
+}
+
+/// What a new connection says first: AUTH and SELECT where needed, PING (so that even with
+/// nothing to authenticate or select, the server is proven to answer, and to speak RESP), then
+/// `CLIENT SETNAME`, whose refusal (an ACL without it) is no failure.
+struct Hello {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Hello {
+    fn new(target: &Target, name: &str) -> Self {
+        let mut hello = Packed::default();
+        if let Some(password) = &target.password {
+            match &target.username {
+                Some(user) => hello.command(&[b"AUTH", user.as_bytes(), password.as_bytes()]),
+                None => hello.command(&[b"AUTH", password.as_bytes()]),
+            };
+        }
+        let db = target.db.to_string();
+        if target.db != 0 {
+            hello.command(&[b"SELECT", db.as_bytes()]);
+        }
+        hello.command(&[b"PING"]);
+        hello.command(&[b"CLIENT", b"SETNAME", name.as_bytes()]);
+        let count = hello.len();
+        Self {
+            bytes: hello.into_bytes(),
+            count,
+        }
+    }
+
+    /// Fails on an error reply to anything but the name.
+    fn check(mut replies: Vec<Value>) -> RedisResult<()> {
+        if let Some(Value::ServerError(e)) = replies.pop() {
+            tracing::debug!(error = %redis::RedisError::from(e), "could not name a connection (CLIENT SETNAME)");
+        }
+        all_ok(replies).map(drop)
+    }
+}
+
+/// Opens a socket to `target` and says [`Hello`] on it, then hands the socket over: for a
+/// redis-rs connection that cannot name itself (the pub/sub subscriber). The whole greeting is
+/// bounded by `connect_timeout`.
+pub(super) async fn greeted(
+    target: &Target,
+    name: &str,
+    connect_timeout: Duration,
+) -> RedisResult<Box<dyn Io>> {
+    let greet = async {
+        let mut stream = open(target, connect_timeout).await?;
+        let hello = Hello::new(target, name);
+        stream.write_all(&hello.bytes).await?;
+        let mut input = BytesMut::with_capacity(1024);
+        let mut replies = Vec::with_capacity(hello.count);
+        while replies.len() < hello.count {
+            match parse(&input, 0, 0)? {
+                Some((value, len)) => {
+                    replies.push(value);
+                    input.advance(len);
+                }
+                None if stream.read_buf(&mut input).await? == 0 => return Err(closed().into()),
+                None => {}
+            }
+        }
+        if !input.is_empty() {
+            return Err(protocol("more replies than commands").into());
+        }
+        Hello::check(replies)?;
+        Ok(stream)
+    };
+    tokio::time::timeout(connect_timeout, greet)
+        .await
+        .unwrap_or_else(
+            |_| Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out").into()),
+        )
 }
 
 fn retired() -> io::Error {
@@ -680,7 +750,8 @@ mod tests {
             let (mut socket, _) = listener.accept().await.unwrap();
             let mut buf = [0u8; 1024];
             let _ = socket.read(&mut buf).await.unwrap();
-            socket.write_all(b"+PONG\r\n").await.unwrap();
+            // PING and CLIENT SETNAME.
+            socket.write_all(b"+PONG\r\n+OK\r\n").await.unwrap();
             // Read and never answer.
             while socket.read(&mut buf).await.is_ok_and(|n| n > 0) {}
         });
@@ -690,9 +761,14 @@ mod tests {
             password: None,
             db: 0,
         };
-        let wire = Wire::connect(&target, Duration::from_secs(5), Duration::from_millis(200))
-            .await
-            .unwrap();
+        let wire = Wire::connect(
+            &target,
+            "test",
+            Duration::from_secs(5),
+            Duration::from_millis(200),
+        )
+        .await
+        .unwrap();
         assert!(!wire.is_closed());
         let error = wire
             .send(b"*1\r\n$4\r\nPING\r\n".to_vec(), 1)

@@ -17,6 +17,25 @@ use crate::sweep::events::{Event, Roster};
 /// long-ids`).
 const CHUNK_BYTES: usize = 256 << 10;
 
+/// The longest eviction lag the histogram is told of: a day. A member whose window closed
+/// longer ago than that was not late by the sweeper's doing (it checks every key within
+/// seconds of starting): its score was written by hand (the README's "try it by hand" zombie
+/// has score 1) or by an app with a broken clock, and a lag of decades would only wreck the
+/// histogram's sum. Such members are still evicted, counted and announced.
+pub(crate) const MAX_LAG: f64 = 86_400.0;
+
+/// How late an eviction at `now` (Redis's clock) was for a member last seen at `last_seen`, in a
+/// sweep of `ttl` seconds; infinite (not observed) when that says nothing of the sweeper: a
+/// score before 1970 (`-inf`) or a lag over [`MAX_LAG`].
+fn lag(now: f64, last_seen: f64, ttl: f64) -> f64 {
+    let lag = now - (last_seen + ttl);
+    if last_seen > 0.0 && lag <= MAX_LAG {
+        lag
+    } else {
+        f64::INFINITY
+    }
+}
+
 /// What one eviction call removed from one key: the transaction and the script report the same.
 pub(super) struct Removal<'a> {
     pub(super) key: &'a [u8],
@@ -91,13 +110,7 @@ impl Sweep {
         let command = self.publish_command().as_bytes();
         for (member, score) in removed {
             let last_seen = self.config.score_unit.to_seconds(*score);
-            // A score before 1970 (`-inf`, one written by hand) is no heartbeat time: its lag
-            // would only skew the histogram's sum.
-            ctx.observer.member_evicted(if last_seen > 0.0 {
-                now - (last_seen + ttl)
-            } else {
-                f64::INFINITY
-            });
+            ctx.observer.member_evicted(lag(now, last_seen, ttl));
             tracing::debug!(
                 sweep = %self.config.name,
                 conversation_id = %crate::serve::logging::Id(conversation_id),
@@ -261,5 +274,24 @@ mod tests {
         // Redis answered with an error: it published nothing.
         let refused = redis::RedisError::from((redis::ErrorKind::Client, "NOPERM"));
         assert!(!delivery_unknown(&refused));
+    }
+}
+
+#[cfg(test)]
+mod lag_tests {
+    use super::{MAX_LAG, lag};
+
+    #[test]
+    fn only_lags_the_sweeper_could_have_caused_are_observed() {
+        let now = 1_800_000_000.0;
+        assert_eq!(lag(now, now - 50.0, 45.0), 5.0);
+        // Early (Redis's clock against a score from an app's): observed, clamped later.
+        assert_eq!(lag(now, now - 40.0, 45.0), -5.0);
+        assert_eq!(lag(now, now - 45.0 - MAX_LAG, 45.0), MAX_LAG);
+        assert_eq!(lag(now, now - 46.0 - MAX_LAG, 45.0), f64::INFINITY);
+        // The zombie added by hand with score 1, and scores before 1970.
+        assert_eq!(lag(now, 1.0, 45.0), f64::INFINITY);
+        assert_eq!(lag(now, -1.0, 45.0), f64::INFINITY);
+        assert_eq!(lag(now, f64::NEG_INFINITY, 45.0), f64::INFINITY);
     }
 }

@@ -181,7 +181,7 @@ pub trait Observer: Send + Sync {
     /// Work moved on (a SCAN page or a reply came back); feeds liveness.
     fn progress(&self) {}
     /// A member was evicted `lag_seconds` after its window closed (infinite for a score before
-    /// 1970: `-inf`, or one written by hand).
+    /// 1970, `-inf`, or a lag over a day: a score written by hand; see `announce::MAX_LAG`).
     fn member_evicted(&self, lag_seconds: f64) {
         let _ = lag_seconds;
     }

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::config::pattern::KeyPattern;
 use crate::config::{Config, RedisConfig, ScoreUnit, SweepConfig, UnknownSweep};
-use crate::store::Store;
+use crate::store::{Opener, Store};
 use crate::tools::loopback::{self, NotLoopback};
 
 /// Members one script call writes at most, over all its keys: keeps each call to a few
@@ -184,7 +184,7 @@ pub async fn run(
     redis: &RedisConfig,
     cancel: &CancellationToken,
 ) -> Result<SeedReport, Error> {
-    let store = Store::connect(redis).await?;
+    let store = Store::connect_as(redis, Opener::Tool("seed")).await?;
     let started = Instant::now();
     let script = redis::Script::new(include_str!("seed.lua"));
     let mut con = store.connection();

@@ -4,7 +4,8 @@
 //! pipeline asks `ZCARD`, `ZCOUNT -inf (cutoff` and `ZRANGE 0 0 WITHSCORES` of every key. Nothing
 //! else is sent (plus one `TIME`), so the report never changes what it measures. Memory is
 //! bounded whatever the keyspace: the members-per-key distribution is a fixed histogram
-//! (buckets 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, +Inf: exact counts, chosen over
+//! (buckets 1, 2, 3-5, 6-10, ..., 501-1000, over 1000: each bucket its own keys, not cumulative
+//! as Prometheus's `le` buckets; exact counts, chosen over
 //! percentiles because they need no sample), and the largest conversations are kept in a heap
 //! of `--top` entries.
 //!
@@ -26,9 +27,9 @@ use crate::Error;
 use crate::config::{Config, SweepConfig};
 use crate::evict::Cutoff;
 use crate::evict::read::{self, Read};
-use crate::store::Store;
 use crate::store::clock::redis_time;
 use crate::store::walk;
+use crate::store::{Opener, Store};
 
 /// Upper bounds of the members-per-key buckets; a last bucket takes the rest.
 pub const BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
@@ -77,8 +78,7 @@ pub struct SweepStats {
 /// Members per key.
 #[derive(Debug, Clone, Serialize)]
 pub struct Distribution {
-    /// Keys per bucket; bucket `le` counts keys with more members than the previous bound and
-    /// at most `le`.
+    /// Keys per bucket, each bucket counting only its own keys (not cumulative).
     pub buckets: Vec<Bucket>,
     /// The most members of any key.
     pub max: u64,
@@ -86,23 +86,15 @@ pub struct Distribution {
     pub mean: f64,
 }
 
-/// One bucket of the distribution.
+/// One bucket of the distribution: the keys with `from` to `to` members (both inclusive).
 #[derive(Debug, Clone, Serialize)]
 pub struct Bucket {
-    /// Upper bound (inclusive).
-    pub le: Bound,
+    /// Fewest members of a key in the bucket.
+    pub from: u64,
+    /// Most members of a key in the bucket; `null` (no bound) for the last.
+    pub to: Option<u64>,
     /// Keys in the bucket.
     pub keys: u64,
-}
-
-/// A bucket bound: a number, or `"+Inf"` for the last bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(untagged)]
-pub enum Bound {
-    /// At most this many members.
-    Members(u64),
-    /// Any number.
-    Inf(&'static str),
 }
 
 /// One conversation of the top list.
@@ -120,7 +112,7 @@ pub async fn run(
     sweeps: &[&SweepConfig],
     top: usize,
 ) -> Result<StatsReport, Error> {
-    let store = Store::connect(&config.redis).await?;
+    let store = Store::connect_as(&config.redis, Opener::Tool("stats")).await?;
     let redis_time = redis_time(&mut store.connection()).await?;
     let mut report = StatsReport {
         redis_time,
@@ -250,18 +242,16 @@ impl Tally {
     }
 
     fn finish(self, sweep: &SweepConfig, now: f64, seconds: f64) -> SweepStats {
-        let mut buckets: Vec<Bucket> = BUCKETS
-            .iter()
+        let bounds = BUCKETS.iter().map(|&to| Some(to)).chain([None]);
+        let mut from = 1;
+        let buckets: Vec<Bucket> = bounds
             .zip(self.buckets)
-            .map(|(&le, keys)| Bucket {
-                le: Bound::Members(le),
-                keys,
+            .map(|(to, keys)| {
+                let bucket = Bucket { from, to, keys };
+                from = to.map_or(from, |to| to + 1);
+                bucket
             })
             .collect();
-        buckets.push(Bucket {
-            le: Bound::Inf("+Inf"),
-            keys: self.buckets[BUCKETS.len()],
-        });
         let mut largest: Vec<Conversation> = self
             .largest
             .into_iter()
@@ -359,16 +349,12 @@ impl fmt::Display for SweepStats {
             "  members per key    {:>12.1}  mean (max {})",
             d.mean, d.max
         )?;
-        let mut previous = 0;
         for b in &d.buckets {
-            let range = match b.le {
-                Bound::Members(le) if le == previous + 1 => le.to_string(),
-                Bound::Members(le) => format!("{}-{le}", previous + 1),
-                Bound::Inf(_) => format!(">{previous}"),
+            let range = match b.to {
+                Some(to) if to == b.from => to.to_string(),
+                Some(to) => format!("{}-{to}", b.from),
+                None => format!(">{}", b.from - 1),
             };
-            if let Bound::Members(le) = b.le {
-                previous = le;
-            }
             writeln!(f, "    {range:<16} {:>12}  keys", b.keys)?;
         }
         if !self.largest.is_empty() {
@@ -473,8 +459,18 @@ mod tests {
         let s = Tally::new(1).finish(&sweep(), 0.0, 0.0);
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["match"], "presence:*:online");
-        assert_eq!(v["members_per_key"]["buckets"][0]["le"], 1);
-        assert_eq!(v["members_per_key"]["buckets"][10]["le"], "+Inf");
+        let bucket = |i: usize| &v["members_per_key"]["buckets"][i];
+        assert_eq!(
+            (&bucket(0)["from"], &bucket(0)["to"]),
+            (&1.into(), &1.into())
+        );
+        assert_eq!(
+            (&bucket(2)["from"], &bucket(2)["to"]),
+            (&3.into(), &5.into())
+        );
+        assert_eq!(bucket(10)["from"], 1001);
+        assert!(bucket(10)["to"].is_null());
+        assert!(bucket(0).get("le").is_none());
         assert!(v["oldest_heartbeat_age_seconds"].is_null());
     }
 

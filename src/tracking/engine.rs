@@ -29,6 +29,7 @@ use crate::tracking::index::Capacity;
 use crate::tracking::lease::Lease;
 use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary};
 use crate::tracking::schedule::{CronClock, Ticker};
+use crate::tracking::summary::Summary;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
 /// resharding); sooner when a primary's work fails, but at most once per [`TOPOLOGY_AFTER`].
@@ -36,9 +37,6 @@ const TOPOLOGY_EVERY: Duration = Duration::from_secs(10);
 const TOPOLOGY_AFTER: Duration = Duration::from_secs(1);
 /// How often the engine itself turns, at most: sweeps' intervals, the watchdog.
 const TURN_EVERY: Duration = Duration::from_secs(1);
-/// How often each sweep's work is summed up in the log, at info level: what every check and
-/// walk did is at debug level, so an idle daemon writes a few lines an hour, not one per walk.
-const SUMMARY_EVERY: Duration = Duration::from_secs(300);
 
 /// What a sweep's settings are made of; a change of any of it replaces the sweep (its index is
 /// rebuilt by a walk).
@@ -113,9 +111,8 @@ pub(crate) struct Engine {
     last_topology: tokio::time::Instant,
     turn: tokio::time::Interval,
     loop_health: LoopHealth,
-    /// When the next summary is due, and each sweep's totals at the last one.
-    next_summary: tokio::time::Instant,
-    summarized: BTreeMap<String, Totals>,
+    /// What the log says of the sweeps' work, and when.
+    summary: Summary,
 }
 
 impl Engine {
@@ -159,8 +156,7 @@ impl Engine {
             suspect: Arc::default(),
             last_topology: tokio::time::Instant::now(),
             turn,
-            next_summary: tokio::time::Instant::now() + SUMMARY_EVERY,
-            summarized: BTreeMap::new(),
+            summary: Summary::new(tokio::time::Instant::now()),
         }
     }
 
@@ -316,45 +312,63 @@ impl Engine {
             self.metrics.set_interval(name, interval);
         }
         self.retiring.retain(|task| !task.is_finished());
-        if tokio::time::Instant::now() >= self.next_summary {
-            self.next_summary += SUMMARY_EVERY;
-            self.summarize();
+        let now = tokio::time::Instant::now();
+        self.bursts(now);
+        if let Some(covered) = self.summary.due(now) {
+            self.summarize(covered);
         }
     }
 
-    /// One info line per sweep: what it did since the last summary.
-    fn summarize(&mut self) {
+    /// An info line as soon as a sweep evicts a large burst (counts only: never an id).
+    fn bursts(&mut self, now: tokio::time::Instant) {
+        for (name, entry) in &self.sweeps {
+            let evicted = entry.job.metrics.totals().evicted;
+            if let Some((burst, over)) = self.summary.burst(name, evicted, now) {
+                tracing::info!(
+                    sweep = %name,
+                    evicted = burst,
+                    seconds = over.as_secs(),
+                    "large eviction burst: {burst} members evicted within {} s",
+                    over.as_secs().max(1)
+                );
+            }
+        }
+    }
+
+    /// One info line per sweep: what it did in the `covered` time since the last summary.
+    fn summarize(&mut self, covered: Duration) {
         let subscribed = self
             .primaries
             .values()
             .filter(|p| p.subscribed.load(Ordering::Relaxed))
             .count();
+        let minutes = covered.as_secs_f64() / 60.0;
+        let period = match minutes.round() as u64 {
+            0 | 1 => "minute".to_owned(),
+            n => format!("{n} minutes"),
+        };
         for (name, entry) in &self.sweeps {
-            let now = entry.job.metrics.totals();
-            let was = self
-                .summarized
-                .insert(name.clone(), now)
-                .unwrap_or_default();
+            let totals = entry.job.metrics.totals();
+            let done: Totals = self.summary.since_last(name, totals);
             tracing::info!(
                 sweep = %name,
-                evicted = now.evicted - was.evicted,
-                events = now.published - was.published,
-                events_lost = now.lost - was.lost,
-                events_unconfirmed = now.unconfirmed - was.unconfirmed,
-                checks = now.checks - was.checks,
-                walks = now.walks - was.walks,
-                failed_walks = now.failed_walks - was.failed_walks,
-                tracked_keys = now.tracked,
-                members = now.members,
+                evicted = done.evicted,
+                events = done.published,
+                events_lost = done.lost,
+                events_unconfirmed = done.unconfirmed,
+                checks = done.checks,
+                walks = done.walks,
+                failed_walks = done.failed_walks,
+                tracked_keys = done.tracked,
+                members = done.members,
                 primaries = self.primaries.len(),
                 notifications_on = subscribed,
                 active = entry.active,
-                "summary of the last {} minutes",
-                SUMMARY_EVERY.as_secs() / 60
+                "summary of the last {period}"
             );
         }
-        self.summarized
-            .retain(|name, _| self.sweeps.contains_key(name));
+        let sweeps = &self.sweeps;
+        self.summary.retain(|name| sweeps.contains_key(name));
     }
 
     /// Pings the systemd watchdog if every loop turned recently and none is stuck.

@@ -1,6 +1,7 @@
 //! Where the daemon's work comes from: each key's deadline (`index`), notifications of new keys
 //! (`keyspace`), one primary's loop joining both with walks (`primary`), every sweep on every
-//! primary (`engine`), when sweeps walk (`schedule`) and which replica sweeps (`lease`).
+//! primary (`engine`), when sweeps walk (`schedule`), which replica sweeps (`lease`), and what the log
+//! says of their work (`summary`).
 
 pub(crate) mod engine;
 pub(crate) mod index;
@@ -8,3 +9,4 @@ pub(crate) mod keyspace;
 pub(crate) mod lease;
 pub(crate) mod primary;
 pub(crate) mod schedule;
+pub(crate) mod summary;

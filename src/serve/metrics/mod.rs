@@ -206,7 +206,7 @@ impl Metrics {
             lag: HistogramVec::new(
                 histogram(
                     "eviction_lag_seconds",
-                    "Eviction time minus (last_seen + ttl): how long a zombie outlived its window.",
+                    "Eviction time minus (last_seen + ttl): how long a zombie outlived its window. Members a day or more past it (a score written by hand) are evicted but not observed.",
                     LAG_BUCKETS,
                 ),
                 by_sweep,
@@ -275,13 +275,17 @@ impl Metrics {
         let build_info = IntGaugeVec::new(
             opts(
                 "build_info",
-                "Constant 1, labelled with the version of presence-sweeper.",
+                "Constant 1, labelled with the version of presence-sweeper, the git revision it was built from and the rustc that built it.",
             ),
-            &["version"],
+            &["version", "revision", "rustc"],
         )
         .expect("valid metric");
         build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .with_label_values(&[
+                crate::version::VERSION,
+                crate::version::REVISION,
+                crate::version::rustc_release(),
+            ])
             .set(1);
         let collectors: Vec<Box<dyn Collector>> = vec![
             Box::new(m.sweeps.clone()),
@@ -679,7 +683,7 @@ impl Observer for SweepMetrics {
 
     fn member_evicted(&self, lag_seconds: f64) {
         self.evicted.inc();
-        // A score of -inf says nothing of how late its eviction was.
+        // A score of -inf, or one written by hand, says nothing of how late its eviction was.
         if lag_seconds.is_finite() {
             self.lag.observe(lag_seconds.max(0.0));
         }

@@ -39,7 +39,7 @@ use crate::Error;
 use crate::config::pattern::CONVERSATION_ID;
 use crate::config::{Config, RedisConfig, SweepConfig, UnknownSweep};
 use crate::store::clock::{RedisClock, redis_time, unix_now};
-use crate::store::{self, Store};
+use crate::store::{self, Opener, Store};
 use crate::tools::loopback::{self, NotLoopback};
 
 /// Longest `--duration`: the run must end on its own.
@@ -273,6 +273,11 @@ pub struct SimulateReport {
     pub unverified_zombies: u64,
     /// Events in this run's conversations for members it never wrote, or unreadable.
     pub unexpected_events: u64,
+    /// Events received in this run's conversations, of any kind.
+    pub events_received: u64,
+    /// Zombies were missed and not one event came: most likely no sweeper runs against this
+    /// Redis (or it sweeps other keys, or publishes elsewhere).
+    pub no_sweeper_answered: bool,
     /// Typing bursts, with `--typing`.
     pub typing: Option<TypingReport>,
     /// No false evictions, duplicates, missed or unverified zombies, or unexpected events.
@@ -330,7 +335,7 @@ pub async fn run(
     redis: &RedisConfig,
     cancel: &CancellationToken,
 ) -> Result<SimulateReport, Error> {
-    let store = Store::connect(redis).await?;
+    let store = Store::connect_as(redis, Opener::Tool("simulate")).await?;
     let script = redis::Script::new(include_str!("heartbeat.lua"));
     script.load_async(&mut store.connection()).await?;
 
@@ -667,6 +672,14 @@ fn judge(
         && typing.as_ref().is_none_or(|t| {
             t.false_stops + t.duplicate_stops + t.missed_stops + t.unverified_stops == 0
         });
+    // Every event the run received in its conversations, judged or not.
+    let events_received = online.evictions
+        + online.false_evictions
+        + online.duplicates
+        + unexpected_events
+        + typing
+            .as_ref()
+            .map_or(0, |t| t.stops + t.false_stops + t.duplicate_stops);
     let st = watch.state();
     SimulateReport {
         sweep: plan.sweep.name.clone(),
@@ -698,6 +711,8 @@ fn judge(
         unobserved_evictions: online.unobserved,
         unverified_zombies: online.unverified,
         unexpected_events,
+        events_received,
+        no_sweeper_answered: events_received == 0 && online.missed > 0,
         typing,
         ok,
     }
@@ -853,7 +868,7 @@ async fn subscribe(
     redis: &RedisConfig,
     patterns: &[String],
 ) -> Result<redis::aio::PubSubStream, Error> {
-    let mut pubsub = store::subscriber(redis).await?;
+    let mut pubsub = store::subscriber(redis, Opener::Tool("simulate")).await?;
     for p in patterns {
         pubsub.psubscribe(p).await?;
     }
@@ -941,6 +956,13 @@ impl fmt::Display for SimulateReport {
         writeln!(f, "  false evictions      {:>10}", self.false_evictions)?;
         writeln!(f, "  duplicate events     {:>10}", self.duplicate_events)?;
         writeln!(f, "  missed zombies       {:>10}", self.missed_zombies)?;
+        if self.no_sweeper_answered {
+            writeln!(
+                f,
+                "  no sweeper answered: not one event came on sweep {:?}'s channel; is a sweeper running against this Redis with the same [sweeps.{}] settings?",
+                self.sweep, self.sweep
+            )?;
+        }
         if self.pending_zombies > 0 {
             writeln!(f, "  zombies not yet due  {:>10}", self.pending_zombies)?;
         }
