@@ -181,6 +181,8 @@ pub struct Overrides {
     pub log_format: Option<String>,
     /// `--log-level`.
     pub log_level: Option<String>,
+    /// `--http-listen`.
+    pub http_listen: Option<String>,
 }
 
 /// A `--sweep` name that is not configured.
@@ -313,6 +315,7 @@ impl Config {
             .set_override_option("redis.url", o.redis_url.clone())
             .and_then(|b| b.set_override_option("log.format", o.log_format.clone()))
             .and_then(|b| b.set_override_option("log.level", o.log_level.clone()))
+            .and_then(|b| b.set_override_option("http.listen", o.http_listen.clone()))
             .map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let merged = builder.build().map_err(|e| match e {
             config::ConfigError::FileParse { cause, .. } => ConfigError::Syntax(format!(
