@@ -132,6 +132,9 @@ pub struct CoordinationConfig {
 pub struct HttpConfig {
     /// `http.listen`: the address to bind; port 0 picks a free port.
     pub listen: SocketAddr,
+    /// `http.web_config_file`: the exporter toolkit's web configuration file (YAML: TLS and
+    /// basic auth), read by `serve::web_config`; unset or empty: plain HTTP, no auth.
+    pub web_config_file: Option<PathBuf>,
 }
 
 /// `[log]`: logging.
@@ -403,6 +406,11 @@ impl Config {
             listen: listen.value.parse().map_err(|_| {
                 listen.invalid("not a socket address like \"0.0.0.0:9750\" or \"[::1]:9750\"")
             })?,
+            web_config_file: http
+                .optional_string("web_config_file")?
+                .map(|f| f.value)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
         };
         http.finish()?;
 
@@ -534,11 +542,11 @@ impl Config {
             d(c.lease_ttl),
             q(&c.key_prefix)
         );
-        let _ = writeln!(
-            out,
-            "[http]\nlisten = {}\n",
-            q(&self.http.listen.to_string())
-        );
+        let _ = writeln!(out, "[http]\nlisten = {}", q(&self.http.listen.to_string()));
+        if let Some(file) = &self.http.web_config_file {
+            let _ = writeln!(out, "web_config_file = {}", q(&file.to_string_lossy()));
+        }
+        out.push('\n');
         let _ = writeln!(
             out,
             "[log]\nformat = {}\nlevel = {}",
