@@ -16,3 +16,4 @@ mod sentinel;
 mod tls;
 mod tools;
 mod tracking;
+mod web;
