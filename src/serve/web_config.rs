@@ -320,3 +320,51 @@ impl CurrentWeb {
 fn given(p: &Option<PathBuf>) -> Option<&Path> {
     p.as_deref().filter(|p| !p.as_os_str().is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str) -> Result<Web, WebConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        std::fs::write(&path, yaml).unwrap();
+        Web::load(Some(&path))
+    }
+
+    #[test]
+    fn empty_or_certless_files_mean_plain_http() {
+        for yaml in [
+            "",
+            "# nothing\n",
+            "tls_server_config: {}\n",
+            "basic_auth_users: {}\n",
+        ] {
+            let web = load(yaml).unwrap();
+            assert!(web.tls.is_none() && web.auth.is_none(), "{yaml:?}");
+            assert_eq!(web.describe(), "plain HTTP, no auth");
+        }
+    }
+
+    #[test]
+    fn half_a_tls_section_names_what_is_missing() {
+        let e = load("tls_server_config:\n  cert_file: a.pem\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("tls_server_config.key_file: missing"),
+            "{e}"
+        );
+        let e = load("tls_server_config:\n  client_auth_type: RequireAndVerifyClientCert\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("tls_server_config.cert_file"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_files_are_named_relative_to_the_web_config() {
+        let e = load("tls_server_config:\n  cert_file: nope.pem\n  key_file: nope.key\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tls_server_config.cert_file: /"), "{e}");
+        assert!(e.contains("/nope.pem: "), "{e}");
+    }
+}
