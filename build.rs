@@ -16,8 +16,10 @@ fn main() {
     };
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let compiler = output(Command::new(rustc).arg("-V")).unwrap_or_else(|| "rustc unknown".into());
-    println!("cargo:rustc-env=PRESENCE_SWEEPER_REVISION={revision}");
-    println!("cargo:rustc-env=PRESENCE_SWEEPER_RUSTC={compiler}");
+    // Not PRESENCE_SWEEPER_*: cargo sets these in the tests' environment too, where the
+    // binary would take them for mistyped settings.
+    println!("cargo:rustc-env=BUILD_GIT_REVISION={revision}");
+    println!("cargo:rustc-env=BUILD_RUSTC_VERSION={compiler}");
 }
 
 /// The checked-out commit, watching the files that move when it changes (HEAD, the branch it

@@ -45,6 +45,15 @@ pub(crate) struct Cli {
     #[arg(long, global = true, value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
 
+    /// Address of the metrics and health server, overriding `http.listen`.
+    #[arg(
+        long,
+        global = true,
+        value_name = "ADDR",
+        visible_alias = "web.listen-address"
+    )]
+    pub(crate) http_listen: Option<String>,
+
     /// What to do; `run` when omitted.
     #[command(subcommand)]
     pub(crate) command: Option<Command>,
@@ -152,6 +161,7 @@ impl Cli {
                 redis_url: self.redis_url.clone(),
                 log_format: self.log_format.clone(),
                 log_level: self.log_level.clone(),
+                http_listen: self.http_listen.clone(),
             },
         }
     }

@@ -49,6 +49,9 @@ pub enum Error {
     /// A schedule could not be started.
     #[error(transparent)]
     Schedule(#[from] ScheduleError),
+    /// The web config file (TLS and basic auth of the HTTP server) was rejected.
+    #[error(transparent)]
+    WebConfig(#[from] crate::serve::web_config::WebConfigError),
     /// A local I/O operation failed (binding a socket, for instance).
     #[error("{context}: {cause}")]
     Io {

@@ -22,8 +22,9 @@
 //!   `schedule` and `summary` (the log's account of the work).
 //! - [`pass`]: a full pass of the keyspace; [`pass::command`]: the `sweep` command.
 //! - `serve`: the process: [`serve::daemon`], `metrics` (the Prometheus registry), `health`
-//!   (liveness and readiness), [`serve::http`], [`serve::systemd`], [`serve::signals`] and
-//!   [`serve::logging`].
+//!   (liveness and readiness), [`serve::http`] with [`serve::web_config`] (TLS and basic
+//!   auth: `basic_auth`, and `pinned`, the healthcheck's TLS client), [`serve::systemd`],
+//!   [`serve::signals`] and [`serve::logging`].
 //! - [`tools`]: [`tools::seed`], [`tools::stats`] and [`tools::simulate`], for people trying
 //!   or measuring the sweeper; the daemon never calls them.
 //!

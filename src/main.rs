@@ -18,6 +18,7 @@ use presence_sweeper::pass::command;
 use presence_sweeper::serve::daemon::{Daemon, EXIT_DEADLINE};
 use presence_sweeper::serve::logging::LogStats;
 use presence_sweeper::serve::systemd::Notifier;
+use presence_sweeper::serve::web_config::Web;
 use presence_sweeper::serve::{http, logging, signals};
 use presence_sweeper::tools::{seed, simulate, stats};
 use tokio_util::sync::CancellationToken;
@@ -39,6 +40,12 @@ fn main() -> ExitCode {
     };
     let unknown = config.unknown_variables(&env);
     let command = cli.command.take().unwrap_or(Command::Run);
+    // TLS and auth settings are configuration too: a bad file is refused (exit 2) before
+    // anything starts, by every command that serves or calls the endpoint.
+    let web = match Web::load(config.http.web_config_file.as_deref()) {
+        Ok(w) => w,
+        Err(e) => return refused(format!("configuration error: {e}")),
+    };
     if let Command::CheckConfig = command {
         if !unknown.is_empty() {
             let e = ConfigError::UnknownVariables(unknown);
@@ -76,7 +83,7 @@ fn main() -> ExitCode {
         match command {
             Command::Run => run(config, cli, logs).await,
             Command::Sweep { sweeps, dry_run } => sweep(&config, &sweeps, dry_run).await,
-            Command::Healthcheck { timeout } => healthcheck(&config, timeout).await,
+            Command::Healthcheck { timeout } => healthcheck(&config, &web, timeout).await,
             Command::Seed(args) => seed(&config, &args.into()).await,
             Command::Stats { sweeps, top, json } => report_stats(&config, &sweeps, top, json).await,
             Command::Simulate { options, json } => simulate(&config, &options.into(), json).await,
@@ -181,8 +188,12 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
-async fn healthcheck(config: &Config, timeout: std::time::Duration) -> anyhow::Result<ExitCode> {
-    Ok(match http::check(config.http.listen, timeout).await {
+async fn healthcheck(
+    config: &Config,
+    web: &Web,
+    timeout: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    Ok(match http::check(config.http.listen, timeout, web).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(why) => failed(format!("unhealthy: {why}")),
     })

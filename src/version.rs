@@ -6,18 +6,18 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The git commit it was built from (12 hex digits), the value of
 /// `PRESENCE_SWEEPER_GIT_REVISION` at build time, or `unknown`.
-pub const REVISION: &str = env!("PRESENCE_SWEEPER_REVISION");
+pub const REVISION: &str = env!("BUILD_GIT_REVISION");
 
 /// The compiler, as `rustc -V` says it, e.g. `rustc 1.95.0 (59807616e 2026-04-14)`.
-pub const RUSTC: &str = env!("PRESENCE_SWEEPER_RUSTC");
+pub const RUSTC: &str = env!("BUILD_RUSTC_VERSION");
 
 /// What `--version` prints after the program's name.
 pub const LONG: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (revision ",
-    env!("PRESENCE_SWEEPER_REVISION"),
+    env!("BUILD_GIT_REVISION"),
     ", built with ",
-    env!("PRESENCE_SWEEPER_RUSTC"),
+    env!("BUILD_RUSTC_VERSION"),
     ")"
 );
 

@@ -21,3 +21,4 @@ mod sentinel;
 mod tls;
 mod tools;
 mod tracking;
+mod web;

@@ -105,6 +105,8 @@ pub struct Overrides {
     pub log_format: Option<String>,
     /// `--log-level`.
     pub log_level: Option<String>,
+    /// `--http-listen`.
+    pub http_listen: Option<String>,
 }
 
 impl Overrides {
@@ -114,6 +116,7 @@ impl Overrides {
             ("redis.url", "--redis-url", &self.redis_url),
             ("log.format", "--log-format", &self.log_format),
             ("log.level", "--log-level", &self.log_level),
+            ("http.listen", "--http-listen", &self.http_listen),
         ];
         FlagLayer(
             flags

@@ -17,6 +17,7 @@ use crate::serve::http;
 use crate::serve::logging::LogStats;
 use crate::serve::metrics::Metrics;
 use crate::serve::systemd::Notifier;
+use crate::serve::web_config::CurrentWeb;
 use crate::store::Store;
 use crate::store::backoff::Backoff;
 use crate::tracking::engine::Engine;
@@ -72,12 +73,14 @@ impl Daemon {
         let metrics = Arc::new(Metrics::new());
         metrics.watch_logs(logs);
         let health = Health::new(stall_timeout(&config));
+        let web = Arc::new(CurrentWeb::load(config.http.web_config_file.clone())?);
         let http_stop = CancellationToken::new();
         let server = http::serve(
             listener,
             http::State {
                 metrics: metrics.clone(),
                 health: health.clone(),
+                web: web.clone(),
             },
             http_stop.clone(),
         );
@@ -93,6 +96,7 @@ impl Daemon {
             metrics: &metrics,
             health: &health,
             notifier: &notifier,
+            web: &web,
         };
         loop {
             let Some(store) = connect(&mut config, &mut ctx, &cancel).await else {
@@ -118,6 +122,7 @@ struct Ctx<'a> {
     metrics: &'a Arc<Metrics>,
     health: &'a Arc<Health>,
     notifier: &'a Arc<Notifier>,
+    web: &'a CurrentWeb,
 }
 
 /// What follows a connection's life.
@@ -286,8 +291,17 @@ async fn serve(
 }
 
 /// Reads the configuration again; `None` (logged and counted) if it is rejected. `[http]` and
-/// `[log]` keep their running values; a changed `[redis]` is the caller's to act on.
+/// `[log]` keep their running values; a changed `[redis]` is the caller's to act on. The web
+/// config file is read again on its own: renewed certificates need no restart.
 fn reload(config: &Config, ctx: &Ctx<'_>, connecting: bool) -> Option<Config> {
+    match ctx.web.reload() {
+        Ok(true) => tracing::info!("web config file reloaded; new connections use it"),
+        Ok(false) => {}
+        Err(e) => tracing::error!(
+            error = %e,
+            "web config file reload rejected; the running TLS and auth settings stay in effect"
+        ),
+    }
     match (ctx.loader)() {
         Ok(new) => {
             warn_restart_needed(config, &new);

@@ -1,10 +1,13 @@
 //! The process around the sweeps: the daemon, its HTTP endpoint (metrics, liveness,
-//! readiness), systemd, signals and logging.
+//! readiness; TLS and basic auth from the web config file), systemd, signals and logging.
 
+pub(crate) mod basic_auth;
 pub mod daemon;
 pub(crate) mod health;
 pub mod http;
 pub mod logging;
 pub(crate) mod metrics;
+pub(crate) mod pinned;
 pub mod signals;
 pub mod systemd;
+pub mod web_config;
