@@ -35,7 +35,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 pub(crate) use self::conn::{Conn, Node, NodeId};
-pub use self::name::Opener;
+pub(crate) use self::name::Opener;
 use self::name::Purpose;
 pub(crate) use self::packed::{Packed, SendPacked, all_ok};
 use self::sentinel::SentinelBackend;
@@ -76,7 +76,7 @@ impl Store {
     }
 
     /// Connects once, naming the connections after `opener`.
-    pub async fn connect_as(cfg: &RedisConfig, opener: Opener) -> Result<Self, Error> {
+    pub(crate) async fn connect_as(cfg: &RedisConfig, opener: Opener) -> Result<Self, Error> {
         let control = opener.name(Purpose::Control);
         let attempt = async {
             let backend = match cfg.mode {

@@ -27,7 +27,10 @@ impl Sweep {
     /// sizes alongside the first transactions (one round trip), then runs the other
     /// transactions and the script. What any call removed is counted and announced, even when
     /// a later step fails.
-    #[allow(clippy::too_many_arguments)] // the steps' shared state, passed as it is
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the steps' shared state, passed as it is"
+    )]
     pub(super) async fn evict(
         &self,
         node: &mut Node,

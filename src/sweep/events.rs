@@ -82,7 +82,6 @@ impl Roster {
     }
 
     /// How many members it lists.
-    #[allow(clippy::len_without_is_empty)] // nothing asks whether a roster is empty
     pub(crate) fn len(&self) -> usize {
         self.ends.len()
     }
@@ -195,7 +194,7 @@ impl EventEncoder {
 
     /// The event's JSON.
     #[cfg(test)]
-    pub fn encode(&self, event: &Event<'_>) -> Vec<u8> {
+    pub(crate) fn encode(&self, event: &Event<'_>) -> Vec<u8> {
         let mut out = Vec::with_capacity(256 + event.roster.json.len());
         self.encode_into(event, &mut out);
         out

@@ -28,7 +28,7 @@ use crate::sweep::units::UnitAlarm;
 use crate::tracking::index::Capacity;
 use crate::tracking::lease::Lease;
 use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary};
-use crate::tracking::schedule::{CronClock, Ticker};
+use crate::tracking::schedule::{CronClock, CronJob, Ticker};
 use crate::tracking::summary::Summary;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
@@ -70,9 +70,10 @@ struct Entry {
     job: Arc<Job>,
     /// Without a lease, always; with one, while this replica holds it.
     active: bool,
-    clock: JoinHandle<()>,
+    /// Its schedule loop.
+    schedule: JoinHandle<()>,
     retire: CancellationToken,
-    cron_job: Option<uuid::Uuid>,
+    cron_job: Option<CronJob>,
 }
 
 struct PrimaryHandle {
@@ -83,7 +84,7 @@ struct PrimaryHandle {
     stop: CancellationToken,
 }
 
-/// What sweep clocks tell the engine.
+/// What the sweeps' schedule loops tell the engine.
 enum Msg {
     Tick(String),
     Lease(String, bool),
@@ -184,7 +185,7 @@ impl Engine {
             if let Some(job) = old.cron_job {
                 self.cron.remove(job).await;
             }
-            self.retiring.push(old.clock);
+            self.retiring.push(old.schedule);
             if !wanted.iter().any(|w| w.sweep.name == name) {
                 self.metrics.forget_sweep(&name);
                 self.health.forget_sweep(&name);
@@ -230,7 +231,7 @@ impl Engine {
             )
         });
         let retire = self.cancel.child_token();
-        let clock = tokio::spawn(sweep_clock(SweepClock {
+        let schedule = tokio::spawn(run_schedule(ScheduleLoop {
             name: config.name.clone(),
             ticker,
             lease,
@@ -252,7 +253,7 @@ impl Engine {
             active: !settings.coordination.lease,
             settings,
             job,
-            clock,
+            schedule,
             retire,
             cron_job,
         })
@@ -480,7 +481,7 @@ impl Engine {
             let _ = (&mut p.task).await;
         }
         for e in self.sweeps.values_mut() {
-            let _ = (&mut e.clock).await;
+            let _ = (&mut e.schedule).await;
         }
         for task in &mut self.retiring {
             let _ = task.await;
@@ -493,7 +494,7 @@ impl Engine {
             p.task.abort();
         }
         for e in self.sweeps.values() {
-            e.clock.abort();
+            e.schedule.abort();
         }
         for task in &self.retiring {
             task.abort();
@@ -530,8 +531,9 @@ fn alive_every(notifier: &Notifier) -> Duration {
         .map_or(primary::ALIVE_EVERY, |p| (p / 4).min(primary::ALIVE_EVERY))
 }
 
-/// One sweep's clock: its schedule's ticks, and its lease.
-struct SweepClock {
+/// One sweep's schedule loop (the "schedule <sweep>" loop health watches): it turns the
+/// schedule's ticks and the sweep's lease into messages for the engine.
+struct ScheduleLoop {
     name: String,
     ticker: Ticker,
     lease: Option<(Lease, prometheus::IntGauge)>,
@@ -545,7 +547,7 @@ struct SweepClock {
 
 /// Sends the sweep's ticks, and whether this replica holds its lease, until retired; then
 /// releases the lease so a standby can take over at once.
-async fn sweep_clock(mut c: SweepClock) {
+async fn run_schedule(mut c: ScheduleLoop) {
     let mut alive = tokio::time::interval(c.alive_every);
     let mut next_lease_attempt = c.lease.as_ref().map(|_| tokio::time::Instant::now());
     let mut held = false;

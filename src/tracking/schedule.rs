@@ -126,14 +126,18 @@ impl CronClock {
     }
 
     /// Removes a job that a [`Ticker`] registered.
-    pub(crate) async fn remove(&mut self, job: Uuid) {
+    pub(crate) async fn remove(&mut self, job: CronJob) {
         if let Some(scheduler) = &self.scheduler
-            && let Err(e) = scheduler.remove(&job).await
+            && let Err(e) = scheduler.remove(&job.0).await
         {
             tracing::warn!(error = %e, "could not remove a cron job");
         }
     }
 }
+
+/// A job of the cron scheduler, to remove it again. The scheduler's own id type stays here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CronJob(Uuid);
 
 /// The stream of ticks of one sweep.
 pub(crate) enum Ticker {
@@ -142,7 +146,7 @@ pub(crate) enum Ticker {
     /// Ticks sent by a cron job.
     Cron {
         /// The job, to remove it again.
-        job: Uuid,
+        job: CronJob,
         /// Where the job's ticks arrive.
         ticks: mpsc::Receiver<()>,
     },
@@ -172,7 +176,10 @@ impl Ticker {
                     })
                 })?;
                 let job = cron.scheduler().await?.add(job).await?;
-                Ok(Self::Cron { job, ticks })
+                Ok(Self::Cron {
+                    job: CronJob(job),
+                    ticks,
+                })
             }
         }
     }
@@ -192,7 +199,7 @@ impl Ticker {
     }
 
     /// The cron job behind this ticker, if any.
-    pub(crate) fn cron_job(&self) -> Option<Uuid> {
+    pub(crate) fn cron_job(&self) -> Option<CronJob> {
         match self {
             Self::Every(_) => None,
             Self::Cron { job, .. } => Some(*job),

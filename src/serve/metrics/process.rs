@@ -60,6 +60,10 @@ impl Collector for ProcessCollector {
 }
 
 /// User plus system CPU time of this process, in seconds.
+#[expect(
+    unsafe_code,
+    reason = "getrusage is the one call the crate makes outside Rust; procfs would read it only in ticks of 10 ms"
+)]
 fn cpu_seconds() -> Option<f64> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: `getrusage` only writes the struct it is given, which is valid and large enough.
