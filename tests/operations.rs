@@ -183,6 +183,9 @@ fn sighup_applies_a_new_ttl_and_rejects_a_broken_file() {
     wait_until("eviction under the new ttl", Duration::from_secs(5), || {
         !typing_member_present(&mut con, "ten-seconds-quiet")
     });
+    // The changed sweep starts its index again, but its first walk was at start.
+    d.wait_walks("typing", 8, Duration::from_secs(10));
+    assert_eq!(d.count("first walk done"), 1, "{}", d.log());
 
     write_config(&d, &format!("{base}ttl = \"0s\"\n"));
     d.signal("HUP");

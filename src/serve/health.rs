@@ -99,13 +99,17 @@ impl Health {
     }
 
     /// `sweep` finished a walk of `node`.
-    pub(crate) fn walked(&self, sweep: &str, node: &NodeId) {
+    /// Returns whether it is the first walk of `node` by this sweep since the daemon started
+    /// (a reload that changes the sweep's settings starts its index again, not its history).
+    pub(crate) fn walked(&self, sweep: &str, node: &NodeId) -> bool {
         let mut state = self.state();
         let nodes = state.nodes.clone();
-        if let Some(s) = state.sweeps.get_mut(sweep) {
-            s.walked.insert(node.clone());
-            s.ready_once |= !nodes.is_empty() && nodes.is_subset(&s.walked);
-        }
+        let Some(s) = state.sweeps.get_mut(sweep) else {
+            return false;
+        };
+        let first = s.walked.insert(node.clone());
+        s.ready_once |= !nodes.is_empty() && nodes.is_subset(&s.walked);
+        first
     }
 
     /// Whether `sweep` stands by while another replica holds its lease: its job then.
@@ -328,7 +332,8 @@ mod tests {
         h.set_nodes([node("a"), node("b")]);
         assert_eq!(h.readiness().unwrap_err(), "not connected to Redis yet");
         h.set_redis(Ok(()));
-        h.walked("online", &node("a"));
+        assert!(h.walked("online", &node("a")), "the first walk of a");
+        assert!(!h.walked("online", &node("a")), "not the first any more");
         h.walked("online", &node("b"));
         h.walked("typing", &node("a"));
         assert_eq!(

@@ -211,7 +211,8 @@ impl Run {
         t.untracked = t.walk_untracked;
         t.direct_members = t.walk_direct_members;
         t.report_population(&self.id);
-        if !t.synced {
+        let first = self.health.walked(t.job.name(), &self.id);
+        if !t.synced && first {
             tracing::info!(
                 sweep = %t.job.name(),
                 node = %self.id,
@@ -232,7 +233,6 @@ impl Run {
             f.members = members;
             f.last_success = unix_now;
         });
-        self.health.walked(t.job.name(), &self.id);
     }
 
     pub(super) fn direct_checked(&mut self, epoch: u64, checked: Checked) {
