@@ -576,12 +576,7 @@ impl Run {
         t.job
             .metrics
             .deadline_checks(checked.states.len() as u64, checked.error.is_some());
-        let (tracked, members) = (t.index.len() as u64, t.index.members());
-        t.report_population(&self.id);
-        t.job.metrics.node_figures(&self.id, |f| {
-            f.tracked = tracked;
-            f.members = members;
-        });
+        t.index_changed(&self.id);
         if let Some(e) = checked.error {
             self.log_error("a check failed; its keys are checked again", &e);
             self.failed(e);
@@ -669,7 +664,10 @@ impl Run {
                     t.job.metrics.node_figures(&self.id, |f| f.untracked = 1);
                 }
             }
-            Change::Deleted => t.index.deleted(id),
+            Change::Deleted => {
+                t.index.deleted(id);
+                t.index_changed(&self.id);
+            }
         }
     }
 

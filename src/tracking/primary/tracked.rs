@@ -82,6 +82,17 @@ impl Tracked {
         self.verify.len() + self.direct.len()
     }
 
+    /// Publishes what the index holds now (`tracked_keys`, `members`) and tells the storm
+    /// guard: after every change of the index's size, so that the gauges follow the keyspace.
+    pub(crate) fn index_changed(&self, node: &NodeId) {
+        let (tracked, members) = (self.index.len() as u64, self.index.members());
+        self.report_population(node);
+        self.job.metrics.node_figures(node, |f| {
+            f.tracked = tracked;
+            f.members = members;
+        });
+    }
+
     /// Tells the storm guard how many members this sweep has here: the tracked keys' as of
     /// their checks, and the untracked keys' as of the walks that checked them.
     pub(crate) fn report_population(&self, node: &NodeId) {
