@@ -566,8 +566,9 @@ impl Run {
         let credit_until = credit.map(|c| c.until(ttl_ms as f64 / 1000.0));
         let spared_until = checks::spared_until(credit_until, checked.hold_until, now_ms);
         let written_by = now_ms + ttl_ms;
-        for (ticket, state) in tickets.into_iter().zip(&checked.states) {
-            match checks::next_look(state, now_ms, ttl_ms, spared_until) {
+        for (k, (ticket, state)) in tickets.into_iter().zip(&checked.states).enumerate() {
+            let expires_in = checked.expires_in.get(k).copied().flatten();
+            match checks::next_look(state, now_ms, ttl_ms, spared_until, expires_in) {
                 Look::Forget => t.index.checked(ticket, None, written_by),
                 Look::At { next, card } => t.index.checked(ticket, Some((next, card)), written_by),
                 Look::Retry(at) => t.index.retry(ticket, at),
