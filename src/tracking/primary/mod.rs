@@ -535,16 +535,8 @@ impl Run {
                 checked,
             } => self.checked(epoch, tickets, checked),
             Done::Direct { epoch, checked } => self.direct_checked(epoch, checked),
-            Done::Verified { epoch, ids, reads } => {
-                self.walk_future_done(None);
-                match reads {
-                    Ok(reads) => {
-                        self.replied(reads.time);
-                        self.verified(epoch, ids, reads);
-                    }
-                    Err(e) => self.walk_future_done(Some(e)),
-                }
-            }
+            Done::Verified { epoch, ids, reads } => self.verified(epoch, ids, reads),
+            Done::Unseen { epoch, ids, reads } => self.unseen_read(epoch, ids, reads),
         }
         self.finish_walk_if_done();
     }
