@@ -4,9 +4,10 @@
 //! A full pass asks only `ZCOUNT -inf (cutoff` of every key, then `ZCARD` of the clean ones (the
 //! metrics need their size; a key with zombies learns its size from its eviction), so that each
 //! key costs Redis one cheap command besides its eviction. A deadline check needs the lowest
-//! score of a key (its next deadline, and whether it holds zombies at all) and its size: `ZRANGE
-//! key 0 0 WITHSCORES` and `ZCARD`, with a `TIME` in front when the caller's view of Redis's
-//! clock wants refreshing.
+//! score of a key (its next deadline, and whether it holds zombies at all), its size and when
+//! the key itself expires (a key TTL ends with no notification unless the server publishes
+//! `expired` events): `ZRANGE key 0 0 WITHSCORES`, `ZCARD` and `PTTL`, with a `TIME` in front
+//! when the caller's view of Redis's clock wants refreshing.
 
 use redis::Value;
 
@@ -29,7 +30,7 @@ pub(crate) enum Read<'c> {
     Summary(&'c Cutoff),
     /// `ZCARD`: the members.
     Members,
-    /// `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: all a deadline needs.
+    /// `ZRANGE key 0 0 WITHSCORES`, `ZCARD` and `PTTL`: all a deadline needs.
     Probe {
         /// `TIME` first.
         time: bool,
@@ -43,8 +44,8 @@ pub(crate) enum Read<'c> {
 impl Read<'_> {
     fn commands(self) -> usize {
         match self {
-            Self::Probe { newest: false, .. } => 2,
-            Self::Probe { newest: true, .. } => 3,
+            Self::Probe { newest: false, .. } => 3,
+            Self::Probe { newest: true, .. } => 4,
             Self::StaleNewest(_) => 2,
             Self::Summary(_) => 3,
             _ => 1,
@@ -55,6 +56,7 @@ impl Read<'_> {
     fn command(self, i: usize) -> &'static str {
         match (self, i) {
             (Self::Stale(_), _) | (Self::StaleNewest(_), 0) | (Self::Summary(_), 1) => "ZCOUNT",
+            (Self::Probe { .. }, 2) => "PTTL",
             (Self::Members, _) | (Self::Probe { .. }, 1) | (Self::Summary(_), 0) => "ZCARD",
             (
                 Self::Probe { .. }
@@ -79,6 +81,9 @@ pub(crate) struct KeyRead {
     pub(crate) oldest: Option<f64>,
     /// The highest score, when asked for.
     pub(crate) newest: Option<f64>,
+    /// Milliseconds until the key itself expires ([`Read::Probe`]); `None` without a key TTL,
+    /// or when the Redis user may not run `PTTL`.
+    pub(crate) expires_in: Option<u64>,
     /// The longest id the read brought back (the lowest and highest members), in bytes: what
     /// a check sizes its calls by before any eviction taught it.
     pub(crate) id_bytes: usize,
@@ -157,7 +162,8 @@ where
             Read::Probe { newest, .. } => {
                 batch
                     .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"])
-                    .command(&[b"ZCARD", key]);
+                    .command(&[b"ZCARD", key])
+                    .command(&[b"PTTL", key]);
                 if newest {
                     batch.command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]);
                 }
@@ -207,6 +213,10 @@ pub(crate) const KEY_TARGET: &str = "a key it checks";
 fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, Error> {
     for (i, reply) in replies.iter().enumerate() {
         match reply {
+            // `PTTL` came with the gauges that follow key expiry, after the README's ACL had
+            // been deployed: without it a key is only forgotten later (its next check, or a
+            // reconciliation), so a user who may not run it still sweeps.
+            Value::ServerError(e) if e.code() == "NOPERM" && what.command(i) == "PTTL" => {}
             Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(KeyStatus::NotZset),
             Value::ServerError(e) if is_moved(e.code()) => return Ok(KeyStatus::Moved),
             Value::ServerError(e) if e.code() == "NOPERM" => {
@@ -242,10 +252,12 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
             read.oldest = single_score(oldest)?;
             read.id_bytes = id_bytes(oldest);
         }
-        (Read::Probe { .. }, [oldest, card, newest @ ..]) => {
+        (Read::Probe { .. }, [oldest, card, pttl, newest @ ..]) => {
             read.oldest = single_score(oldest)?;
             read.id_bytes = id_bytes(oldest);
             read.card = count(card)?;
+            // -1 (no TTL), -2 (no key) and a refusal all read as no expiry.
+            read.expires_in = int(pttl);
             if let [newest] = newest {
                 read.newest = single_score(newest)?;
                 read.id_bytes = read.id_bytes.max(id_bytes(newest));

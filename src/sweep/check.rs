@@ -144,6 +144,9 @@ pub(crate) struct Checked {
     pub(crate) states: Vec<KeyState>,
     /// Redis's clock at the read, when the read asked for it (a tracking check does).
     pub(crate) time: Option<f64>,
+    /// One per key when the read asked (a tracking check does): milliseconds from the read
+    /// until the key itself expires, if it has a TTL. The index looks at the key again then.
+    pub(crate) expires_in: Vec<Option<u64>>,
     /// The storm guard held this check's evictions until then (Redis's clock, Unix seconds):
     /// its stale keys are reported `Live` and should be looked at again at that instant.
     pub(crate) hold_until: Option<f64>,
@@ -165,6 +168,7 @@ impl Sweep {
             counts: Counts::default(),
             states: vec![KeyState::Unknown; keys.len()],
             time: None,
+            expires_in: Vec::new(),
             hold_until: None,
             error: None,
         };
@@ -209,6 +213,9 @@ impl Sweep {
         let guarded = purpose.guarded() && self.guard.enabled();
         let reads = read::read(node, &refs, purpose.read(&cutoff, guarded)).await?;
         out.time = reads.time;
+        if purpose.tracks() {
+            out.expires_in = reads.keys.iter().map(|k| k.set()?.expires_in).collect();
+        }
         ctx.observer.progress();
         if purpose.dry_run() {
             return self.dry_run(node, &refs, reads.keys, ctx, out).await;

@@ -7,6 +7,11 @@
 //! Redis `TIME`, and a heartbeat only raises a score, so a tracked deadline is never later than
 //! the key's true earliest one; the rare score written in the past is found by reconciliation.
 //!
+//! Keys leave the index as soon as something shows them gone, so that the gauges follow the
+//! keyspace: a check that finds the key gone (a check also comes when the key's own TTL ends),
+//! a `del`/`expired` notification, or a walk that did not find it ([`Index::walk_started`],
+//! [`Index::unseen`]) once a read confirms it is gone ([`Index::gone`]).
+//!
 //! Memory is what bounds it, so keys are stored compactly: the conversation id only (the sweep's
 //! pattern rebuilds the key), inline when it fits in 16 bytes; a slab of fixed-size slots; a
 //! hash table of 4-byte slot numbers; and the deadlines in a B-tree of (deadline, slot): at most
@@ -24,6 +29,9 @@ use smallvec::SmallVec;
 /// A deadline that never comes: a key whose lowest score is `+inf`, kept but never checked
 /// except by reconciliation.
 pub(crate) const NEVER: u64 = u64::MAX;
+
+/// Slots [`Index::unseen`] looks at in one call, so that the loop is never held long.
+pub(crate) const UNSEEN_SPAN: usize = 16_384;
 
 /// How many keys every index together may track.
 #[derive(Debug)]
@@ -88,6 +96,9 @@ struct Slot {
     /// A keyspace notification said the key was written since its last check: a score written
     /// in the past may have moved its deadline earlier, so reconciliation reads it.
     written: bool,
+    /// The walk in flight found it, or it was tracked or written since that walk started: it
+    /// is there. (A flag, cleared at each walk's start, keeps the slot at 40 bytes.)
+    seen: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +191,7 @@ impl Index {
             card: 0,
             state: State::Scheduled,
             written: false,
+            seen: true,
         };
         let s = match self.free.pop() {
             Some(s) => {
@@ -291,6 +303,7 @@ impl Index {
         };
         let slot = &mut self.slots[s as usize];
         slot.written = true;
+        slot.seen = true;
         match &mut slot.state {
             State::InFlight { rewritten } => *rewritten = true,
             State::Scheduled if slot.deadline > by => self.schedule(s, by),
@@ -306,11 +319,54 @@ impl Index {
         self.unnoticed = unnoticed;
     }
 
-    /// Whether reconciliation must read `id`'s lowest score: it is tracked, and it may have been
-    /// written since its last check (a score in the past moves a deadline earlier).
-    pub(crate) fn needs_reading(&self, id: &[u8]) -> Option<bool> {
+    /// A walk found `id`. Returns whether reconciliation must read its lowest score: it is
+    /// tracked, and it may have been written since its last check (a score in the past moves a
+    /// deadline earlier); `None` if it is not tracked.
+    pub(crate) fn found(&mut self, id: &[u8]) -> Option<bool> {
         let s = self.find(id)?;
-        Some(self.unnoticed || self.slots[s as usize].written)
+        let slot = &mut self.slots[s as usize];
+        slot.seen = true;
+        Some(self.unnoticed || slot.written)
+    }
+
+    /// A walk starts: from now on it, a track or a write marks each key it finds as seen. A
+    /// full walk returns every key that exists throughout it (SCAN's guarantee), so a key
+    /// unseen at its end was gone at some moment of it.
+    pub(crate) fn walk_started(&mut self) {
+        for slot in &mut self.slots {
+            slot.seen = false;
+        }
+    }
+
+    /// After a full walk: appends to `out` up to `max` ids of keys it did not see, from slot
+    /// `from` on, looking at no more than [`UNSEEN_SPAN`] slots. Returns where to go on, or
+    /// `None` at the end. Keys in flight are left to their checks.
+    pub(crate) fn unseen(&self, from: usize, max: usize, out: &mut Vec<Vec<u8>>) -> Option<usize> {
+        let end = self.slots.len().min(from.saturating_add(UNSEEN_SPAN));
+        let limit = out.len().saturating_add(max);
+        for (s, slot) in self.slots.iter().enumerate().take(end).skip(from) {
+            if out.len() >= limit {
+                return Some(s);
+            }
+            if slot.state == State::Scheduled && !slot.seen {
+                out.push(slot.id.to_vec());
+            }
+        }
+        (end < self.slots.len()).then_some(end)
+    }
+
+    /// A read after a walk found `id` gone (it did not see it): forget it, unless it was seen
+    /// since (tracked or written anew) or a check is in flight. Returns whether it was.
+    pub(crate) fn gone(&mut self, id: &[u8]) -> bool {
+        let Some(s) = self.find(id) else {
+            return false;
+        };
+        let slot = &self.slots[s as usize];
+        if slot.seen || slot.state != State::Scheduled {
+            return false;
+        }
+        self.remove(s);
+        true
     }
 
     /// A keyspace notification said `id` was deleted: forget it, unless a check is in flight
@@ -501,24 +557,123 @@ mod tests {
         for (t, _) in due(&mut i, 0) {
             i.checked(t, Some((1000, 1)), NEVER);
         }
-        assert_eq!(i.needs_reading(b"quiet"), Some(true), "unnoticed at first");
+        assert_eq!(i.found(b"quiet"), Some(true), "unnoticed at first");
         i.set_unnoticed(false);
-        assert_eq!(i.needs_reading(b"quiet"), Some(false));
+        assert_eq!(i.found(b"quiet"), Some(false));
         assert!(i.written(b"busy", NEVER));
-        assert_eq!(i.needs_reading(b"busy"), Some(true));
+        assert_eq!(i.found(b"busy"), Some(true));
         i.due_by(b"busy", 2000);
-        assert_eq!(
-            i.needs_reading(b"busy"),
-            Some(false),
-            "read, it is up to date"
-        );
-        assert_eq!(i.needs_reading(b"unknown"), None);
+        assert_eq!(i.found(b"busy"), Some(false), "read, it is up to date");
+        assert_eq!(i.found(b"unknown"), None);
         // Written while its check ran: the check may not have seen the write.
         i.track(b"racing", 0);
         let [(t, _)] = due(&mut i, 0).try_into().unwrap();
         i.written(b"racing", NEVER);
         i.checked(t, Some((3000, 1)), NEVER);
-        assert_eq!(i.needs_reading(b"racing"), Some(true));
+        assert_eq!(i.found(b"racing"), Some(true));
+    }
+
+    /// Tracks `ids`, each checked with `card` members and due at 1000.
+    fn tracked(i: &mut Index, ids: &[&[u8]], card: u64) {
+        for id in ids {
+            i.track(id, 0);
+        }
+        for (t, _) in due(i, 0) {
+            i.checked(t, Some((1000, card)), NEVER);
+        }
+    }
+
+    fn unseen_all(i: &Index) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut from = Some(0);
+        while let Some(f) = from {
+            from = i.unseen(f, usize::MAX, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn a_key_a_walk_did_not_find_is_forgotten_once_read_gone() {
+        let mut i = index(10);
+        tracked(&mut i, &[b"a", b"b", b"c"], 2);
+        assert_eq!((i.len(), i.members()), (3, 6));
+        i.walk_started();
+        assert_eq!(i.found(b"a"), Some(true));
+        assert_eq!(i.found(b"unknown"), None);
+        assert_eq!(unseen_all(&i), [b"b".to_vec(), b"c".to_vec()]);
+        assert!(i.gone(b"b"));
+        assert!(!i.gone(b"a"), "found by the walk");
+        assert!(!i.gone(b"b"), "forgotten already");
+        assert_eq!((i.len(), i.members()), (2, 4));
+        assert_eq!(unseen_all(&i), [b"c".to_vec()]);
+    }
+
+    #[test]
+    fn a_key_tracked_or_written_during_the_walk_is_kept() {
+        let mut i = index(10);
+        tracked(&mut i, &[b"a", b"b"], 1);
+        i.walk_started();
+        // Written after the walk passed it (or deleted and created anew): a read that found
+        // it gone before the write must not forget it.
+        assert!(i.written(b"a", NEVER));
+        i.track(b"new", 0);
+        assert_eq!(unseen_all(&i), [b"b".to_vec()]);
+        assert!(!i.gone(b"a"));
+        assert!(!i.gone(b"new"));
+        // The next walk starts afresh.
+        i.walk_started();
+        assert_eq!(unseen_all(&i).len(), 3);
+    }
+
+    #[test]
+    fn a_key_in_flight_is_left_to_its_check() {
+        let mut i = index(10);
+        tracked(&mut i, &[b"a"], 1);
+        i.walk_started();
+        let [(ticket, _)] = due(&mut i, 1000).try_into().unwrap();
+        assert!(unseen_all(&i).is_empty());
+        assert!(!i.gone(b"a"));
+        i.checked(ticket, None, NEVER);
+        assert_eq!((i.len(), i.members()), (0, 0), "its check found it gone");
+    }
+
+    #[test]
+    fn unseen_keys_come_in_bounded_batches_and_resume() {
+        let mut i = index(UNSEEN_SPAN + 100);
+        for k in 0..UNSEEN_SPAN + 10 {
+            i.track(format!("c{k}").as_bytes(), NEVER);
+        }
+        i.walk_started();
+        for k in 0..UNSEEN_SPAN {
+            i.found(format!("c{k}").as_bytes());
+        }
+        let mut out = Vec::new();
+        let next = i.unseen(0, 4, &mut out);
+        assert_eq!(
+            (next, out.len()),
+            (Some(UNSEEN_SPAN), 0),
+            "one call looks at a span of slots at most"
+        );
+        let next = i.unseen(UNSEEN_SPAN, 4, &mut out);
+        assert_eq!((next, out.len()), (Some(UNSEEN_SPAN + 4), 4));
+        let next = i.unseen(UNSEEN_SPAN + 4, 4, &mut out);
+        assert_eq!((next, out.len()), (Some(UNSEEN_SPAN + 8), 8));
+        assert_eq!(i.unseen(UNSEEN_SPAN + 8, 4, &mut out), None);
+        assert_eq!(out.len(), 10);
+    }
+
+    #[test]
+    fn a_deletion_notice_forgets_a_waiting_key_and_its_members() {
+        let mut i = index(10);
+        tracked(&mut i, &[b"a", b"b"], 3);
+        i.deleted(b"a");
+        assert_eq!((i.len(), i.members()), (1, 3));
+        assert_eq!(i.next_due(), Some(1000));
+    }
+
+    #[test]
+    fn the_seen_mark_costs_no_memory() {
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
     }
 
     #[test]

@@ -95,11 +95,14 @@ pub(crate) enum Look {
 
 /// When a key checked at `now_ms` in state `state` is looked at again. `spared_until`: members
 /// an outage kept from heartbeating, or the storm guard holds, are spared until then.
+/// `expires_in`: the key's own TTL as the check read it (ms); a key that expires then is looked
+/// at then, found gone and forgotten, even if the server publishes no `expired` event.
 pub(crate) fn next_look(
     state: &KeyState,
     now_ms: u64,
     ttl_ms: u64,
     spared_until: Option<u64>,
+    expires_in: Option<u64>,
 ) -> Look {
     match *state {
         KeyState::Gone | KeyState::Moved => Look::Forget,
@@ -116,7 +119,15 @@ pub(crate) fn next_look(
                 Some(until) => until + DEADLINE_MARGIN_MS,
                 None => now_ms + MIN_RECHECK_MS,
             };
-            Look::At { next, card }
+            // Read before `now_ms`: the key expires no later than this. Redis expires a key
+            // when it is accessed, so the check finds it gone.
+            let expiry = expires_in.map_or(NEVER, |ms| {
+                now_ms.saturating_add(ms).saturating_add(DEADLINE_MARGIN_MS)
+            });
+            Look::At {
+                next: next.min(expiry),
+                card,
+            }
         }
         KeyState::Live { oldest: None, .. } | KeyState::Unknown => {
             Look::Retry(now_ms + RETRY.as_millis() as u64)
@@ -199,7 +210,7 @@ mod tests {
 
     #[test]
     fn a_live_key_is_looked_at_again_at_its_deadline() {
-        let look = next_look(&live(NOW as f64 / 1000.0), NOW, 45_000, None);
+        let look = next_look(&live(NOW as f64 / 1000.0), NOW, 45_000, None, None);
         assert_eq!(
             look,
             Look::At {
@@ -207,10 +218,16 @@ mod tests {
                 card: 3
             }
         );
-        assert_eq!(next_look(&KeyState::Gone, NOW, 45_000, None), Look::Forget);
-        assert_eq!(next_look(&KeyState::Moved, NOW, 45_000, None), Look::Forget);
         assert_eq!(
-            next_look(&KeyState::Unknown, NOW, 45_000, None),
+            next_look(&KeyState::Gone, NOW, 45_000, None, None),
+            Look::Forget
+        );
+        assert_eq!(
+            next_look(&KeyState::Moved, NOW, 45_000, None, None),
+            Look::Forget
+        );
+        assert_eq!(
+            next_look(&KeyState::Unknown, NOW, 45_000, None, None),
             Look::Retry(NOW + 1000)
         );
     }
@@ -219,14 +236,14 @@ mod tests {
     fn a_due_key_found_not_stale_does_not_spin() {
         let overdue = live((NOW - 50_000) as f64 / 1000.0);
         assert_eq!(
-            next_look(&overdue, NOW, 45_000, None),
+            next_look(&overdue, NOW, 45_000, None, None),
             Look::At {
                 next: NOW + MIN_RECHECK_MS,
                 card: 3
             }
         );
         assert_eq!(
-            next_look(&overdue, NOW, 45_000, Some(NOW + 9_000)),
+            next_look(&overdue, NOW, 45_000, Some(NOW + 9_000), None),
             Look::At {
                 next: NOW + 9_000 + DEADLINE_MARGIN_MS,
                 card: 3
@@ -234,11 +251,43 @@ mod tests {
             "spared members come due when the credit ends"
         );
         assert_eq!(
-            next_look(&live(f64::INFINITY), NOW, 45_000, Some(NOW + 9_000)),
+            next_look(&live(f64::INFINITY), NOW, 45_000, Some(NOW + 9_000), None),
             Look::At {
                 next: NOW + PINNED_RECHECK_MS,
                 card: 3
             }
+        );
+    }
+
+    #[test]
+    fn a_key_that_expires_before_its_deadline_is_looked_at_when_it_expires() {
+        let fresh = live(NOW as f64 / 1000.0);
+        assert_eq!(
+            next_look(&fresh, NOW, 45_000, None, Some(5_000)),
+            Look::At {
+                next: NOW + 5_000 + DEADLINE_MARGIN_MS,
+                card: 3
+            }
+        );
+        assert_eq!(
+            next_look(&fresh, NOW, 45_000, None, Some(60_000)),
+            Look::At {
+                next: NOW + 45_000,
+                card: 3
+            },
+            "an earlier deadline stands"
+        );
+        assert_eq!(
+            next_look(&live(f64::INFINITY), NOW, 45_000, None, Some(1_000)),
+            Look::At {
+                next: NOW + 1_000 + DEADLINE_MARGIN_MS,
+                card: 3
+            },
+            "pinned members leave with their key"
+        );
+        assert_eq!(
+            next_look(&KeyState::Gone, NOW, 45_000, None, Some(1_000)),
+            Look::Forget
         );
     }
 

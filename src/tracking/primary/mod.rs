@@ -535,16 +535,8 @@ impl Run {
                 checked,
             } => self.checked(epoch, tickets, checked),
             Done::Direct { epoch, checked } => self.direct_checked(epoch, checked),
-            Done::Verified { epoch, ids, reads } => {
-                self.walk_future_done(None);
-                match reads {
-                    Ok(reads) => {
-                        self.replied(reads.time);
-                        self.verified(epoch, ids, reads);
-                    }
-                    Err(e) => self.walk_future_done(Some(e)),
-                }
-            }
+            Done::Verified { epoch, ids, reads } => self.verified(epoch, ids, reads),
+            Done::Unseen { epoch, ids, reads } => self.unseen_read(epoch, ids, reads),
         }
         self.finish_walk_if_done();
     }
@@ -566,8 +558,9 @@ impl Run {
         let credit_until = credit.map(|c| c.until(ttl_ms as f64 / 1000.0));
         let spared_until = checks::spared_until(credit_until, checked.hold_until, now_ms);
         let written_by = now_ms + ttl_ms;
-        for (ticket, state) in tickets.into_iter().zip(&checked.states) {
-            match checks::next_look(state, now_ms, ttl_ms, spared_until) {
+        for (k, (ticket, state)) in tickets.into_iter().zip(&checked.states).enumerate() {
+            let expires_in = checked.expires_in.get(k).copied().flatten();
+            match checks::next_look(state, now_ms, ttl_ms, spared_until, expires_in) {
                 Look::Forget => t.index.checked(ticket, None, written_by),
                 Look::At { next, card } => t.index.checked(ticket, Some((next, card)), written_by),
                 Look::Retry(at) => t.index.retry(ticket, at),
@@ -576,12 +569,7 @@ impl Run {
         t.job
             .metrics
             .deadline_checks(checked.states.len() as u64, checked.error.is_some());
-        let (tracked, members) = (t.index.len() as u64, t.index.members());
-        t.report_population(&self.id);
-        t.job.metrics.node_figures(&self.id, |f| {
-            f.tracked = tracked;
-            f.members = members;
-        });
+        t.index_changed(&self.id);
         if let Some(e) = checked.error {
             self.log_error("a check failed; its keys are checked again", &e);
             self.failed(e);
@@ -669,7 +657,10 @@ impl Run {
                     t.job.metrics.node_figures(&self.id, |f| f.untracked = 1);
                 }
             }
-            Change::Deleted => t.index.deleted(id),
+            Change::Deleted => {
+                t.index.deleted(id);
+                t.index_changed(&self.id);
+            }
         }
     }
 

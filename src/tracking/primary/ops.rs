@@ -38,6 +38,12 @@ pub(crate) enum Done {
         ids: Vec<Vec<u8>>,
         reads: Result<Reads, Error>,
     },
+    /// A walk read the size of tracked keys it did not find: 0 for a key that is gone.
+    Unseen {
+        epoch: u64,
+        ids: Vec<Vec<u8>>,
+        reads: Result<Reads, Error>,
+    },
 }
 
 /// Where the loop's futures go, and what they share.
@@ -123,6 +129,22 @@ impl Io {
             let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             let reads = read::read(&mut node, &refs, Read::Oldest).await;
             Done::Verified { epoch, ids, reads }
+        })
+    }
+
+    /// Reads the size of each of `keys` (the ids `ids` of sweep `epoch`), which a walk did not
+    /// find: `ZCARD` is as cheap as `EXISTS`, and the README's ACL grants it.
+    pub(crate) fn unseen(
+        &self,
+        epoch: u64,
+        ids: Vec<Vec<u8>>,
+        keys: Vec<Vec<u8>>,
+    ) -> BoxFuture<'static, Done> {
+        let mut node = self.node.clone();
+        Box::pin(async move {
+            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let reads = read::read(&mut node, &refs, Read::Members).await;
+            Done::Unseen { epoch, ids, reads }
         })
     }
 

@@ -35,6 +35,9 @@ pub(crate) struct Tracked {
     /// not be tracked).
     pub(crate) verify: Queue,
     pub(crate) direct: Queue,
+    /// Once the walk's SCAN is done: the index slot from which keys it did not see are read
+    /// (and forgotten if gone), until the end of the index.
+    pub(crate) unseen_from: Option<usize>,
     /// Members of the keys walks check directly (untracked): at the last walk's end, and so
     /// far in the walk in flight. The storm guard counts them with the index's.
     pub(crate) direct_members: u64,
@@ -71,15 +74,28 @@ impl Tracked {
             walk_untracked: 0,
             verify: Queue::default(),
             direct: Queue::default(),
+            unseen_from: None,
             direct_members: 0,
             walk_direct_members: 0,
             last_tick: None,
         }
     }
 
-    /// Keys queued by the walk in flight, waiting for a check or a read.
+    /// Keys queued by the walk in flight, waiting for a check or a read (and one while keys
+    /// it did not see are left to read).
     pub(crate) fn queued(&self) -> usize {
-        self.verify.len() + self.direct.len()
+        self.verify.len() + self.direct.len() + usize::from(self.unseen_from.is_some())
+    }
+
+    /// Publishes what the index holds now (`tracked_keys`, `members`) and tells the storm
+    /// guard: after every change of the index's size, so that the gauges follow the keyspace.
+    pub(crate) fn index_changed(&self, node: &NodeId) {
+        let (tracked, members) = (self.index.len() as u64, self.index.members());
+        self.report_population(node);
+        self.job.metrics.node_figures(node, |f| {
+            f.tracked = tracked;
+            f.members = members;
+        });
     }
 
     /// Tells the storm guard how many members this sweep has here: the tracked keys' as of

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::evict::read::{KeyRead, Reads};
+use crate::evict::read::{KeyRead, KeyStatus, Reads};
 use crate::store::clock::unix_now;
 use crate::store::walk::{self, Page};
 use crate::sweep::Checked;
@@ -17,6 +17,7 @@ use crate::tracking::index::Track;
 use super::Run;
 use super::checks;
 use super::ops::Done;
+use super::tracked::Tracked;
 use super::walks::{Walk, WalkKind};
 
 impl Run {
@@ -63,10 +64,29 @@ impl Run {
                 }
             }));
         }
-        let (ids, _) = t.verify.take(batch, scan_done)?;
-        let pattern = &t.job.sweep.config().pattern;
+        let job = t.job.clone();
+        let pattern = &job.sweep.config().pattern;
+        if let Some((ids, _)) = t.verify.take(batch, scan_done) {
+            let keys = ids.iter().map(|id| pattern.key(id)).collect();
+            return Some(self.io.verify(epoch, ids, keys));
+        }
+        let ids = Self::unseen_batch(t, batch);
+        if ids.is_empty() {
+            return None;
+        }
         let keys = ids.iter().map(|id| pattern.key(id)).collect();
-        Some(self.io.verify(epoch, ids, keys))
+        Some(self.io.unseen(epoch, ids, keys))
+    }
+
+    /// The next batch of keys the walk did not find, from where the last one ended.
+    fn unseen_batch(t: &mut Tracked, batch: usize) -> Vec<Vec<u8>> {
+        let mut ids = Vec::new();
+        while ids.is_empty()
+            && let Some(from) = t.unseen_from
+        {
+            t.unseen_from = t.index.unseen(from, batch, &mut ids);
+        }
+        ids
     }
 
     pub(super) fn start_walk(&mut self, kind: WalkKind) {
@@ -87,6 +107,8 @@ impl Run {
             t.walk_scanned = 0;
             t.walk_untracked = 0;
             t.walk_direct_members = 0;
+            t.unseen_from = None;
+            t.index.walk_started();
         }
         self.loop_health.busy(true);
         let subscription = (self.notifications.in_use(), self.notifications.generation());
@@ -100,7 +122,15 @@ impl Run {
             return;
         };
         match page {
-            None => walk.scan_done = true,
+            None => {
+                walk.scan_done = true;
+                // Every key there throughout the walk was found: the others may be gone.
+                for t in &mut self.jobs {
+                    if walk.epochs.contains(&t.epoch) {
+                        t.unseen_from = Some(0);
+                    }
+                }
+            }
             Some(Err(e)) => walk.error = Some(e),
             Some(Ok(page)) => {
                 self.loop_health.progress();
@@ -127,7 +157,7 @@ impl Run {
                     continue;
                 };
                 t.walk_scanned += 1;
-                if let Some(read) = t.index.needs_reading(id) {
+                if let Some(read) = t.index.found(id) {
                     if kind == WalkKind::Reconcile && read {
                         t.verify.push(id.to_vec(), page.time);
                     }
@@ -187,6 +217,7 @@ impl Run {
         let t = &mut self.jobs[i];
         t.verify.clear();
         t.direct.clear();
+        t.unseen_from = None;
         if cancelled {
             t.job.metrics.walk_interrupted(t.walk_scanned);
             return;
@@ -260,7 +291,53 @@ impl Run {
         }
     }
 
-    pub(super) fn verified(&mut self, epoch: u64, ids: Vec<Vec<u8>>, reads: Reads) {
+    /// Reads of keys a walk did not find came back: those gone are forgotten.
+    pub(super) fn unseen_read(
+        &mut self,
+        epoch: u64,
+        ids: Vec<Vec<u8>>,
+        reads: Result<Reads, Error>,
+    ) {
+        let Some(reads) = self.walk_read(reads) else {
+            return;
+        };
+        let Some(t) = self.jobs.iter_mut().find(|t| t.epoch == epoch) else {
+            return;
+        };
+        let mut forgotten = 0;
+        for (id, read) in ids.iter().zip(reads.keys) {
+            let there = matches!(read, KeyStatus::Set(KeyRead { card, .. }) if card > 0);
+            if !there && t.index.gone(id) {
+                forgotten += 1;
+            }
+        }
+        if forgotten > 0 {
+            tracing::debug!(sweep = %t.job.name(), node = %self.id, keys = forgotten, "forgot keys the walk did not find: they are gone");
+            t.index_changed(&self.id);
+        }
+    }
+
+    /// A read of the walk came back: its reply, or `None` if it failed the walk.
+    fn walk_read(&mut self, reads: Result<Reads, Error>) -> Option<Reads> {
+        self.walk_future_done(None);
+        match reads {
+            Ok(reads) => {
+                self.replied(reads.time);
+                Some(reads)
+            }
+            Err(e) => {
+                self.walk_future_done(Some(e));
+                None
+            }
+        }
+    }
+
+    /// Reads of tracked keys' lowest scores came back: deadlines move earlier where a score
+    /// was written in the past, and keys found gone are forgotten.
+    pub(super) fn verified(&mut self, epoch: u64, ids: Vec<Vec<u8>>, reads: Result<Reads, Error>) {
+        let Some(reads) = self.walk_read(reads) else {
+            return;
+        };
         let Some(t) = self.jobs.iter_mut().find(|t| t.epoch == epoch) else {
             return;
         };
@@ -278,5 +355,6 @@ impl Run {
                 _ => t.index.deleted(id),
             }
         }
+        t.index_changed(&self.id);
     }
 }
