@@ -9,6 +9,7 @@
 //! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
 //! - `version`: which server answers (Redis or Valkey) and whether it is new enough.
 //! - `name`: the names connections give themselves (`CLIENT SETNAME`).
+//! - `subscriber`: the notification path's own pub/sub connection, bounded in memory.
 
 pub(crate) mod backoff;
 pub(crate) mod clock;
@@ -18,6 +19,7 @@ pub(crate) mod packed;
 pub(crate) mod reply;
 pub(crate) mod resp;
 mod sentinel;
+pub(crate) mod subscriber;
 mod tls;
 mod version;
 pub(crate) mod walk;
@@ -39,6 +41,7 @@ pub(crate) use self::name::Opener;
 use self::name::Purpose;
 pub(crate) use self::packed::{Packed, SendPacked, all_ok};
 use self::sentinel::SentinelBackend;
+use self::subscriber::Subscriber;
 pub(crate) use self::wire::is_unsent;
 #[cfg(test)]
 pub(crate) use self::wire::unsent_error;
@@ -239,10 +242,18 @@ impl Store {
 
     /// A pub/sub connection of its own to `node` (a subscribed connection carries nothing
     /// else), within `redis.connect_timeout`.
-    pub(crate) async fn subscriber(&self, node: &Node) -> Result<redis::aio::PubSub, Error> {
+    pub(crate) async fn subscriber(&self, node: &Node) -> Result<Subscriber, Error> {
         let client = self.client_for(node)?;
+        let target =
+            Target::from_info(client.get_connection_info(), self.tls.as_ref()).map_err(|why| {
+                Error::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "keyspace notifications cannot reach",
+                    why,
+                )))
+            })?;
         let name = self.opener.name(Purpose::Notify);
-        Ok(pubsub(&client, self.tls.as_ref(), &name, self.cfg.connect_timeout).await?)
+        Ok(Subscriber::connect(&target, &name, self.cfg.connect_timeout).await?)
     }
 
     /// Names the shared connection again (a connection manager that reconnected, a cluster

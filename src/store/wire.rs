@@ -9,7 +9,8 @@
 //!
 //! Scope: the data path, over plain TCP, TLS (tokio-rustls, with the certificates redis-rs would
 //! use: see `tls`) and unix sockets. Every other use of Redis keeps redis-rs's connections
-//! (leases, preflight, pub/sub, cluster routing and sharded publishing).
+//! (leases, preflight, the tools' pub/sub, cluster routing and sharded publishing); keyspace
+//! notifications have their own bounded reader on this module's sockets (`subscriber`).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};

@@ -13,13 +13,14 @@
 //! Messages come for the sweeper's own removals too (`zrem...`): they are told apart by their
 //! first bytes and dropped.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use redis::Value;
-use redis::aio::{ConnectionLike, PubSubSink, PubSubStream};
+use redis::aio::ConnectionLike;
 
 use crate::Error;
+use crate::store::subscriber::{Push, Subscriber};
 
 /// What a primary's `notify-keyspace-events` allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,15 +133,21 @@ pub(crate) fn change(event: &[u8]) -> Option<Change> {
     }
 }
 
-/// One primary's subscription to the keyspace events of its sweeps' keys.
+/// Notices read while waiting for an answer on the subscription (its confirmations, a pong),
+/// kept for [`Subscription::next`]: at most this many (about 150 KB of short keys).
+const HELD: usize = 1024;
+
+/// One primary's subscription to the keyspace events of its sweeps' keys, over the store's
+/// [`Subscriber`]: read only as fast as the loop takes notices, so that a burst of writes waits
+/// in Redis (bounded by its `client-output-buffer-limit pubsub`), not in the daemon's memory.
 pub(crate) struct Subscription {
-    sink: PubSubSink,
-    stream: PubSubStream,
+    sub: Subscriber,
     prefix: Vec<u8>,
+    held: VecDeque<Notice>,
 }
 
 /// One notification, as the primary's loop needs it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(crate) struct Notice {
     /// The subscribed pattern that matched (which sweep).
     pub(crate) pattern: Vec<u8>,
@@ -149,59 +156,135 @@ pub(crate) struct Notice {
     pub(crate) change: Change,
 }
 
+/// One message of the subscription, as it concerns the daemon.
+enum Read {
+    Notice(Notice),
+    Subscribed,
+    Pong,
+    Refused(redis::ServerError),
+    /// A message to ignore (the sweeper's own removals, events that change nothing).
+    Nothing,
+}
+
 impl Subscription {
-    /// Subscribes `pubsub` (a connection of its own to the primary) to `patterns` (channel
+    /// Subscribes `sub` (a connection of its own to the primary) to `patterns` (channel
     /// patterns from [`channel_prefix`] and a sweep's `match`), within `timeout`.
     pub(crate) async fn start(
-        pubsub: redis::aio::PubSub,
+        sub: Subscriber,
         db: i64,
         patterns: &[String],
         timeout: Duration,
     ) -> Result<Self, Error> {
-        let (mut sink, stream) = pubsub.split();
+        let mut this = Self {
+            sub,
+            prefix: channel_prefix(db).into_bytes(),
+            held: VecDeque::new(),
+        };
         if !patterns.is_empty() {
-            tokio::time::timeout(timeout, sink.psubscribe(patterns))
+            tokio::time::timeout(timeout, this.psubscribe(patterns))
                 .await
                 .map_err(|_| timed_out())??;
         }
-        Ok(Self {
-            sink,
-            stream,
-            prefix: channel_prefix(db).into_bytes(),
-        })
+        Ok(this)
+    }
+
+    async fn psubscribe(&mut self, patterns: &[String]) -> Result<(), Error> {
+        let mut args: Vec<&[u8]> = vec![b"PSUBSCRIBE"];
+        args.extend(patterns.iter().map(String::as_bytes));
+        self.sub.command(&args).await.map_err(lost)?;
+        let mut confirmed = 0;
+        while confirmed < patterns.len() {
+            match self.read().await? {
+                Read::Subscribed => confirmed += 1,
+                Read::Refused(e) => return Err(redis::RedisError::from(e).into()),
+                // Past the bound, a notice is left to the walk that follows every new
+                // subscription.
+                Read::Notice(n) if self.held.len() < HELD => self.held.push_back(n),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// A round trip on the subscribed connection: proves it still delivers (a paused server, or
     /// a connection a firewall dropped silently, would not answer).
+    ///
+    /// The notices ahead of the answer are held for [`Subscription::next`], up to [`HELD`]:
+    /// under a burst, that many messages read after the `PING` prove delivery as well, and the
+    /// answer, when it comes, is skipped.
     pub(crate) async fn ping(&mut self, timeout: Duration) -> Result<(), Error> {
-        tokio::time::timeout(timeout, self.sink.ping::<Value>())
+        tokio::time::timeout(timeout, self.pong())
             .await
-            .map_err(|_| timed_out())??;
-        Ok(())
+            .map_err(|_| timed_out())?
     }
 
-    /// The next notification that matters; `None` once the connection is gone.
-    pub(crate) async fn next(&mut self) -> Option<Notice> {
+    async fn pong(&mut self) -> Result<(), Error> {
+        self.sub.command(&[b"PING"]).await.map_err(lost)?;
         loop {
-            let msg = self.stream.next().await?;
-            let Some(change) = change(msg.get_payload_bytes()) else {
-                continue;
-            };
-            let (Ok(pattern), Ok(channel)) =
-                (msg.get_pattern::<Vec<u8>>(), msg.get_channel::<Vec<u8>>())
-            else {
-                continue;
-            };
-            let Some(key) = channel.strip_prefix(self.prefix.as_slice()) else {
-                continue;
-            };
-            return Some(Notice {
-                pattern,
-                key: key.to_vec(),
-                change,
-            });
+            match self.read().await? {
+                Read::Pong => return Ok(()),
+                Read::Notice(n) => {
+                    self.held.push_back(n);
+                    if self.held.len() >= HELD {
+                        return Ok(());
+                    }
+                }
+                Read::Refused(e) => return Err(redis::RedisError::from(e).into()),
+                Read::Subscribed | Read::Nothing => {}
+            }
         }
     }
+
+    /// The next notification that matters; `None` once the connection is gone. Cancel-safe.
+    pub(crate) async fn next(&mut self) -> Option<Notice> {
+        if let Some(n) = self.held.pop_front() {
+            return Some(n);
+        }
+        loop {
+            match self.read().await {
+                Ok(Read::Notice(n)) => return Some(n),
+                Ok(Read::Refused(e)) => {
+                    tracing::debug!(error = %redis::RedisError::from(e), "an error on the notification connection");
+                    return None;
+                }
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// The next message, read only when the loop asks for one.
+    async fn read(&mut self) -> Result<Read, Error> {
+        Ok(match self.sub.next().await.map_err(lost)? {
+            Push::Message {
+                pattern,
+                channel,
+                payload,
+            } => {
+                notice(&self.prefix, pattern, channel, payload).map_or(Read::Nothing, Read::Notice)
+            }
+            Push::Subscribed => Read::Subscribed,
+            Push::Pong => Read::Pong,
+            Push::Error(e) => Read::Refused(e),
+            Push::Other => Read::Nothing,
+        })
+    }
+}
+
+/// The notice of a message on `channel` (under `prefix`), if its event matters. The event is
+/// looked at first: most messages under a burst are dropped there, before anything is copied.
+fn notice(prefix: &[u8], pattern: &[u8], channel: &[u8], payload: &[u8]) -> Option<Notice> {
+    let change = change(payload)?;
+    let key = channel.strip_prefix(prefix)?;
+    Some(Notice {
+        pattern: pattern.to_vec(),
+        key: key.to_vec(),
+        change,
+    })
+}
+
+fn lost(e: std::io::Error) -> Error {
+    Error::Redis(redis::RedisError::from(e))
 }
 
 fn timed_out() -> Error {
@@ -213,7 +296,13 @@ fn timed_out() -> Error {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+
+    /// What the subscriber's read buffer may reach: one read beside one short message.
+    const READ_CHUNK_BOUND: usize = 16 * 1024;
 
     #[test]
     fn flags_that_cover_presence_keys() {
@@ -263,5 +352,135 @@ mod tests {
             Some("AKE".into())
         );
         assert_eq!(config_value(Value::Nil), None);
+    }
+
+    /// A fake server: confirms the subscription, then writes `message` `times` times (or
+    /// forever), counting the bytes it got written; answers a PING with a pong after them.
+    async fn flooding(
+        times: Option<usize>,
+        message: &'static [u8],
+    ) -> (Subscriber, Arc<AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let written = Arc::new(AtomicUsize::new(0));
+        let count = written.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf).await.unwrap();
+            s.write_all(b"*3\r\n$10\r\npsubscribe\r\n$3\r\np:*\r\n:1\r\n")
+                .await
+                .unwrap();
+            let (mut rd, mut wr) = s.into_split();
+            let (ping, mut pinged) = tokio::sync::mpsc::channel(4);
+            tokio::spawn(async move {
+                while rd.read(&mut buf).await.is_ok_and(|n| n > 0) {
+                    let _ = ping.send(()).await;
+                }
+            });
+            let mut sent = 0;
+            while times.is_none_or(|t| sent < t) {
+                if wr.write_all(message).await.is_err() {
+                    return;
+                }
+                sent += 1;
+                count.fetch_add(message.len(), Ordering::Relaxed);
+            }
+            while pinged.recv().await.is_some() {
+                let _ = wr.write_all(b"*2\r\n$4\r\npong\r\n$0\r\n\r\n").await;
+            }
+        });
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        (Subscriber::over(stream), written)
+    }
+
+    const ZADD: &[u8] =
+        b"*4\r\n$8\r\npmessage\r\n$3\r\np:*\r\n$18\r\n__keyspace@0__:p:a\r\n$4\r\nzadd\r\n";
+    const ZREM: &[u8] =
+        b"*4\r\n$8\r\npmessage\r\n$3\r\np:*\r\n$18\r\n__keyspace@0__:p:a\r\n$4\r\nzrem\r\n";
+
+    #[tokio::test]
+    async fn a_flood_waits_in_the_socket_not_in_memory() {
+        let (sub, written) = flooding(None, ZADD).await;
+        let t = Duration::from_secs(5);
+        let mut sub = Subscription::start(sub, 0, &["p:*".into()], t)
+            .await
+            .unwrap();
+        // A slow consumer: a notice now and then, and a ping amid the flood.
+        for round in 0..50 {
+            let n = sub.next().await.unwrap();
+            assert_eq!((n.key.as_slice(), n.change), (&b"p:a"[..], Change::Written));
+            if round == 10 {
+                sub.ping(t).await.unwrap();
+                assert_eq!(
+                    sub.held.len(),
+                    HELD,
+                    "a ping under a flood holds at most HELD"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let early = written.load(Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let late = written.load(Ordering::Relaxed);
+        // The server's writes stopped once the kernel's buffers were full (a few MB on
+        // loopback): unread messages stay there, and in Redis, bounded by its own limit.
+        assert_eq!(early, late, "the server is held back");
+        assert!(late < 64 << 20, "{late} bytes written");
+        assert!(
+            sub.sub.buffered() <= 4 * READ_CHUNK_BOUND,
+            "{}",
+            sub.sub.buffered()
+        );
+        // Still subscribed: what was written comes in order.
+        assert!(sub.next().await.is_some());
+    }
+
+    #[tokio::test]
+    async fn the_sweepers_own_removals_are_skipped_and_a_ping_is_answered() {
+        let (sub, _) = flooding(Some(3), ZREM).await;
+        let t = Duration::from_secs(5);
+        let mut sub = Subscription::start(sub, 0, &["p:*".into()], t)
+            .await
+            .unwrap();
+        sub.ping(t).await.unwrap();
+        assert!(sub.held.is_empty());
+        // The server closed nothing; no notice is due, so `next` waits.
+        let next = tokio::time::timeout(Duration::from_millis(100), sub.next()).await;
+        assert!(next.is_err(), "nothing but removals came");
+    }
+
+    #[tokio::test]
+    async fn notices_ahead_of_the_pong_are_kept() {
+        let (sub, _) = flooding(Some(5), ZADD).await;
+        let t = Duration::from_secs(5);
+        let mut sub = Subscription::start(sub, 0, &["p:*".into()], t)
+            .await
+            .unwrap();
+        sub.ping(t).await.unwrap();
+        for _ in 0..5 {
+            assert_eq!(sub.next().await.unwrap().change, Change::Written);
+        }
+        assert!(sub.held.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_refused_subscription_is_a_permission_error() {
+        let (mut server, client) = tokio::io::duplex(1024);
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = [0u8; 256];
+            let _ = server.read(&mut buf).await;
+            let _ = server
+                .write_all(
+                    b"-NOPERM this user has no permissions to access one of the channels\r\n",
+                )
+                .await;
+            let _ = server.read(&mut buf).await;
+        });
+        let t = Duration::from_secs(5);
+        let refused = Subscription::start(Subscriber::over(client), 0, &["p:*".into()], t).await;
+        assert!(matches!(refused, Err(Error::Permission { .. })));
     }
 }
