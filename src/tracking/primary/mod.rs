@@ -18,6 +18,7 @@
 //! estimate of Redis's "now" is the last `TIME` read plus the time since, which lags the true
 //! instant by the reply's travel, so a cutoff computed from it is never ahead of Redis.
 
+mod answers;
 mod canary;
 mod checks;
 mod liveness;
@@ -50,7 +51,7 @@ use crate::tracking::index::{Capacity, NEVER, Ticket, Track};
 use crate::tracking::keyspace::{Change, Notice, Subscription};
 
 use checks::{Checks, Look};
-use liveness::{Action, Liveness};
+use liveness::Liveness;
 use notifications::{CatchUp, Io as SubIo, Notifications, Outcome, Report, Say};
 use ops::{Done, Io};
 use tracked::Tracked;
@@ -356,76 +357,6 @@ impl Run {
             for t in &self.jobs {
                 t.job.sweep.guard().holding(clock.now());
             }
-        }
-    }
-
-    /// Sends what liveness asks for: probes when Redis was quiet, permission proofs after a
-    /// refusal.
-    fn poll_liveness(&mut self, now: Instant) {
-        while let Some(action) = self.liveness.poll(now) {
-            let future = match action {
-                Action::Probe => self.io.probe(self.canary_key.clone()),
-                Action::ProvePermissions => self
-                    .io
-                    .prove_permissions(self.jobs.iter().map(|t| t.job.sweep.clone()).collect()),
-            };
-            self.in_flight.push(future);
-        }
-    }
-
-    /// After an event: a turn far later than the loop's timer asked for means the daemon
-    /// itself was paused, which is neither an outage nor a reason for a credit.
-    fn paused(&mut self) {
-        let Some(planned) = self.planned_wake.take() else {
-            return;
-        };
-        if let Some(pause) = self.liveness.on_turn(planned, Instant::now()) {
-            tracing::warn!(
-                node = %self.id,
-                seconds = format_args!("{:.1}", pause.as_secs_f64()),
-                "the daemon itself did not run for a while (paused or starved): not a Redis outage; checking Redis before judging"
-            );
-        }
-    }
-
-    /// Redis answered (at `time` on its clock, when the reply says).
-    fn replied(&mut self, time: Option<f64>) {
-        let now = Instant::now();
-        let outage = self.liveness.on_reply(now, time);
-        self.outage_ended(outage);
-    }
-
-    /// A probe answered: what it shows of Redis's data, and of an outage it ends.
-    fn probed(&mut self, now: Instant, probed: ops::Probed) {
-        self.canary_key = probed.key;
-        let seen = self.liveness.on_probe(
-            now,
-            Ok(liveness::Evidence {
-                time: probed.time,
-                canary: probed.canary,
-                run_id: probed.run_id,
-            }),
-        );
-        if seen.canary_refused {
-            tracing::warn!(node = %self.id, "the Redis user may not ZINCRBY the canary (presence-sweeper:canary:*): a flush or a rewind of Redis's data is seen only when Redis restarts (its run_id)");
-        }
-        if let Some(reset) = seen.reset {
-            tracing::warn!(node = %self.id, reason = ?reset, "Redis's data was reset or rewound: every member it holds gets a full ttl from now");
-        }
-        self.outage_ended(seen.outage);
-    }
-
-    fn outage_ended(&mut self, outage: Option<liveness::Outage>) {
-        if let Some(outage) = outage {
-            self.outages.inc();
-            tracing::warn!(
-                node = %self.id,
-                seconds = format_args!("{:.1}", outage.seconds),
-                "Redis did not answer for a while: every member it holds gets a full ttl from now"
-            );
-        }
-        if let Some((at, redis)) = self.liveness.last_reply() {
-            self.last_answer.set(at, redis);
         }
     }
 
@@ -763,6 +694,8 @@ impl Run {
 
     fn subscription_lost(&mut self, why: &str) {
         tracing::warn!(node = %self.id, reason = why, "lost the keyspace-notification subscription; subscribing again, then a walk finds what was missed");
+        // Often the first sign of a restart.
+        self.liveness.on_failure();
         let report = self.notifications.on_lost(Instant::now());
         self.apply(report);
     }
@@ -779,6 +712,9 @@ impl Run {
             return;
         }
         self.refresh_after = Instant::now() + checks::RETRY;
+        // A connection that broke may have been to a Redis that restarted: nothing is judged
+        // on its replacement until a probe shows whether the data was kept.
+        self.liveness.on_failure();
         let failure = self.failure.take();
         let refreshed = tokio::select! {
             () = io.cancel.cancelled() => return,
