@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::{Binary, RedisServer, http_get, metric, scrape};
 
+mod daemon_paused;
+mod flushall;
+mod restored_snapshot;
 mod silent_redis;
 
 /// The README's heartbeat: score from Redis TIME, ZADD GT.
