@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 
 use crate::support::{Binary, RedisServer, http_get, metric, scrape};
 
+mod daemon_paused;
 mod deletions;
+mod flushall;
+mod restored_snapshot;
 mod silent_redis;
 
 /// The README's heartbeat: score from Redis TIME, ZADD GT.

@@ -29,6 +29,15 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// How many keys the database holds, not counting the daemon's canary
+/// (`presence-sweeper:canary:*`, one per primary, written while a daemon runs).
+pub fn keys_but_the_canary(con: &mut redis::Connection) -> u64 {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).unwrap();
+    keys.iter()
+        .filter(|k| !k.starts_with("presence-sweeper:canary:"))
+        .count() as u64
+}
+
 /// A free TCP port on 127.0.0.1, below 55535 so that a cluster bus port (+10000) fits too.
 pub fn free_port() -> u16 {
     loop {

@@ -1,12 +1,23 @@
-//! Redis's liveness as one primary's loop sees it: Redis's clock, its last reply, outages and
-//! the credit they give, the probes that make a silence show, and the pace of proving the
-//! permissions again after a refusal. No I/O: the loop reports replies and failures with the
-//! local instant they came at, and asks [`Liveness::poll`] what to send.
+//! Redis's liveness as one primary's loop sees it: Redis's clock, its last reply, outages, resets
+//! of its data and the credit they give, the probes that make both show, pauses of the daemon
+//! itself, and the pace of proving the permissions again after a refusal. No I/O: the loop
+//! reports replies, probes, failures and its own turns with the local instant they came at, and
+//! asks [`Liveness::poll`] what to send.
+//!
+//! The evidence rule: a member is evicted only after a full ttl during which Redis answered and
+//! held the member's current data. Whatever breaks that (an outage; a restart, seen as a new
+//! `run_id`; a flush, a restart from an older snapshot or a failover to a lagging replica, seen
+//! as the canary's counter going back; a failover followed) gives every member Redis holds a
+//! full ttl from the instant Redis was seen answering again: the credit. After a failure, a
+//! move or a pause of the daemon nothing is judged until a probe has shown whether Redis kept
+//! its data. A pause of the daemon (its timers fired far later than asked) is not an outage:
+//! Redis and the apps went on without it.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::canary::Reading;
 use crate::store::clock::RedisClock;
 
 /// Redis answers within milliseconds when it is well. When it has not for this long (down,
@@ -17,8 +28,15 @@ pub(crate) const STALL: Duration = Duration::from_millis(1500);
 /// With nothing else to ask, the loop asks Redis for `TIME` this often, so that a gap in its
 /// replies is an outage, not a quiet moment.
 const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// However busy the loop is, a probe (and so the canary's write) goes out this often: a reset
+/// of the data shows within about this long, and the canary's notifications keep this pace.
+const CANARY_EVERY: Duration = Duration::from_secs(1);
 /// Between probes while Redis does not answer: how soon its return is seen.
 const PROBE_RETRY: Duration = Duration::from_millis(100);
+/// A turn of the loop this much later than its timer asked: the daemon itself was paused (a
+/// SIGSTOP, a frozen VM, a throttled container), not Redis. Well under [`STALL`], so that a
+/// pause is known for one before its gap could read as an outage.
+pub(crate) const PAUSED_AFTER: Duration = Duration::from_millis(500);
 /// A judging instant this far behind Redis's clock (seconds) is held back, not merely read a
 /// moment ago.
 const HELD_BACK_S: f64 = 0.25;
@@ -26,8 +44,8 @@ const HELD_BACK_S: f64 = 0.25;
 /// again (a preflight, which changes nothing), so that a fixed ACL shows at once.
 const REFUSED_RECHECK: Duration = Duration::from_secs(5);
 
-/// An outage of Redis as the loop saw it: from its last reply before the gap to its first
-/// after, on Redis's clock (Unix seconds).
+/// The last event that could have kept apps from heartbeating, or rewound their heartbeats:
+/// from the last reply before it to the first reply after it, on Redis's clock (Unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Credit {
     pub(crate) from: f64,
@@ -35,8 +53,8 @@ pub(crate) struct Credit {
 }
 
 impl Credit {
-    /// Until when a sweep of window `ttl` (seconds) spares the members the outage kept from
-    /// heartbeating.
+    /// Until when a sweep of window `ttl` (seconds) spares every member: a full ttl from when
+    /// Redis was seen answering again.
     pub(crate) fn until(&self, ttl: f64) -> f64 {
         self.to + ttl
     }
@@ -49,10 +67,39 @@ pub(crate) struct Outage {
     pub(crate) seconds: f64,
 }
 
+/// Why Redis's data is not what the apps last wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reset {
+    /// A new `run_id`: Redis restarted (loading RDB or AOF, or empty).
+    Restarted,
+    /// The canary's counter went back (`from` to `to`): a flush, a restart from an older
+    /// snapshot, a failover to a lagging replica.
+    Rewound { from: u64, to: u64 },
+    /// The loop followed a failover to another server.
+    Moved,
+}
+
+/// What a probe showed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Seen {
+    pub(crate) outage: Option<Outage>,
+    pub(crate) reset: Option<Reset>,
+    /// The ACL refused the canary, for the first time: say so once.
+    pub(crate) canary_refused: bool,
+}
+
+/// What a probe brought back (see `ops::Probed`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Evidence {
+    pub(crate) time: f64,
+    pub(crate) canary: Reading,
+    pub(crate) run_id: Option<String>,
+}
+
 /// What to send Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
-    /// `TIME`: nothing else was answered lately.
+    /// `TIME`, the canary and the `run_id`.
     Probe,
     /// A preflight of every sweep: may the Redis user now do what the checks do?
     ProvePermissions,
@@ -65,25 +112,74 @@ enum Proof {
     InFlight,
 }
 
+/// What the probes read of Redis's data: the canary's counter and Redis's `run_id`. A reading
+/// that contradicts the last one says the data was reset or rewound.
+#[derive(Debug, Default)]
+struct Witness {
+    counter: Option<u64>,
+    run_id: Option<String>,
+    canary_refused: bool,
+}
+
+impl Witness {
+    /// Takes in `ev`; a reset if it contradicts what was read before (a rewound counter
+    /// outweighs a restart: it also says the data went back).
+    fn read(&mut self, ev: &Evidence) -> Option<Reset> {
+        let mut reset = None;
+        if let Some(id) = &ev.run_id {
+            if self.run_id.as_ref().is_some_and(|old| old != id) {
+                reset = Some(Reset::Restarted);
+            }
+            self.run_id = Some(id.clone());
+        }
+        if let Reading::Count(n) = ev.canary {
+            // The increment makes the reply at least one more than the last one seen, however
+            // many sweepers share the member; anything else went back.
+            if let Some(last) = self.counter
+                && n <= last
+            {
+                reset = Some(Reset::Rewound { from: last, to: n });
+            }
+            self.counter = Some(n);
+        }
+        reset
+    }
+
+    /// Whether the canary was refused for the first time (said once).
+    fn newly_refused(&mut self, canary: Reading) -> bool {
+        let first = canary == Reading::Refused && !self.canary_refused;
+        self.canary_refused |= first;
+        first
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Liveness {
     clock: Option<RedisClock>,
-    /// When Redis last answered (the local instant, and its clock then).
+    /// When Redis last answered (the local instant, moved on by pauses of the daemon, and its
+    /// clock then).
     last_reply: Option<(Instant, f64)>,
     /// Since when the primaries this loop replaces did not answer (a failover), until its
     /// first answer.
     inherited_outage: Option<f64>,
-    /// The last outage: members whose window closed during it are spared until a ttl after
-    /// its end.
+    /// The last outage or reset: every member is spared until a ttl after its end.
     credit: Option<Credit>,
+    /// Nothing is judged until a probe shows whether Redis kept its data: set by a failure, a
+    /// move, a pause of the daemon.
+    doubt: bool,
+    /// A failover was followed: the next probe ends it with a credit.
+    moved: bool,
+    /// What the probes read of Redis's data.
+    witness: Witness,
     probing: bool,
+    /// When the last probe went out.
+    probed_at: Option<Instant>,
     /// No probe before then: one that failed at once (the connection refused) is not sent
     /// again on the next turn of the loop, which would spin.
     probe_after: Instant,
     /// Redis refused a command the daemon needs here (an ACL).
     refused: Option<Proof>,
 }
-
 impl Liveness {
     pub(crate) fn new(at: Instant, inherited_outage: Option<f64>) -> Self {
         Self {
@@ -91,7 +187,11 @@ impl Liveness {
             last_reply: None,
             inherited_outage,
             credit: None,
+            doubt: false,
+            moved: false,
+            witness: Witness::default(),
             probing: false,
+            probed_at: None,
             probe_after: at,
             refused: None,
         }
@@ -125,7 +225,7 @@ impl Liveness {
         }
         let redis_now = time.or_else(|| self.clock.map(|c| c.at(at)))?;
         let gap = match (self.last_reply, self.inherited_outage.take()) {
-            (Some((last, redis_at)), _) if at.duration_since(last) > STALL => {
+            (Some((last, redis_at)), _) if at.saturating_duration_since(last) > STALL => {
                 Some((redis_at, at.duration_since(last).as_secs_f64()))
             }
             (None, Some(from)) => Some((from, redis_now - from)),
@@ -133,31 +233,80 @@ impl Liveness {
         };
         self.last_reply = Some((at, redis_now));
         let (from, seconds) = gap?;
-        let outage = Credit {
-            from,
-            to: redis_now,
-        };
-        self.credit = Some(match self.credit {
-            // A second outage within the credit of the first: one window.
-            Some(c) if c.to + STALL.as_secs_f64() * 4.0 >= outage.from => Credit {
-                from: c.from.min(outage.from),
-                to: outage.to,
-            },
-            _ => outage,
-        });
+        self.grant(from, redis_now);
         Some(Outage { from, seconds })
     }
 
-    /// The probe sent at [`Action::Probe`] came back.
-    pub(crate) fn on_probe(&mut self, at: Instant, time: Result<f64, ()>) -> Option<Outage> {
+    /// Every member gets a full ttl from `to` (Redis's clock). A second event within the credit
+    /// of the first makes one window.
+    fn grant(&mut self, from: f64, to: f64) {
+        self.credit = Some(match self.credit {
+            Some(c) if c.to + STALL.as_secs_f64() * 4.0 >= from => Credit {
+                from: c.from.min(from),
+                to: to.max(c.to),
+            },
+            _ => Credit { from, to },
+        });
+    }
+
+    /// The probe sent at [`Action::Probe`] came back at `at`: an answer with its evidence, or
+    /// a failure.
+    pub(crate) fn on_probe(&mut self, at: Instant, probe: Result<Evidence, ()>) -> Seen {
         self.probing = false;
-        match time {
-            Ok(time) => self.on_reply(at, Some(time)),
-            Err(()) => {
-                self.probe_after = at + PROBE_RETRY;
-                None
-            }
+        let Ok(ev) = probe else {
+            self.probe_after = at + PROBE_RETRY;
+            return Seen::default();
+        };
+        let before = self.last_reply.map(|(_, redis)| redis);
+        let mut seen = Seen {
+            reset: self.reset(&ev),
+            ..Seen::default()
+        };
+        seen.canary_refused = self.witness.newly_refused(ev.canary);
+        seen.outage = self.on_reply(at, Some(ev.time));
+        if seen.reset.is_some() {
+            self.grant(before.unwrap_or(ev.time), ev.time);
         }
+        self.doubt = false;
+        seen
+    }
+
+    /// What the probe's evidence says of Redis's data since the last probe.
+    fn reset(&mut self, ev: &Evidence) -> Option<Reset> {
+        let moved = std::mem::take(&mut self.moved).then_some(Reset::Moved);
+        self.witness.read(ev).or(moved)
+    }
+
+    /// A request failed: Redis may have restarted, so nothing is judged until a probe shows
+    /// whether it kept its data; the probe goes out at once.
+    pub(crate) fn on_failure(&mut self) {
+        self.doubt = true;
+    }
+
+    /// The loop followed a failover to another server: its data may lag, and the apps could not
+    /// write meanwhile. The next probe ends it with a credit.
+    pub(crate) fn on_moved(&mut self) {
+        self.doubt = true;
+        self.moved = true;
+    }
+
+    /// The loop turned at `now`, its timer having asked for `planned`. Much later (more than
+    /// [`PAUSED_AFTER`]) means the daemon itself did not run meanwhile: that time does not count
+    /// as Redis's silence (no outage, no credit), and a probe is asked before judging, since
+    /// Redis may have restarted meanwhile. Returns how long the pause was.
+    pub(crate) fn on_turn(&mut self, planned: Instant, now: Instant) -> Option<Duration> {
+        let late = now.checked_duration_since(planned)?;
+        if late <= PAUSED_AFTER {
+            return None;
+        }
+        if let Some((at, _)) = &mut self.last_reply {
+            *at = (*at + late).min(now);
+        }
+        if let Some(at) = &mut self.probed_at {
+            *at = (*at + late).min(now);
+        }
+        self.doubt = true;
+        Some(late)
     }
 
     /// Redis refused a command the checks need: prove the permissions again in a while.
@@ -172,17 +321,29 @@ impl Liveness {
         self.refused = (!permitted).then_some(Proof::At(at + REFUSED_RECHECK));
     }
 
-    /// What to send now, if anything; call until `None`. A probe goes out when nothing was
-    /// answered for [`PROBE_EVERY`] (with no sweep here too: a standby knows the outage when it
-    /// wins the lease back).
+    /// When the next probe is due, if none is in flight: at once in doubt, otherwise when
+    /// nothing was answered for [`PROBE_EVERY`] or nothing was probed for [`CANARY_EVERY`].
+    fn probe_due(&self) -> Option<Instant> {
+        if self.probing {
+            return None;
+        }
+        let due = match (self.last_reply, self.probed_at) {
+            _ if self.doubt => self.probe_after,
+            // Never answered yet (a start, a loop after a failover): ask at the retry pace.
+            (None, _) | (_, None) => self.probe_after,
+            (Some((replied, _)), Some(probed)) => {
+                (replied + PROBE_EVERY).min(probed + CANARY_EVERY)
+            }
+        };
+        Some(due.max(self.probe_after))
+    }
+
+    /// What to send now, if anything; call until `None`. Probes go out even with no sweep here
+    /// (a standby knows the outage when it wins the lease back).
     pub(crate) fn poll(&mut self, at: Instant) -> Option<Action> {
-        if !self.probing
-            && self.probe_after <= at
-            && self
-                .last_reply
-                .is_none_or(|(last, _)| at.duration_since(last) >= PROBE_EVERY)
-        {
+        if self.probe_due().is_some_and(|due| due <= at) {
             self.probing = true;
+            self.probed_at = Some(at);
             return Some(Action::Probe);
         }
         if let Some(Proof::At(due)) = self.refused
@@ -196,236 +357,46 @@ impl Liveness {
 
     /// When [`Liveness::poll`] will have something to send, if no reply comes meanwhile.
     pub(crate) fn next_wake(&self) -> Option<Instant> {
-        let probe = (!self.probing).then(|| match self.last_reply {
-            Some((replied, _)) => (replied + PROBE_EVERY).max(self.probe_after),
-            // Never answered yet (a start, a loop after a failover): ask at the retry pace.
-            None => self.probe_after,
-        });
         let proof = match self.refused {
             Some(Proof::At(due)) => Some(due),
             _ => None,
         };
-        probe.into_iter().chain(proof).min()
+        self.probe_due().into_iter().chain(proof).min()
+    }
+
+    /// Whether checks may judge staleness now: Redis answered, and no failure, move or pause
+    /// awaits a probe's verdict.
+    pub(crate) fn judging(&self) -> bool {
+        !self.doubt && self.clock.is_some() && self.last_reply.is_some()
     }
 
     /// The instant a check of a sweep of window `ttl` judges staleness at: Redis's "now", but
     /// never further than [`STALL`] past its last answer (the apps may not have been able to
-    /// write either), and during an outage's credit the outage's start.
-    pub(crate) fn judge_at(&self, at: Instant, ttl: f64) -> Option<f64> {
+    /// write either). `None` while not [`judging`](Self::judging).
+    pub(crate) fn judge_at(&self, at: Instant) -> Option<f64> {
+        if !self.judging() {
+            return None;
+        }
         let now = self.clock?.at(at);
         let (_, last) = self.last_reply?;
-        let mut judge = now.min(last + STALL.as_secs_f64());
-        if let Some(c) = self.credit
-            && now < c.until(ttl)
-        {
-            judge = judge.min(c.from);
-        }
-        Some(judge)
+        Some(now.min(last + STALL.as_secs_f64()))
+    }
+
+    /// Until when (Redis's clock) a check at `at` of a sweep of window `ttl` spares every
+    /// member: the credit's end, while it runs.
+    pub(crate) fn spare_until(&self, at: Instant, ttl: f64) -> Option<f64> {
+        let now = self.clock?.at(at);
+        self.credit.map(|c| c.until(ttl)).filter(|&u| u > now)
     }
 
     /// Whether staleness judged at `judge` is held back behind Redis's clock (see
-    /// [`crate::sweep::Purpose::held_back`]).
+    /// [`crate::sweep::Purpose::held_back`]): only while Redis is not answering. A credit
+    /// does not hold the judging instant back, so the storm guard stays armed through it.
     pub(crate) fn held_back(&self, at: Instant, judge: f64) -> bool {
         self.clock.is_some_and(|c| c.at(at) - judge > HELD_BACK_S)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    /// A loop that has had one reply, at Redis time 1000 s.
-    fn answered(t0: Instant) -> Liveness {
-        let mut l = Liveness::new(t0, None);
-        assert_eq!(l.on_reply(t0, Some(1000.0)), None);
-        l
-    }
-
-    #[test]
-    fn the_first_reply_is_no_outage() {
-        let t0 = Instant::now();
-        let l = answered(t0);
-        assert_eq!(l.credit(), None);
-        assert_eq!(l.judge_at(t0, 45.0), Some(1000.0));
-    }
-
-    #[test]
-    fn an_outage_is_declared_only_after_stall_without_replies() {
-        let t0 = Instant::now();
-        let mut l = answered(t0);
-        assert_eq!(
-            l.on_reply(t0 + STALL, Some(1001.5)),
-            None,
-            "a gap of exactly STALL"
-        );
-        let back = t0 + STALL + STALL + ms(1);
-        let outage = l.on_reply(back, Some(1003.001)).expect("an outage");
-        assert_eq!(outage.from, 1001.5);
-        assert!((outage.seconds - 1.501).abs() < 1e-9);
-    }
-
-    #[test]
-    fn credit_is_granted_when_redis_returns_and_lasts_a_ttl() {
-        let t0 = Instant::now();
-        let mut l = answered(t0);
-        let back = t0 + Duration::from_secs(10);
-        l.on_reply(back, Some(1010.0)).expect("an outage");
-        assert_eq!(
-            l.credit(),
-            Some(Credit {
-                from: 1000.0,
-                to: 1010.0
-            })
-        );
-        // Within the credit, staleness is judged at the outage's start.
-        assert_eq!(
-            l.judge_at(back + Duration::from_secs(5), 45.0),
-            Some(1000.0)
-        );
-        assert!(l.held_back(back + Duration::from_secs(5), 1000.0));
-        // After a ttl from its end, at Redis's now again.
-        // Redis answering throughout (replies with no clock of their own).
-        let later = back + Duration::from_secs(46);
-        for s in 1..=46 {
-            assert_eq!(l.on_reply(back + Duration::from_secs(s), None), None);
-        }
-        assert!((l.judge_at(later, 45.0).unwrap() - 1056.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn two_close_outages_make_one_credit() {
-        let t0 = Instant::now();
-        let mut l = answered(t0);
-        l.on_reply(t0 + Duration::from_secs(3), Some(1003.0));
-        l.on_reply(t0 + Duration::from_secs(8), Some(1008.0));
-        assert_eq!(
-            l.credit(),
-            Some(Credit {
-                from: 1000.0,
-                to: 1008.0
-            })
-        );
-    }
-
-    #[test]
-    fn staleness_is_not_judged_past_stall_after_the_last_reply() {
-        let t0 = Instant::now();
-        let l = answered(t0);
-        let judge = l.judge_at(t0 + Duration::from_secs(10), 45.0).unwrap();
-        assert_eq!(judge, 1000.0 + STALL.as_secs_f64());
-        assert!(l.held_back(t0 + Duration::from_secs(10), judge));
-        assert!(!l.held_back(t0 + ms(100), 1000.0));
-    }
-
-    #[test]
-    fn an_inherited_outage_ends_with_the_first_reply() {
-        let t0 = Instant::now();
-        let mut l = Liveness::new(t0, Some(990.0));
-        let outage = l.on_reply(t0, Some(1000.0)).expect("the failover's outage");
-        assert_eq!(
-            outage,
-            Outage {
-                from: 990.0,
-                seconds: 10.0
-            }
-        );
-        assert_eq!(l.on_reply(t0 + ms(10), Some(1000.01)), None, "ended once");
-    }
-
-    #[test]
-    fn no_judging_before_redis_answered() {
-        let t0 = Instant::now();
-        let mut l = Liveness::new(t0, None);
-        assert_eq!(l.judge_at(t0, 45.0), None);
-        assert_eq!(l.on_reply(t0, None), None, "no clock: nothing to record");
-        l.observe_time(t0, 1000.0);
-        assert_eq!(l.judge_at(t0, 45.0), None, "a clock, but no reply yet");
-    }
-
-    #[test]
-    fn probes_go_out_when_redis_is_quiet_one_at_a_time() {
-        let t0 = Instant::now();
-        let mut l = Liveness::new(t0, None);
-        assert_eq!(
-            l.poll(t0),
-            Some(Action::Probe),
-            "never answered: ask at once"
-        );
-        assert_eq!(l.poll(t0), None, "one probe in flight");
-        assert_eq!(l.on_probe(t0 + ms(1), Ok(1000.0)), None);
-        assert_eq!(l.poll(t0 + ms(100)), None, "answered lately");
-        assert_eq!(l.next_wake(), Some(t0 + ms(1) + PROBE_EVERY));
-        assert_eq!(l.poll(t0 + ms(1) + PROBE_EVERY), Some(Action::Probe));
-    }
-
-    #[test]
-    fn other_replies_put_the_probe_off() {
-        let t0 = Instant::now();
-        let mut l = answered(t0);
-        l.on_reply(t0 + ms(400), Some(1000.4));
-        assert_eq!(l.poll(t0 + PROBE_EVERY), None);
-        assert_eq!(l.next_wake(), Some(t0 + ms(400) + PROBE_EVERY));
-    }
-
-    #[test]
-    fn a_refused_probe_is_retried_at_the_retry_pace_not_at_once() {
-        let t0 = Instant::now();
-        let mut l = Liveness::new(t0, None);
-        assert_eq!(l.poll(t0), Some(Action::Probe));
-        assert_eq!(l.on_probe(t0, Err(())), None);
-        assert_eq!(l.poll(t0), None, "no spin on a refused connection");
-        assert_eq!(l.next_wake(), Some(t0 + PROBE_RETRY));
-        assert_eq!(l.poll(t0 + PROBE_RETRY), Some(Action::Probe));
-    }
-
-    #[test]
-    fn a_stalled_redis_is_probed_at_the_retry_pace() {
-        let t0 = Instant::now();
-        let mut l = answered(t0);
-        let mut at = t0 + PROBE_EVERY;
-        // Past STALL since the last reply: 500 ms, then 12 refused probes 100 ms apart.
-        for _ in 0..12 {
-            assert_eq!(l.poll(at), Some(Action::Probe));
-            l.on_probe(at, Err(()));
-            at += PROBE_RETRY;
-        }
-        let back = l
-            .on_probe(at, Ok(1002.0))
-            .expect("an outage after STALL without replies");
-        assert_eq!(back.from, 1000.0);
-    }
-
-    #[test]
-    fn permissions_are_proven_again_at_their_pace_until_they_hold() {
-        let t0 = Instant::now();
-        let mut l = answered(t0);
-        l.on_refusal(t0);
-        l.on_refusal(t0 + ms(10));
-        assert_eq!(l.poll(t0 + ms(10)), None);
-        assert_eq!(
-            l.next_wake(),
-            Some(t0 + PROBE_EVERY),
-            "the probe comes first"
-        );
-        let due = t0 + REFUSED_RECHECK;
-        l.on_reply(due, Some(1005.0));
-        assert_eq!(l.poll(due), Some(Action::ProvePermissions));
-        assert_eq!(l.poll(due), None, "one proof in flight");
-        l.on_proof(due + ms(5), false);
-        assert_eq!(l.poll(due + ms(5)), None);
-        let again = due + ms(5) + REFUSED_RECHECK;
-        l.on_reply(again, Some(1010.0));
-        assert_eq!(l.poll(again), Some(Action::ProvePermissions));
-        l.on_proof(again, true);
-        l.on_reply(again + Duration::from_secs(60), Some(1070.0));
-        assert_eq!(
-            l.poll(again + Duration::from_secs(60)),
-            None,
-            "no proof once permitted"
-        );
-    }
-}
+#[path = "liveness_tests.rs"]
+mod tests;

@@ -18,6 +18,8 @@
 //! estimate of Redis's "now" is the last `TIME` read plus the time since, which lags the true
 //! instant by the reply's travel, so a cutoff computed from it is never ahead of Redis.
 
+mod answers;
+mod canary;
 mod checks;
 mod liveness;
 mod notifications;
@@ -49,7 +51,7 @@ use crate::tracking::index::{Capacity, NEVER, Ticket, Track};
 use crate::tracking::keyspace::{Change, Notice, Subscription};
 
 use checks::{Checks, Look};
-use liveness::{Action, Liveness};
+use liveness::Liveness;
 use notifications::{CatchUp, Io as SubIo, Notifications, Outcome, Report, Say};
 use ops::{Done, Io};
 use tracked::Tracked;
@@ -176,6 +178,8 @@ impl Primary {
             walk: None,
             subscribed_flag: self.subscribed,
             suspect: self.suspect,
+            canary_key: None,
+            planned_wake: None,
             last_error_log: None,
             failure: None,
             last_answer: self.last_answer,
@@ -229,6 +233,11 @@ struct Run {
     /// Shares Redis's last answer with the engine.
     last_answer: Arc<LastAnswer>,
     outages: prometheus::IntCounter,
+    /// The canary's key here, once known (see [`canary`]).
+    canary_key: Option<Vec<u8>>,
+    /// When the loop's timer was last asked to fire: a turn far later was a pause of the
+    /// daemon.
+    planned_wake: Option<Instant>,
     last_error_log: Option<Instant>,
     /// A failure since the last look at the primary: behind Sentinel it may have moved.
     failure: Option<Error>,
@@ -241,7 +250,9 @@ impl Run {
             self.maybe_refresh_node().await;
             self.start_work();
             self.loop_health.alive();
-            match self.next_event().await {
+            let event = self.next_event().await;
+            self.paused();
+            match event {
                 Event::Cancelled | Event::Command(None) => return,
                 Event::Command(Some(c)) => self.command(c),
                 Event::Done(done) => self.done(done),
@@ -264,6 +275,7 @@ impl Run {
     async fn next_event(&mut self) -> Event {
         let now = Instant::now();
         let wake = self.next_wake(now);
+        self.planned_wake = Some(wake);
         let room = self.checks.room(self.in_flight.len());
         let queued_ok = self.checks.room_for_page(self.queued());
         let walk_wants_page = self
@@ -301,6 +313,7 @@ impl Run {
         let mut wake = now + self.io.settings.alive_every;
         let mut at = |t: Instant| wake = wake.min(t);
         if self.checks.room(self.in_flight.len())
+            && self.liveness.judging()
             && let Some(clock) = self.liveness.clock()
             && let Some(due) = self.jobs.iter().filter_map(|t| t.index.next_due()).min()
         {
@@ -344,41 +357,6 @@ impl Run {
             for t in &self.jobs {
                 t.job.sweep.guard().holding(clock.now());
             }
-        }
-    }
-
-    /// Sends what liveness asks for: probes when Redis was quiet, permission proofs after a
-    /// refusal.
-    fn poll_liveness(&mut self, now: Instant) {
-        while let Some(action) = self.liveness.poll(now) {
-            let future = match action {
-                Action::Probe => self.io.probe(),
-                Action::ProvePermissions => self
-                    .io
-                    .prove_permissions(self.jobs.iter().map(|t| t.job.sweep.clone()).collect()),
-            };
-            self.in_flight.push(future);
-        }
-    }
-
-    /// Redis answered (at `time` on its clock, when the reply says).
-    fn replied(&mut self, time: Option<f64>) {
-        let now = Instant::now();
-        let outage = self.liveness.on_reply(now, time);
-        self.outage_ended(outage);
-    }
-
-    fn outage_ended(&mut self, outage: Option<liveness::Outage>) {
-        if let Some(outage) = outage {
-            self.outages.inc();
-            tracing::warn!(
-                node = %self.id,
-                seconds = format_args!("{:.1}", outage.seconds),
-                "Redis did not answer for a while: members whose window closed meanwhile get a full ttl from now"
-            );
-        }
-        if let Some((at, redis)) = self.liveness.last_reply() {
-            self.last_answer.set(at, redis);
         }
     }
 
@@ -471,7 +449,7 @@ impl Run {
                 }
                 let at = Instant::now();
                 let ttl = self.jobs[i].job.sweep.config().ttl.as_secs_f64();
-                let Some(judge) = self.liveness.judge_at(at, ttl) else {
+                let Some(judge) = self.liveness.judge_at(at) else {
                     return;
                 };
                 taken.clear();
@@ -489,8 +467,12 @@ impl Run {
                     .map(|(ticket, id)| (ticket, pattern.key(&id)))
                     .unzip();
                 let read_time = clock.at.elapsed() > checks::CLOCK_REFRESH;
-                let opts =
-                    checks::deadline_opts(judge, read_time, self.liveness.held_back(at, judge));
+                let opts = checks::deadline_opts(
+                    judge,
+                    read_time,
+                    self.liveness.held_back(at, judge),
+                    self.liveness.spare_until(at, ttl),
+                );
                 let epoch = t.epoch;
                 let check = self.io.check(t, keys, opts);
                 self.in_flight.push(Box::pin(async move {
@@ -520,10 +502,7 @@ impl Run {
                 self.liveness.on_proof(now, false);
                 self.note_refusal(&e);
             }
-            Done::Probe(Ok(time)) => {
-                let outage = self.liveness.on_probe(now, Ok(time));
-                self.outage_ended(outage);
-            }
+            Done::Probe(Ok(probed)) => self.probed(now, probed),
             Done::Probe(Err(e)) => {
                 self.liveness.on_probe(now, Err(()));
                 self.log_error("Redis did not answer TIME", &e);
@@ -595,6 +574,7 @@ impl Run {
     /// reconciled once Redis answers again; and behind Sentinel the primary may have moved.
     fn failed(&mut self, e: Error) {
         self.note_refusal(&e);
+        self.liveness.on_failure();
         self.suspect.notify_one();
         self.walks.want_sync(Instant::now() + checks::RETRY);
         self.failure = Some(e);
@@ -705,6 +685,8 @@ impl Run {
 
     fn subscription_lost(&mut self, why: &str) {
         tracing::warn!(node = %self.id, reason = why, "lost the keyspace-notification subscription; subscribing again, then a walk finds what was missed");
+        // Often the first sign of a restart.
+        self.liveness.on_failure();
         let report = self.notifications.on_lost(Instant::now());
         self.apply(report);
     }
@@ -721,6 +703,9 @@ impl Run {
             return;
         }
         self.refresh_after = Instant::now() + checks::RETRY;
+        // A connection that broke may have been to a Redis that restarted: nothing is judged
+        // on its replacement until a probe shows whether the data was kept.
+        self.liveness.on_failure();
         let failure = self.failure.take();
         let refreshed = tokio::select! {
             () = io.cancel.cancelled() => return,
@@ -735,6 +720,7 @@ impl Run {
             Ok(Some(node)) => {
                 if node.server() != self.io.node.server() {
                     tracing::info!(node = %self.id, server = %node.server(), "the primary moved; following it");
+                    self.liveness.on_moved();
                     let report = self.notifications.restart(Instant::now());
                     self.apply(report);
                     self.walks.want_sync_soon();

@@ -1,0 +1,422 @@
+//! The rules of `liveness`, on paused time.
+use super::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A probe's answer at Redis time `time`, with the canary at `count` and `run_id`.
+fn probe(time: f64, count: Option<u64>, run_id: &str) -> Result<Evidence, ()> {
+    Ok(Evidence {
+        time,
+        canary: count.map_or(Reading::Unknown, Reading::Count),
+        run_id: (!run_id.is_empty()).then(|| run_id.to_owned()),
+    })
+}
+
+/// A loop that has had one reply, at Redis time 1000 s.
+fn answered(t0: Instant) -> Liveness {
+    let mut l = Liveness::new(t0, None);
+    assert_eq!(l.poll(t0), Some(Action::Probe));
+    assert_eq!(l.on_probe(t0, probe(1000.0, Some(7), "a")), Seen::default());
+    l
+}
+
+#[test]
+fn the_first_reply_is_no_outage() {
+    let t0 = Instant::now();
+    let l = answered(t0);
+    assert_eq!(l.credit(), None);
+    assert_eq!(l.judge_at(t0), Some(1000.0));
+}
+
+#[test]
+fn an_outage_is_declared_only_after_stall_without_replies() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    assert_eq!(
+        l.on_reply(t0 + STALL, Some(1001.5)),
+        None,
+        "a gap of exactly STALL"
+    );
+    let back = t0 + STALL + STALL + ms(1);
+    let outage = l.on_reply(back, Some(1003.001)).expect("an outage");
+    assert_eq!(outage.from, 1001.5);
+    assert!((outage.seconds - 1.501).abs() < 1e-9);
+}
+
+#[test]
+fn credit_is_granted_when_redis_returns_and_lasts_a_ttl() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    let back = t0 + Duration::from_secs(10);
+    l.on_reply(back, Some(1010.0)).expect("an outage");
+    assert_eq!(
+        l.credit(),
+        Some(Credit {
+            from: 1000.0,
+            to: 1010.0
+        })
+    );
+    // Within the credit every member is spared until a ttl after Redis answered again,
+    // whenever its window closed; staleness is judged at Redis's now.
+    let within = back + Duration::from_secs(5);
+    assert_eq!(l.spare_until(within, 45.0), Some(1055.0));
+    assert_eq!(l.judge_at(back), Some(1010.0));
+    // After a ttl from its end, no more sparing.
+    for s in 1..=46 {
+        assert_eq!(l.on_reply(back + Duration::from_secs(s), None), None);
+    }
+    let later = back + Duration::from_secs(46);
+    assert_eq!(l.spare_until(later, 45.0), None);
+    assert!((l.judge_at(later).unwrap() - 1056.0).abs() < 1e-6);
+}
+
+#[test]
+fn two_close_outages_make_one_credit() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    l.on_reply(t0 + Duration::from_secs(3), Some(1003.0));
+    l.on_reply(t0 + Duration::from_secs(8), Some(1008.0));
+    assert_eq!(
+        l.credit(),
+        Some(Credit {
+            from: 1000.0,
+            to: 1008.0
+        })
+    );
+}
+
+#[test]
+fn staleness_is_not_judged_past_stall_after_the_last_reply() {
+    let t0 = Instant::now();
+    let l = answered(t0);
+    let judge = l.judge_at(t0 + Duration::from_secs(10)).unwrap();
+    assert_eq!(judge, 1000.0 + STALL.as_secs_f64());
+    assert!(l.held_back(t0 + Duration::from_secs(10), judge));
+    assert!(!l.held_back(t0 + ms(100), 1000.0));
+}
+
+#[test]
+fn an_inherited_outage_ends_with_the_first_reply() {
+    let t0 = Instant::now();
+    let mut l = Liveness::new(t0, Some(990.0));
+    let outage = l.on_reply(t0, Some(1000.0)).expect("the failover's outage");
+    assert_eq!(
+        outage,
+        Outage {
+            from: 990.0,
+            seconds: 10.0
+        }
+    );
+    assert_eq!(l.on_reply(t0 + ms(10), Some(1000.01)), None, "ended once");
+}
+
+#[test]
+fn no_judging_before_redis_answered() {
+    let t0 = Instant::now();
+    let mut l = Liveness::new(t0, None);
+    assert_eq!(l.judge_at(t0), None);
+    assert_eq!(l.on_reply(t0, None), None, "no clock: nothing to record");
+    l.observe_time(t0, 1000.0);
+    assert_eq!(l.judge_at(t0), None, "a clock, but no reply yet");
+}
+
+#[test]
+fn probes_go_out_when_redis_is_quiet_one_at_a_time() {
+    let t0 = Instant::now();
+    let mut l = Liveness::new(t0, None);
+    assert_eq!(
+        l.poll(t0),
+        Some(Action::Probe),
+        "never answered: ask at once"
+    );
+    assert_eq!(l.poll(t0), None, "one probe in flight");
+    assert_eq!(
+        l.on_probe(t0 + ms(1), probe(1000.0, None, "")),
+        Seen::default()
+    );
+    assert_eq!(l.poll(t0 + ms(100)), None, "answered lately");
+    assert_eq!(l.next_wake(), Some(t0 + ms(1) + PROBE_EVERY));
+    assert_eq!(l.poll(t0 + ms(1) + PROBE_EVERY), Some(Action::Probe));
+}
+
+#[test]
+fn other_replies_put_the_probe_off() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    l.on_reply(t0 + ms(400), Some(1000.4));
+    assert_eq!(l.poll(t0 + PROBE_EVERY), None);
+    assert_eq!(l.next_wake(), Some(t0 + ms(400) + PROBE_EVERY));
+}
+
+#[test]
+fn a_refused_probe_is_retried_at_the_retry_pace_not_at_once() {
+    let t0 = Instant::now();
+    let mut l = Liveness::new(t0, None);
+    assert_eq!(l.poll(t0), Some(Action::Probe));
+    assert_eq!(l.on_probe(t0, Err(())), Seen::default());
+    assert_eq!(l.poll(t0), None, "no spin on a refused connection");
+    assert_eq!(l.next_wake(), Some(t0 + PROBE_RETRY));
+    assert_eq!(l.poll(t0 + PROBE_RETRY), Some(Action::Probe));
+}
+
+#[test]
+fn a_stalled_redis_is_probed_at_the_retry_pace() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    let mut at = t0 + PROBE_EVERY;
+    // Past STALL since the last reply: 500 ms, then 12 refused probes 100 ms apart.
+    for _ in 0..12 {
+        assert_eq!(l.poll(at), Some(Action::Probe));
+        l.on_probe(at, Err(()));
+        at += PROBE_RETRY;
+    }
+    let back = l
+        .on_probe(at, probe(1002.0, None, ""))
+        .outage
+        .expect("an outage after STALL without replies");
+    assert_eq!(back.from, 1000.0);
+}
+
+/// Polls at `at`, answering the canary's probes (every [`CANARY_EVERY`]) on the way.
+fn poll_past_probes(l: &mut Liveness, at: Instant, time: f64) -> Option<Action> {
+    loop {
+        match l.poll(at) {
+            Some(Action::Probe) => {
+                l.on_probe(at, probe(time, None, ""));
+            }
+            other => return other,
+        }
+    }
+}
+
+#[test]
+fn permissions_are_proven_again_at_their_pace_until_they_hold() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    l.on_refusal(t0);
+    l.on_refusal(t0 + ms(10));
+    assert_eq!(l.poll(t0 + ms(10)), None);
+    assert_eq!(
+        l.next_wake(),
+        Some(t0 + PROBE_EVERY),
+        "the probe comes first"
+    );
+    let due = t0 + REFUSED_RECHECK;
+    l.on_reply(due, Some(1005.0));
+    assert_eq!(
+        poll_past_probes(&mut l, due, 1005.0),
+        Some(Action::ProvePermissions)
+    );
+    assert_eq!(
+        poll_past_probes(&mut l, due, 1005.0),
+        None,
+        "one proof in flight"
+    );
+    l.on_proof(due + ms(5), false);
+    assert_eq!(poll_past_probes(&mut l, due + ms(5), 1005.0), None);
+    let again = due + ms(5) + REFUSED_RECHECK;
+    l.on_reply(again, Some(1010.0));
+    assert_eq!(
+        poll_past_probes(&mut l, again, 1010.0),
+        Some(Action::ProvePermissions)
+    );
+    l.on_proof(again, true);
+    let later = again + Duration::from_secs(60);
+    l.on_reply(later, Some(1070.0));
+    assert_eq!(
+        poll_past_probes(&mut l, later, 1070.0),
+        None,
+        "no proof once permitted"
+    );
+}
+
+/// Answers the next probe at Redis time `time` with the canary at `count` and `run_id`.
+fn answer(l: &mut Liveness, time: f64, count: Option<u64>, run_id: &str) -> Seen {
+    let now = Instant::now();
+    assert_eq!(l.poll(now), Some(Action::Probe), "a probe is due");
+    l.on_probe(now, probe(time, count, run_id))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_run_id_spares_every_member_for_a_ttl_from_the_answer() {
+    let mut l = answered(Instant::now());
+    tokio::time::advance(secs(1)).await;
+    // An instant restart: no gap long enough for an outage, but a new run_id.
+    let seen = answer(&mut l, 1001.0, Some(8), "b");
+    assert_eq!(seen.reset, Some(Reset::Restarted));
+    assert_eq!(seen.outage, None, "no outage to count");
+    let now = Instant::now();
+    assert_eq!(l.spare_until(now, 6.0), Some(1007.0));
+    assert_eq!(l.judge_at(now), Some(1001.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_counter_that_goes_back_is_a_rewind() {
+    let mut l = answered(Instant::now());
+    tokio::time::advance(secs(1)).await;
+    assert_eq!(answer(&mut l, 1001.0, Some(8), "a").reset, None);
+    tokio::time::advance(secs(1)).await;
+    // A failover to a replica that missed the last increments.
+    let seen = answer(&mut l, 1002.0, Some(6), "a");
+    assert_eq!(seen.reset, Some(Reset::Rewound { from: 8, to: 6 }));
+    assert_eq!(l.spare_until(Instant::now(), 45.0), Some(1047.0));
+    // Equal is a rewind too: the increment should have made it one more.
+    tokio::time::advance(secs(1)).await;
+    assert_eq!(answer(&mut l, 1003.0, Some(7), "a").reset, None);
+    tokio::time::advance(secs(1)).await;
+    let seen = answer(&mut l, 1004.0, Some(7), "a");
+    assert_eq!(seen.reset, Some(Reset::Rewound { from: 7, to: 7 }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_counter_back_at_one_is_a_flush() {
+    let mut l = answered(Instant::now());
+    tokio::time::advance(secs(1)).await;
+    let seen = answer(&mut l, 1001.0, Some(1), "a");
+    assert_eq!(seen.reset, Some(Reset::Rewound { from: 7, to: 1 }));
+    assert_eq!(seen.outage, None);
+    assert_eq!(l.spare_until(Instant::now(), 5.0), Some(1006.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_canary_the_run_id_still_tells_a_restart() {
+    let t0 = Instant::now();
+    let mut l = Liveness::new(t0, None);
+    l.poll(t0);
+    let refused = Ok(Evidence {
+        time: 1000.0,
+        canary: Reading::Refused,
+        run_id: Some("a".into()),
+    });
+    assert!(l.on_probe(t0, refused.clone()).canary_refused, "said once");
+    tokio::time::advance(secs(1)).await;
+    l.poll(Instant::now());
+    let again = l.on_probe(Instant::now(), refused);
+    assert!(!again.canary_refused, "said only once");
+    assert_eq!(again.reset, None);
+    tokio::time::advance(secs(1)).await;
+    // A missing reading (a redirection, a refused INFO) is no evidence either way.
+    assert_eq!(answer(&mut l, 1002.0, None, "").reset, None);
+    tokio::time::advance(secs(1)).await;
+    assert_eq!(
+        answer(&mut l, 1003.0, None, "c").reset,
+        Some(Reset::Restarted)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_of_the_daemon_is_no_outage_and_no_credit() {
+    let mut l = answered(Instant::now());
+    let planned = Instant::now() + PROBE_EVERY;
+    // SIGSTOP for 6 s: the loop's timer fires 6 s late.
+    tokio::time::advance(secs(6) + PROBE_EVERY).await;
+    let resumed = Instant::now();
+    assert_eq!(l.on_turn(planned, resumed), Some(secs(6)));
+    assert!(
+        !l.judging(),
+        "a probe first: Redis may have restarted meanwhile"
+    );
+    assert_eq!(l.judge_at(resumed), None);
+    assert!(l.next_wake().unwrap() <= resumed, "probe at once");
+    let seen = answer(&mut l, 1006.5, Some(8), "a");
+    assert_eq!(seen, Seen::default(), "no outage, no reset");
+    assert_eq!(l.credit(), None);
+    // Zombies due meanwhile are judged at Redis's now at once.
+    assert_eq!(l.judge_at(resumed), Some(1006.5));
+    assert_eq!(l.spare_until(resumed, 3.0), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_turn_within_bounds_is_no_pause() {
+    let mut l = answered(Instant::now());
+    let planned = Instant::now();
+    tokio::time::advance(PAUSED_AFTER).await;
+    assert_eq!(l.on_turn(planned, Instant::now()), None);
+    assert!(l.judging());
+    assert_eq!(l.on_turn(planned + secs(5), Instant::now()), None, "early");
+}
+
+#[tokio::test(start_paused = true)]
+async fn redis_silent_past_a_pause_is_still_an_outage() {
+    let mut l = answered(Instant::now());
+    let planned = Instant::now() + PROBE_EVERY;
+    tokio::time::advance(secs(3)).await;
+    l.on_turn(planned, Instant::now());
+    // Redis does not answer after the resume either, for 5 s.
+    let mut failed = 0;
+    for _ in 0..50 {
+        if l.poll(Instant::now()) == Some(Action::Probe) {
+            l.on_probe(Instant::now(), Err(()));
+            failed += 1;
+        }
+        tokio::time::advance(PROBE_RETRY).await;
+    }
+    assert!(failed > 40);
+    let seen = answer(&mut l, 1008.0, Some(8), "a");
+    assert!(seen.outage.is_some(), "the silence after the pause counts");
+    assert_eq!(l.spare_until(Instant::now(), 6.0), Some(1014.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_stops_judging_until_a_probe_answers() {
+    let mut l = answered(Instant::now());
+    tokio::time::advance(ms(200)).await;
+    l.on_failure();
+    assert_eq!(l.judge_at(Instant::now()), None);
+    assert!(l.next_wake().unwrap() <= Instant::now(), "probe at once");
+    assert_eq!(answer(&mut l, 1000.2, Some(8), "a"), Seen::default());
+    assert!(l.judging());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_followed_failover_spares_every_member() {
+    let mut l = answered(Instant::now());
+    tokio::time::advance(secs(1)).await;
+    l.on_moved();
+    assert!(!l.judging());
+    // The replica had every increment: still a failover, so a credit.
+    let seen = answer(&mut l, 1001.0, Some(8), "r");
+    assert_eq!(seen.reset, Some(Reset::Restarted));
+    assert_eq!(l.spare_until(Instant::now(), 6.0), Some(1007.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_credit_ends_a_ttl_after_the_answer_and_the_guard_stays_armed() {
+    let mut l = answered(Instant::now());
+    tokio::time::advance(secs(5)).await;
+    let seen = answer(&mut l, 1005.0, Some(2), "a");
+    assert!(seen.outage.is_some() && seen.reset.is_some());
+    for s in 1..=6 {
+        tokio::time::advance(secs(1)).await;
+        let now = Instant::now();
+        l.on_reply(now, Some(1005.0 + s as f64));
+        let judge = l.judge_at(now).unwrap();
+        // Redis answers: the credit holds no instant back, so a storm hold may start.
+        assert!(!l.held_back(now, judge), "armed during the credit");
+        let spared = l.spare_until(now, 6.0);
+        assert_eq!(spared, (s < 6).then_some(1011.0), "at +{s} s");
+    }
+    // Redis silent: the instant is held back, the guard reads no silence into it.
+    tokio::time::advance(secs(3)).await;
+    let now = Instant::now();
+    assert!(l.held_back(now, l.judge_at(now).unwrap()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_canary_is_written_every_second_however_busy() {
+    let mut l = answered(Instant::now());
+    for _ in 0..10 {
+        tokio::time::advance(ms(100)).await;
+        l.on_reply(Instant::now(), None);
+        if Instant::now() >= l.next_wake().unwrap() {
+            break;
+        }
+    }
+    assert_eq!(l.poll(Instant::now()), Some(Action::Probe));
+}
