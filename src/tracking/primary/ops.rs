@@ -15,7 +15,7 @@ use crate::tracking::keyspace::{self, Availability, Subscription};
 
 use super::Settings;
 use super::checks::WITNESSES;
-use super::notifications::{Op, Outcome};
+use super::notifications::{Config, Op, Outcome};
 use super::tracked::Tracked;
 
 /// What a future of the loop finished.
@@ -142,80 +142,77 @@ impl Io {
                     Err(e) => Outcome::Failed(e),
                 }
             }),
-            Op::Recheck(sub) => Box::pin(recheck(store, node, patterns, settings, sub)),
+            Op::Recheck(sub) => {
+                drop((store, patterns));
+                Box::pin(async move { Outcome::Looked(sub, look(node, &settings, false).await) })
+            }
         }
     }
 }
 
-/// At each reconciliation: are notifications still on (or on now)? Notifications switched off
-/// at runtime are noticed here, within one `tracking.reconcile_interval`.
-async fn recheck(
-    store: Store,
-    node: Node,
-    patterns: Vec<String>,
-    settings: Arc<Settings>,
-    sub: Box<Subscription>,
-) -> Outcome<Subscription> {
-    let on = async {
-        let mut con = store.dedicated(&node).await?;
-        keyspace::availability(&mut con).await
+/// A look at the server's settings, on the primary's own connection (no new connection: it
+/// comes every [`super::notifications::QUIET`] on a quiet keyspace), within the command
+/// timeout. Turns them on again if the configuration allows.
+/// `subscribing`: a first look, whose "off" is no change.
+async fn look(mut node: Node, settings: &Settings, subscribing: bool) -> Config {
+    let look = async {
+        match keyspace::availability(&mut node).await? {
+            Availability::On => Ok(Config::On),
+            Availability::Off(flags) if settings.tracking.configure_notifications => {
+                let set = keyspace::enable(&mut node, &flags).await?;
+                tracing::info!(node = %node.id(), flags = %set, "turned keyspace notifications on (tracking.configure_notifications)");
+                Ok(Config::On)
+            }
+            Availability::Off(flags) => Ok(Config::Off(format!(
+                "notify-keyspace-events {} {flags:?}, without K and z (or K and A)",
+                if subscribing { "is" } else { "was changed to" }
+            ))),
+            Availability::Unknown(why) => Ok::<_, Error>(Config::Refused(why)),
+        }
     };
-    match on.await {
-        // Redis away: keep the subscription; its pings tell.
-        Ok(Availability::On) | Err(_) => Outcome::Kept(sub),
-        Ok(Availability::Off(_)) if settings.tracking.configure_notifications => {
-            drop(sub);
-            subscribe(store, node, patterns, settings).await
+    match tokio::time::timeout(settings.command_timeout, look).await {
+        Ok(Ok(config)) => config,
+        Ok(Err(e)) => {
+            tracing::debug!(node = %node.id(), error = %e, "could not look at notify-keyspace-events");
+            Config::NoAnswer
         }
-        Ok(Availability::Off(flags)) => Outcome::Unavailable {
-            why: format!("notify-keyspace-events was changed to {flags:?}"),
-            refused: false,
-        },
-        Ok(Availability::Unknown(why)) => Outcome::Unavailable { why, refused: true },
+        Err(_) => Config::NoAnswer,
     }
 }
 
-/// Subscribes to `patterns` on `node`'s server if its notifications are on (turning them on if
-/// the configuration allows).
+/// Subscribes to `patterns` on `node`'s server, whatever its settings say: where they are off
+/// the subscription waits for them to be switched on, and where the server will not say,
+/// notices arriving tell. A look at the settings goes first (turning notifications on if the
+/// configuration allows); a server that does not answer it is tried again later.
 async fn subscribe(
     store: Store,
     node: Node,
     patterns: Vec<String>,
     settings: Arc<Settings>,
 ) -> Outcome<Subscription> {
+    let config = match look(node.clone(), &settings, true).await {
+        Config::NoAnswer => {
+            return Outcome::Failed(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "Redis did not answer CONFIG GET notify-keyspace-events",
+            ))));
+        }
+        config => config,
+    };
     let attempt = async {
-        let mut con = store.dedicated(&node).await?;
-        match keyspace::availability(&mut con).await? {
-            Availability::On => {}
-            Availability::Off(flags) if settings.tracking.configure_notifications => {
-                let set = keyspace::enable(&mut con, &flags).await?;
-                tracing::info!(node = %node.id(), flags = %set, "turned keyspace notifications on (tracking.configure_notifications)");
-            }
-            Availability::Off(flags) => {
-                return Ok(Err((
-                    format!("notify-keyspace-events is {flags:?}, without K and z (or K and A)"),
-                    false,
-                )));
-            }
-            Availability::Unknown(why) => return Ok(Err((why, true))),
-        }
         let pubsub = store.subscriber(&node).await?;
-        match Subscription::start(pubsub, node.db(), &patterns, settings.command_timeout).await {
-            Ok(sub) => Ok::<_, Error>(Ok(sub)),
-            Err(Error::Permission { .. }) => Ok(Err((
-                format!(
-                    "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
-                    patterns.join(", "),
-                    patterns.join(" &")
-                ),
-                true,
-            ))),
-            Err(e) => Err(e),
-        }
+        Subscription::start(pubsub, node.db(), &patterns, settings.command_timeout).await
     };
     match attempt.await {
-        Ok(Ok(sub)) => Outcome::Subscribed(Box::new(sub)),
-        Ok(Err((why, refused))) => Outcome::Unavailable { why, refused },
+        Ok(sub) => Outcome::Subscribed(Box::new(sub), config),
+        Err(Error::Permission { .. }) => Outcome::Unavailable {
+            why: format!(
+                "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
+                patterns.join(", "),
+                patterns.join(" &")
+            ),
+            refused: true,
+        },
         Err(e) => Outcome::Failed(e),
     }
 }
