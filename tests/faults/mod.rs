@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{Binary, RedisServer, http_get, metric, scrape};
 
+mod notifications;
 mod silent_redis;
 
 /// The README's heartbeat: score from Redis TIME, ZADD GT.
