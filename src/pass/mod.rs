@@ -195,6 +195,7 @@ impl Pass {
                             dry_run: opts.dry_run,
                             fixed: opts.clock.fixed(),
                         },
+                        spare_until: None,
                     };
                     let sweep = &sweeps[s];
                     let node = node.clone();

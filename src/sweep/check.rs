@@ -27,6 +27,9 @@ pub(crate) struct CheckOpts {
     pub(crate) judge_at: f64,
     /// Who asks, which decides what is read and whether the storm guard is asked.
     pub(crate) purpose: Purpose,
+    /// While an outage's or a reset's credit runs, every member is spared until then (Redis's
+    /// clock): its app gets a full ttl with Redis answering and holding its data.
+    pub(crate) spare_until: Option<f64>,
 }
 
 /// Why a batch is checked. Each kind reads what it needs, so combinations that make no sense
@@ -249,6 +252,13 @@ impl Sweep {
             return Ok(());
         }
         self.count(node, &refs, &cutoff, &mut triage, out).await?;
+        if let Some(until) = opts.spare_until.filter(|&u| u > judge_at) {
+            // Heartbeats still tell the storm guard the apps are well.
+            self.heard(triage.newest, judge_at);
+            self.hold(&triage, out, ctx.observer);
+            out.hold_until = Some(until);
+            return Ok(());
+        }
         if guarded && let Some(until) = self.admit(node, opts, ctx, &triage).await? {
             self.hold(&triage, out, ctx.observer);
             out.hold_until = Some(until);

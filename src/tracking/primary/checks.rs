@@ -64,9 +64,15 @@ impl Checks {
 
 /// The options of a check of tracked keys at their deadlines, judged at `judge_at`. With
 /// [`walk_opts`], the only places the loop builds [`CheckOpts`].
-pub(crate) fn deadline_opts(judge_at: f64, read_time: bool, held_back: bool) -> CheckOpts {
+pub(crate) fn deadline_opts(
+    judge_at: f64,
+    read_time: bool,
+    held_back: bool,
+    spare_until: Option<f64>,
+) -> CheckOpts {
     CheckOpts {
         judge_at,
+        spare_until,
         purpose: Purpose::Deadline {
             read_time,
             held_back,
@@ -75,9 +81,10 @@ pub(crate) fn deadline_opts(judge_at: f64, read_time: bool, held_back: bool) -> 
 }
 
 /// The options of a check of keys a walk found but could not track, judged at `judge_at`.
-pub(crate) fn walk_opts(judge_at: f64, held_back: bool) -> CheckOpts {
+pub(crate) fn walk_opts(judge_at: f64, held_back: bool, spare_until: Option<f64>) -> CheckOpts {
     CheckOpts {
         judge_at,
+        spare_until,
         purpose: Purpose::Walk { held_back },
     }
 }

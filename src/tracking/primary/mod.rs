@@ -18,6 +18,7 @@
 //! estimate of Redis's "now" is the last `TIME` read plus the time since, which lags the true
 //! instant by the reply's travel, so a cutoff computed from it is never ahead of Redis.
 
+mod canary;
 mod checks;
 mod liveness;
 mod notifications;
@@ -178,6 +179,8 @@ impl Primary {
             walk: None,
             subscribed_flag: self.subscribed,
             suspect: self.suspect,
+            canary_key: None,
+            planned_wake: None,
             last_error_log: None,
             failure: None,
             last_answer: self.last_answer,
@@ -233,6 +236,11 @@ struct Run {
     /// Shares Redis's last answer with the engine.
     last_answer: Arc<LastAnswer>,
     outages: prometheus::IntCounter,
+    /// The canary's key here, once known (see [`canary`]).
+    canary_key: Option<Vec<u8>>,
+    /// When the loop's timer was last asked to fire: a turn far later was a pause of the
+    /// daemon.
+    planned_wake: Option<Instant>,
     last_error_log: Option<Instant>,
     /// A failure since the last look at the primary: behind Sentinel it may have moved.
     failure: Option<Error>,
@@ -245,7 +253,9 @@ impl Run {
             self.maybe_refresh_node().await;
             self.start_work();
             self.loop_health.alive();
-            match self.next_event().await {
+            let event = self.next_event().await;
+            self.paused();
+            match event {
                 Event::Cancelled | Event::Command(None) => return,
                 Event::Command(Some(c)) => self.command(c),
                 Event::Done(done) => self.done(done),
@@ -268,6 +278,7 @@ impl Run {
     async fn next_event(&mut self) -> Event {
         let now = Instant::now();
         let wake = self.next_wake(now);
+        self.planned_wake = Some(wake);
         let room = self.checks.room(self.in_flight.len());
         let queued_ok = self.checks.room_for_page(self.queued());
         let walk_wants_page = self
@@ -305,6 +316,7 @@ impl Run {
         let mut wake = now + self.io.settings.alive_every;
         let mut at = |t: Instant| wake = wake.min(t);
         if self.checks.room(self.in_flight.len())
+            && self.liveness.judging()
             && let Some(clock) = self.liveness.clock()
             && let Some(due) = self.jobs.iter().filter_map(|t| t.index.next_due()).min()
         {
@@ -359,12 +371,27 @@ impl Run {
     fn poll_liveness(&mut self, now: Instant) {
         while let Some(action) = self.liveness.poll(now) {
             let future = match action {
-                Action::Probe => self.io.probe(),
+                Action::Probe => self.io.probe(self.canary_key.clone()),
                 Action::ProvePermissions => self
                     .io
                     .prove_permissions(self.jobs.iter().map(|t| t.job.sweep.clone()).collect()),
             };
             self.in_flight.push(future);
+        }
+    }
+
+    /// After an event: a turn far later than the loop's timer asked for means the daemon
+    /// itself was paused, which is neither an outage nor a reason for a credit.
+    fn paused(&mut self) {
+        let Some(planned) = self.planned_wake.take() else {
+            return;
+        };
+        if let Some(pause) = self.liveness.on_turn(planned, Instant::now()) {
+            tracing::warn!(
+                node = %self.id,
+                seconds = format_args!("{:.1}", pause.as_secs_f64()),
+                "the daemon itself did not run for a while (paused or starved): not a Redis outage; checking Redis before judging"
+            );
         }
     }
 
@@ -375,13 +402,33 @@ impl Run {
         self.outage_ended(outage);
     }
 
+    /// A probe answered: what it shows of Redis's data, and of an outage it ends.
+    fn probed(&mut self, now: Instant, probed: ops::Probed) {
+        self.canary_key = probed.key;
+        let seen = self.liveness.on_probe(
+            now,
+            Ok(liveness::Evidence {
+                time: probed.time,
+                canary: probed.canary,
+                run_id: probed.run_id,
+            }),
+        );
+        if seen.canary_refused {
+            tracing::warn!(node = %self.id, "the Redis user may not ZINCRBY the canary (presence-sweeper:canary:*): a flush or a rewind of Redis's data is seen only when Redis restarts (its run_id)");
+        }
+        if let Some(reset) = seen.reset {
+            tracing::warn!(node = %self.id, reason = ?reset, "Redis's data was reset or rewound: every member it holds gets a full ttl from now");
+        }
+        self.outage_ended(seen.outage);
+    }
+
     fn outage_ended(&mut self, outage: Option<liveness::Outage>) {
         if let Some(outage) = outage {
             self.outages.inc();
             tracing::warn!(
                 node = %self.id,
                 seconds = format_args!("{:.1}", outage.seconds),
-                "Redis did not answer for a while: members whose window closed meanwhile get a full ttl from now"
+                "Redis did not answer for a while: every member it holds gets a full ttl from now"
             );
         }
         if let Some((at, redis)) = self.liveness.last_reply() {
@@ -478,7 +525,7 @@ impl Run {
                 }
                 let at = Instant::now();
                 let ttl = self.jobs[i].job.sweep.config().ttl.as_secs_f64();
-                let Some(judge) = self.liveness.judge_at(at, ttl) else {
+                let Some(judge) = self.liveness.judge_at(at) else {
                     return;
                 };
                 taken.clear();
@@ -496,8 +543,12 @@ impl Run {
                     .map(|(ticket, id)| (ticket, pattern.key(&id)))
                     .unzip();
                 let read_time = clock.at.elapsed() > checks::CLOCK_REFRESH;
-                let opts =
-                    checks::deadline_opts(judge, read_time, self.liveness.held_back(at, judge));
+                let opts = checks::deadline_opts(
+                    judge,
+                    read_time,
+                    self.liveness.held_back(at, judge),
+                    self.liveness.spare_until(at, ttl),
+                );
                 let epoch = t.epoch;
                 let check = self.io.check(t, keys, opts);
                 self.in_flight.push(Box::pin(async move {
@@ -527,10 +578,7 @@ impl Run {
                 self.liveness.on_proof(now, false);
                 self.note_refusal(&e);
             }
-            Done::Probe(Ok(time)) => {
-                let outage = self.liveness.on_probe(now, Ok(time));
-                self.outage_ended(outage);
-            }
+            Done::Probe(Ok(probed)) => self.probed(now, probed),
             Done::Probe(Err(e)) => {
                 self.liveness.on_probe(now, Err(()));
                 self.log_error("Redis did not answer TIME", &e);
@@ -614,26 +662,10 @@ impl Run {
     /// reconciled once Redis answers again; and behind Sentinel the primary may have moved.
     fn failed(&mut self, e: Error) {
         self.note_refusal(&e);
+        self.liveness.on_failure();
         self.suspect.notify_one();
         self.walks.want_sync(Instant::now() + checks::RETRY);
         self.failure = Some(e);
-    }
-
-    /// Takes the notices that have already arrived, up to a batch, without a turn of the loop
-    /// for each: under a flood of writes the loop keeps up with the subscription, whose
-    /// messages otherwise wait in memory.
-    fn notices_waiting(&mut self) {
-        use futures_util::FutureExt as _;
-        for _ in 0..NOTICE_BATCH {
-            let SubIo::Active(sub) = self.notifications.io() else {
-                return;
-            };
-            match sub.next().now_or_never() {
-                Some(Some(n)) => self.notice(n),
-                Some(None) => return self.subscription_lost("the connection closed"),
-                None => return,
-            }
-        }
     }
 
     fn notice(&mut self, n: Notice) {
@@ -710,6 +742,7 @@ impl Run {
             Ok(Some(node)) => {
                 if node.server() != self.io.node.server() {
                     tracing::info!(node = %self.id, server = %node.server(), "the primary moved; following it");
+                    self.liveness.on_moved();
                     let report = self.notifications.restart(Instant::now());
                     self.apply(report);
                     self.walks.want_sync_soon();

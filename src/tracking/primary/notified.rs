@@ -5,10 +5,28 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::Run;
+use super::notifications::Io as SubIo;
 use super::notifications::{CatchUp, Report, Say};
+use super::{NOTICE_BATCH, Run};
 
 impl Run {
+    /// Takes the notices that have already arrived, up to a batch, without a turn of the loop
+    /// for each: under a flood of writes the loop keeps up with the subscription, whose
+    /// messages otherwise wait in memory.
+    pub(super) fn notices_waiting(&mut self) {
+        use futures_util::FutureExt as _;
+        for _ in 0..NOTICE_BATCH {
+            let SubIo::Active(sub) = self.notifications.io() else {
+                return;
+            };
+            match sub.next().now_or_never() {
+                Some(Some(n)) => self.notice(n),
+                Some(None) => return self.subscription_lost("the connection closed"),
+                None => return,
+            }
+        }
+    }
+
     /// Applies what a change of the subscription asks.
     pub(super) fn apply(&mut self, report: Report) {
         match report.say {

@@ -8,20 +8,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::evict::read::{self, Read, Reads};
-use crate::store::{Conn, Node, Store};
+use crate::store::{Conn, Node, Packed, SendPacked, Store, reply};
 use crate::sweep::{CheckCtx, CheckOpts, Checked, Sweep};
 use crate::tracking::index::Ticket;
 use crate::tracking::keyspace::{self, Availability, Subscription};
 
 use super::Settings;
+use super::canary::{self, Reading};
 use super::checks::WITNESSES;
 use super::notifications::{Config, Op, Outcome};
 use super::tracked::Tracked;
 
 /// What a future of the loop finished.
 pub(crate) enum Done {
-    /// A `TIME` asked to show Redis still answers.
-    Probe(Result<f64, Error>),
+    /// A probe asked to show Redis still answers, and still holds its data.
+    Probe(Result<Probed, Error>),
     /// After a refusal: whether the Redis user may now do all that every sweep's checks do.
     Permitted(Result<(), Error>),
     /// A check of keys the index handed out.
@@ -51,9 +52,12 @@ pub(crate) struct Io {
 }
 
 impl Io {
-    pub(crate) fn probe(&self) -> BoxFuture<'static, Done> {
+    /// The liveness probe, in one round trip: `TIME`, the canary's `ZINCRBY` on `key` (looked
+    /// up first in a cluster, when not known yet) and `INFO server` for the `run_id`. Only
+    /// `TIME` must answer; the others are evidence when they do.
+    pub(crate) fn probe(&self, key: Option<Vec<u8>>) -> BoxFuture<'static, Done> {
         let mut node = self.node.clone();
-        Box::pin(async move { Done::Probe(crate::store::clock::redis_time(&mut node).await) })
+        Box::pin(async move { Done::Probe(probe(&mut node, key).await) })
     }
 
     /// Proves every sweep's permissions, on a key of each sweep's pattern that need not exist:
@@ -150,6 +154,57 @@ impl Io {
     }
 }
 
+/// What a probe found.
+#[derive(Debug)]
+pub(crate) struct Probed {
+    /// Redis's clock.
+    pub(crate) time: f64,
+    pub(crate) canary: Reading,
+    /// The canary's key, once known (the loop keeps it for the next probes).
+    pub(crate) key: Option<Vec<u8>>,
+    /// `None` when `INFO` was refused or said nothing of it.
+    pub(crate) run_id: Option<String>,
+}
+
+async fn probe(node: &mut Node, key: Option<Vec<u8>>) -> Result<Probed, Error> {
+    let key = match key {
+        Some(k) => Some(k),
+        None => canary_key(node).await?,
+    };
+    let mut batch = Packed::default();
+    batch.command(&[b"TIME"]);
+    batch.command(&[b"INFO", b"server"]);
+    if let Some(k) = &key {
+        batch.command(&[b"ZINCRBY", k, b"1", canary::MEMBER]);
+    }
+    let replies = node.send_packed(batch).await?;
+    let time = reply::time(replies.first())?;
+    let run_id = replies.get(1).and_then(canary::run_id);
+    let canary = replies.get(2).map_or(Reading::Unknown, Reading::from_reply);
+    // A redirection (the cluster was resharded): look the key up again next time.
+    let key = key.filter(|_| canary != Reading::Unknown);
+    Ok(Probed {
+        time,
+        canary,
+        key,
+        run_id,
+    })
+}
+
+/// The canary's key for `node`: in a cluster, tagged for a slot the node serves.
+async fn canary_key(node: &mut Node) -> Result<Option<Vec<u8>>, Error> {
+    let Some((host, port)) = node.host_port().map(|(h, p)| (h.to_owned(), p)) else {
+        return Ok(Some(canary::key(None)));
+    };
+    let mut batch = Packed::default();
+    batch.command(&[b"CLUSTER", b"SLOTS"]);
+    let replies = node.send_packed(batch).await?;
+    Ok(replies
+        .first()
+        .and_then(|slots| canary::first_slot(slots, &host, port))
+        .map(|slot| canary::key(Some(slot))))
+}
+
 /// A look at the server's settings, on the primary's own connection (no new connection: it
 /// comes every [`super::notifications::QUIET`] on a quiet keyspace), within the command
 /// timeout. Turns them on again if the configuration allows.
@@ -199,9 +254,22 @@ async fn subscribe(
         }
         config => config,
     };
+    // The canary's own notices (the liveness probe writes it about once a second) prove that
+    // notifications flow on a quiet keyspace. A pattern, not the key: the key is learnt by the
+    // first probe, and each primary publishes only its own keys' events. An ACL without that
+    // channel still gets the sweeps' notices.
+    let canary = format!("{}{}*", keyspace::channel_prefix(node.db()), canary::PREFIX);
     let attempt = async {
+        let with_canary: Vec<String> = patterns.iter().cloned().chain([canary]).collect();
         let pubsub = store.subscriber(&node).await?;
-        Subscription::start(pubsub, node.db(), &patterns, settings.command_timeout).await
+        let timeout = settings.command_timeout;
+        match Subscription::start(pubsub, node.db(), &with_canary, timeout).await {
+            Err(Error::Permission { .. }) => {
+                let pubsub = store.subscriber(&node).await?;
+                Subscription::start(pubsub, node.db(), &patterns, timeout).await
+            }
+            started => started,
+        }
     };
     match attempt.await {
         Ok(sub) => Outcome::Subscribed(Box::new(sub), config),

@@ -48,13 +48,17 @@ impl Run {
         let at = Instant::now();
         let batch = self.checks.batch;
         let ttl = self.jobs[i].job.sweep.config().ttl.as_secs_f64();
-        let judge = self.liveness.judge_at(at, ttl);
+        let judge = self.liveness.judge_at(at);
         let held_back = judge.is_some_and(|j| self.liveness.held_back(at, j));
+        let spare = self.liveness.spare_until(at, ttl);
         let t = &mut self.jobs[i];
         let epoch = t.epoch;
-        if let Some((keys, time)) = t.direct.take(batch, scan_done) {
-            let now = judge.map_or(time, |j| time.min(j));
-            let opts = checks::walk_opts(now, held_back);
+        // Nothing is evicted while liveness is in doubt (after a failure or a pause): those
+        // keys wait for its verdict.
+        if let Some(judge) = judge
+            && let Some((keys, time)) = t.direct.take(batch, scan_done)
+        {
+            let opts = checks::walk_opts(time.min(judge), held_back, spare);
             let check = self.io.check(&self.jobs[i], keys, opts);
             return Some(Box::pin(async move {
                 Done::Direct {
