@@ -41,7 +41,7 @@ pub(crate) const SILENT: Duration = Duration::from_secs(30);
 pub(crate) enum Config {
     /// On (turned on if `tracking.configure_notifications` said so).
     On,
-    /// Off, and why.
+    /// Off: the flags the server has.
     Off(String),
     /// Refused for good (an ACL, a renamed command), and why: only notices tell.
     Refused(String),
@@ -355,8 +355,16 @@ impl<S> Notifications<S> {
                     };
                 }
             }
-            Config::Off(why) => {
-                let say = self.say_off(why, false);
+            Config::Off(flags) => {
+                // One line per change: each look at a server left off says nothing new.
+                let wording = |verb: &str| {
+                    format!("notify-keyspace-events {verb} {flags:?}, without K and z (or K and A)")
+                };
+                let (changed, is) = (wording("was changed to"), wording("is"));
+                if self.unavailable_said.as_deref() == Some(&changed) {
+                    self.unavailable_said = Some(is.clone());
+                }
+                let say = self.say_off(if self.in_use { changed } else { is }, false);
                 if self.in_use || fresh {
                     report = Report {
                         config_refused: report.config_refused,

@@ -148,7 +148,7 @@ impl Io {
             }),
             Op::Recheck(sub) => {
                 drop((store, patterns));
-                Box::pin(async move { Outcome::Looked(sub, look(node, &settings, false).await) })
+                Box::pin(async move { Outcome::Looked(sub, look(node, &settings).await) })
             }
         }
     }
@@ -208,8 +208,7 @@ async fn canary_key(node: &mut Node) -> Result<Option<Vec<u8>>, Error> {
 /// A look at the server's settings, on the primary's own connection (no new connection: it
 /// comes every [`super::notifications::QUIET`] on a quiet keyspace), within the command
 /// timeout. Turns them on again if the configuration allows.
-/// `subscribing`: a first look, whose "off" is no change.
-async fn look(mut node: Node, settings: &Settings, subscribing: bool) -> Config {
+async fn look(mut node: Node, settings: &Settings) -> Config {
     let look = async {
         match keyspace::availability(&mut node).await? {
             Availability::On => Ok(Config::On),
@@ -218,10 +217,7 @@ async fn look(mut node: Node, settings: &Settings, subscribing: bool) -> Config 
                 tracing::info!(node = %node.id(), flags = %set, "turned keyspace notifications on (tracking.configure_notifications)");
                 Ok(Config::On)
             }
-            Availability::Off(flags) => Ok(Config::Off(format!(
-                "notify-keyspace-events {} {flags:?}, without K and z (or K and A)",
-                if subscribing { "is" } else { "was changed to" }
-            ))),
+            Availability::Off(flags) => Ok(Config::Off(flags)),
             Availability::Unknown(why) => Ok::<_, Error>(Config::Refused(why)),
         }
     };
@@ -245,7 +241,7 @@ async fn subscribe(
     patterns: Vec<String>,
     settings: Arc<Settings>,
 ) -> Outcome<Subscription> {
-    let config = match look(node.clone(), &settings, true).await {
+    let config = match look(node.clone(), &settings).await {
         Config::NoAnswer => {
             return Outcome::Failed(Error::Redis(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
