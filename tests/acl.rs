@@ -198,7 +198,7 @@ async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
 /// them?) and `+psubscribe` on each sweep's keyspace channel, literally. Without them the daemon
 /// says why and walks on the schedule instead.
 #[test]
-fn notifications_need_config_get_and_the_keyspace_channels() {
+fn notifications_need_the_keyspace_channels_not_config() {
     let server = RedisServer::start_with(&["--notify-keyspace-events", "KEA"]);
     create_user(&server, "sweeper", MINIMAL);
     // The README's line for notifications, as it stands.
@@ -207,6 +207,15 @@ fn notifications_need_config_get_and_the_keyspace_channels() {
         "listener",
         &format!(
             "{MINIMAL} +config|get +psubscribe &__keyspace@0__:presence:*:online \
+             &__keyspace@0__:presence:*:typing"
+        ),
+    );
+    // A managed Redis's user: no CONFIG, the channels granted. Notices prove them on.
+    create_user(
+        &server,
+        "managed",
+        &format!(
+            "{MINIMAL} +psubscribe &__keyspace@0__:presence:*:online \
              &__keyspace@0__:presence:*:typing"
         ),
     );
@@ -225,8 +234,9 @@ fn notifications_need_config_get_and_the_keyspace_channels() {
     let channel = "may not PSUBSCRIBE __keyspace@0__:presence:*:online \
                    (add each to its ACL as a channel: &__keyspace@0__:presence:*:online)";
     for (user, in_use, says) in [
-        ("sweeper", 0.0, "may not run CONFIG GET"),
+        ("sweeper", 0.0, channel),
         ("listener", 1.0, "keyspace notifications in use"),
+        ("managed", 1.0, "keyspace notifications in use"),
         ("deaf", 0.0, channel),
         ("elsewhere", 0.0, channel),
     ] {
@@ -245,6 +255,15 @@ fn notifications_need_config_get_and_the_keyspace_channels() {
         );
         let d = crate::support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
         d.wait_ready(Duration::from_secs(10));
+        // A heartbeat: where CONFIG is refused, its notice is what proves notifications on.
+        let mut con = server.con();
+        let now = crate::support::redis_now(&mut con);
+        let _: () = redis::cmd("ZADD")
+            .arg("presence:acl:online")
+            .arg(now)
+            .arg("u1")
+            .query(&mut con)
+            .unwrap();
         d.wait_for_log(says, 1, Duration::from_secs(5));
         let s = crate::support::scrape(d.http_addr());
         assert_eq!(

@@ -10,17 +10,18 @@
 //! Notifications are fire-and-forget pub/sub: a subscriber that reconnects has lost what was
 //! sent meanwhile, so every (re)subscription is followed by a reconciliation walk. In a cluster
 //! each node publishes only its own keys' events: every primary gets its own subscription.
-//! Messages come for the sweeper's own removals too (`zrem...`): they are told apart by their
-//! first bytes and dropped.
+//! Messages come for the sweeper's own removals too (`zrem...`): told apart by their first
+//! bytes, they change nothing in the index but prove that notifications flow, even where the
+//! server will not say whether they are on (`CONFIG` refused, as managed services do).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use redis::Value;
-use redis::aio::ConnectionLike;
 
 use crate::Error;
 use crate::store::subscriber::{Push, Subscriber};
+use crate::store::{Packed, SendPacked, all_ok};
 
 /// What a primary's `notify-keyspace-events` allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +30,8 @@ pub(crate) enum Availability {
     On,
     /// Off, or without what presence keys need; the flags as the server reports them.
     Off(String),
-    /// The server would not say: the Redis user may not run `CONFIG GET`.
+    /// The server will not say (the Redis user may not run `CONFIG GET`, or the server does
+    /// not offer `CONFIG`), and why: only notices arriving tell.
     Unknown(String),
 }
 
@@ -53,29 +55,39 @@ pub(crate) fn with_needed(flags: &str) -> String {
     out
 }
 
-/// Asks the server what it publishes.
+/// Asks the server what it publishes, on the primary's own connection (no connection of its
+/// own: looking again costs one round trip, not a connect).
 pub(crate) async fn availability<C>(con: &mut C) -> Result<Availability, Error>
 where
-    C: ConnectionLike + Send,
+    C: SendPacked + Send,
 {
-    let reply = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("notify-keyspace-events")
-        .query_async::<Value>(con)
-        .await;
-    let flags = match reply {
-        Err(e) if e.code() == Some("NOPERM") => {
-            return Ok(Availability::Unknown(
-                "the Redis user may not run CONFIG GET (add +config|get to its ACL)".into(),
-            ));
-        }
-        Err(e) => return Err(e.into()),
-        Ok(v) => config_value(v).unwrap_or_default(),
-    };
+    let mut batch = Packed::default();
+    batch.command(&[b"CONFIG", b"GET", b"notify-keyspace-events"]);
+    let reply = con.send_packed(batch).await?.pop().unwrap_or(Value::Nil);
+    if let Value::ServerError(e) = &reply {
+        return match config_refusal(e.code(), e.details().unwrap_or_default()) {
+            Some(why) => Ok(Availability::Unknown(why.into())),
+            None => Err(redis::RedisError::from(e.clone()).into()),
+        };
+    }
+    let flags = config_value(reply).unwrap_or_default();
     Ok(match flags_cover(&flags) {
         true => Availability::On,
         false => Availability::Off(flags),
     })
+}
+
+/// Why an error reply to `CONFIG` means the server will never answer it: an ACL without
+/// `+config|get`, or a managed Redis that renamed or removed the command (it then answers as
+/// to any unknown command). Asking again would only get the same answer.
+pub(crate) fn config_refusal(code: &str, detail: &str) -> Option<&'static str> {
+    match code {
+        "NOPERM" => Some("the Redis user may not run CONFIG GET (add +config|get to its ACL)"),
+        "ERR" if detail.starts_with("unknown command") => Some(
+            "the server does not offer CONFIG (renamed or disabled, as managed Redis services do)",
+        ),
+        _ => None,
+    }
 }
 
 /// The value of a one-parameter `CONFIG GET` reply (a flat pair, or a map).
@@ -92,15 +104,17 @@ fn config_value(v: Value) -> Option<String> {
 /// `tracking.configure_notifications`). Returns the flags set.
 pub(crate) async fn enable<C>(con: &mut C, current: &str) -> Result<String, Error>
 where
-    C: ConnectionLike + Send,
+    C: SendPacked + Send,
 {
     let flags = with_needed(current);
-    redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("notify-keyspace-events")
-        .arg(&flags)
-        .query_async::<()>(con)
-        .await?;
+    let mut batch = Packed::default();
+    batch.command(&[
+        b"CONFIG",
+        b"SET",
+        b"notify-keyspace-events",
+        flags.as_bytes(),
+    ]);
+    all_ok(con.send_packed(batch).await?)?;
     Ok(flags)
 }
 
@@ -116,16 +130,19 @@ pub(crate) enum Change {
     Written,
     /// The key is gone (deleted, expired, evicted, renamed away).
     Deleted,
+    /// Members were removed (the sweeper's own evictions among them): nothing for the index,
+    /// but proof that notifications flow.
+    Removed,
 }
 
-/// What an event name means for the index; `None` for events to ignore (the sweeper's own
-/// `zrem...`, TTL changes, and anything that cannot create a key or bring a deadline forward).
+/// What an event name means for the index; `None` for events to ignore (TTL changes, and
+/// anything that cannot create a key, bring a deadline forward, or prove notifications flow).
 pub(crate) fn change(event: &[u8]) -> Option<Change> {
     // Most messages are heartbeats (`zadd`) and the sweeper's own removals (`zrem...`): decide
     // those on their first bytes.
     match event {
         b"zadd" | b"zincr" => Some(Change::Written),
-        [b'z', b'r', b'e', b'm', ..] => None,
+        [b'z', b'r', b'e', b'm', ..] => Some(Change::Removed),
         b"zunionstore" | b"zinterstore" | b"zdiffstore" | b"zrangestore" | b"restore"
         | b"rename_to" | b"copy_to" | b"move_to" => Some(Change::Written),
         b"del" | b"expired" | b"evicted" | b"rename_from" | b"move_from" => Some(Change::Deleted),
@@ -330,15 +347,26 @@ mod tests {
         assert_eq!(change(b"zrangestore"), Some(Change::Written));
         assert_eq!(change(b"del"), Some(Change::Deleted));
         assert_eq!(change(b"expired"), Some(Change::Deleted));
-        for ignored in [
-            &b"zrem"[..],
-            b"zremrangebyscore",
-            b"zremrangebyrank",
-            b"expire",
-            b"zpopmin",
-        ] {
+        for removed in [&b"zrem"[..], b"zremrangebyscore", b"zremrangebyrank"] {
+            assert_eq!(change(removed), Some(Change::Removed));
+        }
+        for ignored in [&b"expire"[..], b"zpopmin", b"persist"] {
             assert_eq!(change(ignored), None);
         }
+    }
+
+    #[test]
+    fn config_refused_for_good_and_other_errors() {
+        assert!(config_refusal("NOPERM", "User x has no permissions").is_some());
+        assert!(
+            config_refusal(
+                "ERR",
+                "unknown command 'CONFIG', with args beginning with: 'GET' "
+            )
+            .is_some()
+        );
+        assert_eq!(config_refusal("ERR", "syntax error"), None);
+        assert_eq!(config_refusal("LOADING", "Redis is loading"), None);
     }
 
     #[test]
@@ -438,14 +466,18 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_sweepers_own_removals_are_skipped_and_a_ping_is_answered() {
+    async fn the_sweepers_own_removals_prove_flow_and_a_ping_is_answered() {
         let (sub, _) = flooding(Some(3), ZREM).await;
         let t = Duration::from_secs(5);
         let mut sub = Subscription::start(sub, 0, &["p:*".into()], t)
             .await
             .unwrap();
         sub.ping(t).await.unwrap();
-        assert!(sub.held.is_empty());
+        // Removals change nothing in the index, but they are notices: notifications flow.
+        assert_eq!(sub.held.len(), 3);
+        for _ in 0..3 {
+            assert_eq!(sub.next().await.unwrap().change, Change::Removed);
+        }
         // The server closed nothing; no notice is due, so `next` waits.
         let next = tokio::time::timeout(Duration::from_millis(100), sub.next()).await;
         assert!(next.is_err(), "nothing but removals came");

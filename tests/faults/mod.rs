@@ -18,6 +18,7 @@ use crate::support::{Binary, RedisServer, http_get, metric, scrape};
 mod daemon_paused;
 mod deletions;
 mod flushall;
+mod notifications;
 mod restored_snapshot;
 mod silent_redis;
 

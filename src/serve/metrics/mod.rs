@@ -93,6 +93,7 @@ pub struct Metrics {
     redis_up: IntGauge,
     redis_failures: IntCounterVec,
     notifications_in_use: IntGaugeVec,
+    notifications_config_refused: IntGaugeVec,
     notifications_expected: IntGauge,
     outages: IntCounterVec,
     storm_holding: IntGaugeVec,
@@ -232,7 +233,15 @@ impl Metrics {
             notifications_in_use: IntGaugeVec::new(
                 opts(
                     "notifications_in_use",
-                    "1 while the daemon is subscribed to the keyspace notifications of this primary, else 0.",
+                    "1 while keyspace notifications of this primary are in use: subscribed, and notices arrived (or CONFIG GET said they are on) within the last 30 s; else 0.",
+                ),
+                &["node"],
+            )
+            .expect("valid metric"),
+            notifications_config_refused: IntGaugeVec::new(
+                opts(
+                    "notifications_config_refused",
+                    "1 while this primary refuses CONFIG GET (an ACL, or a managed Redis that renamed the command): whether keyspace notifications are on is learnt from notices arriving alone, else 0.",
                 ),
                 &["node"],
             )
@@ -315,6 +324,7 @@ impl Metrics {
             Box::new(m.redis_up.clone()),
             Box::new(m.redis_failures.clone()),
             Box::new(m.notifications_in_use.clone()),
+            Box::new(m.notifications_config_refused.clone()),
             Box::new(m.notifications_expected.clone()),
             Box::new(m.outages.clone()),
             Box::new(m.storm_holding.clone()),
@@ -402,6 +412,15 @@ impl Metrics {
         g
     }
 
+    /// Whether `node` refuses `CONFIG` (created at 0).
+    pub(crate) fn config_refused_gauge(&self, node: &NodeId) -> IntGauge {
+        let g = self
+            .notifications_config_refused
+            .with_label_values(&[node.to_string()]);
+        g.set(0);
+        g
+    }
+
     /// The outage counter of `node`.
     pub(crate) fn outages(&self, node: &NodeId) -> prometheus::IntCounter {
         self.outages.with_label_values(&[node.to_string()])
@@ -412,6 +431,9 @@ impl Metrics {
         let node = node.to_string();
         let _ = self
             .notifications_in_use
+            .remove_label_values(&[node.as_str()]);
+        let _ = self
+            .notifications_config_refused
             .remove_label_values(&[node.as_str()]);
         let _ = self.outages.remove_label_values(&[node.as_str()]);
     }

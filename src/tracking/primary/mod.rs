@@ -23,13 +23,14 @@ mod canary;
 mod checks;
 mod liveness;
 mod notifications;
+mod notified;
 mod ops;
 mod tracked;
 mod walking;
 mod walks;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -52,7 +53,7 @@ use crate::tracking::keyspace::{Change, Notice, Subscription};
 
 use checks::{Checks, Look};
 use liveness::Liveness;
-use notifications::{CatchUp, Io as SubIo, Notifications, Outcome, Report, Say};
+use notifications::{Io as SubIo, Notifications, Outcome};
 use ops::{Done, Io};
 use tracked::Tracked;
 use walks::{Walk, WalkKind, Walks};
@@ -148,6 +149,7 @@ impl Primary {
         let mut run = Run {
             outages: self.metrics.outages(&id),
             gauge: self.metrics.notifications_gauge(&id),
+            config_refused: self.metrics.config_refused_gauge(&id),
             checks: Checks {
                 batch: self.settings.evict.batch_keys,
                 depth: self.settings.evict.pipeline_depth,
@@ -228,6 +230,8 @@ struct Run {
     /// Shares whether notifications are in use with the engine (for the sweeps' intervals).
     subscribed_flag: Arc<AtomicBool>,
     gauge: prometheus::IntGauge,
+    /// 1 while the server refuses `CONFIG`.
+    config_refused: prometheus::IntGauge,
     suspect: Arc<tokio::sync::Notify>,
     liveness: Liveness,
     /// Shares Redis's last answer with the engine.
@@ -344,6 +348,9 @@ impl Run {
         let io = &self.io;
         self.notifications
             .poll(now, |op| io.subscription(op, patterns.clone()));
+        if let Some(report) = self.notifications.judge(now) {
+            self.apply(report);
+        }
         if self.walk.is_none() && self.walks.due(now, self.notifications.walk_waits(now)) {
             self.start_walk(WalkKind::Reconcile);
         }
@@ -580,24 +587,10 @@ impl Run {
         self.failure = Some(e);
     }
 
-    /// Takes the notices that have already arrived, up to a batch, without a turn of the loop
-    /// for each: under a flood of writes the loop keeps up with the subscription, whose
-    /// messages otherwise wait in memory.
-    fn notices_waiting(&mut self) {
-        use futures_util::FutureExt as _;
-        for _ in 0..NOTICE_BATCH {
-            let SubIo::Active(sub) = self.notifications.io() else {
-                return;
-            };
-            match sub.next().now_or_never() {
-                Some(Some(n)) => self.notice(n),
-                Some(None) => return self.subscription_lost("the connection closed"),
-                None => return,
-            }
-        }
-    }
-
     fn notice(&mut self, n: Notice) {
+        if let Some(report) = self.notifications.on_notice(Instant::now()) {
+            self.apply(report);
+        }
         let clock = self.liveness.clock();
         let Some(t) = self
             .jobs
@@ -641,54 +634,8 @@ impl Run {
                 t.index.deleted(id);
                 t.index_changed(&self.id);
             }
+            Change::Removed => {}
         }
-    }
-
-    /// Applies what a change of the subscription asks.
-    fn apply(&mut self, report: Report) {
-        match report.say {
-            Some(Say::InUse) => {
-                tracing::info!(node = %self.id, sweeps = self.jobs.len(), "keyspace notifications in use");
-            }
-            Some(Say::Warn(why)) => {
-                tracing::warn!(node = %self.id, reason = %why, "keyspace notifications are not in use here: walks follow each sweep's schedule");
-            }
-            Some(Say::Info(why)) => {
-                tracing::info!(node = %self.id, reason = %why, "keyspace notifications are off here: walks follow each sweep's schedule");
-            }
-            Some(Say::Debug(why)) => {
-                tracing::debug!(node = %self.id, reason = %why, "keyspace notifications are still off here");
-            }
-            None => {}
-        }
-        if let Some(e) = report.failed {
-            self.log_error(
-                "could not subscribe to keyspace notifications; retrying",
-                &e,
-            );
-        }
-        match report.catch_up {
-            Some(CatchUp::Now) => self.walks.want_sync(Instant::now()),
-            Some(CatchUp::Soon) => self.walks.want_sync_soon(),
-            None => {}
-        }
-        if report.unnoticed {
-            for t in &mut self.jobs {
-                t.index.set_unnoticed(true);
-            }
-        }
-        if let Some(in_use) = report.in_use {
-            self.subscribed_flag.store(in_use, Ordering::Relaxed);
-            self.gauge.set(i64::from(in_use));
-        }
-    }
-
-    fn subscription_lost(&mut self, why: &str) {
-        tracing::warn!(node = %self.id, reason = why, "lost the keyspace-notification subscription; subscribing again, then a walk finds what was missed");
-        // Often the first sign of a restart.
-        self.liveness.on_failure();
-        let report = self.notifications.on_lost(Instant::now());
-        self.apply(report);
     }
 
     /// After a failure, the primary is looked up again (behind Sentinel it may have moved: a

@@ -16,7 +16,7 @@ use crate::tracking::keyspace::{self, Availability, Subscription};
 use super::Settings;
 use super::canary::{self, Reading};
 use super::checks::WITNESSES;
-use super::notifications::{Op, Outcome};
+use super::notifications::{Config, Op, Outcome};
 use super::tracked::Tracked;
 
 /// What a future of the loop finished.
@@ -168,7 +168,10 @@ impl Io {
                     Err(e) => Outcome::Failed(e),
                 }
             }),
-            Op::Recheck(sub) => Box::pin(recheck(store, node, patterns, settings, sub)),
+            Op::Recheck(sub) => {
+                drop((store, patterns));
+                Box::pin(async move { Outcome::Looked(sub, look(node, &settings).await) })
+            }
         }
     }
 }
@@ -224,75 +227,78 @@ async fn canary_key(node: &mut Node) -> Result<Option<Vec<u8>>, Error> {
         .map(|slot| canary::key(Some(slot))))
 }
 
-/// At each reconciliation: are notifications still on (or on now)? Notifications switched off
-/// at runtime are noticed here, within one `tracking.reconcile_interval`.
-async fn recheck(
-    store: Store,
-    node: Node,
-    patterns: Vec<String>,
-    settings: Arc<Settings>,
-    sub: Box<Subscription>,
-) -> Outcome<Subscription> {
-    let on = async {
-        let mut con = store.dedicated(&node).await?;
-        keyspace::availability(&mut con).await
-    };
-    match on.await {
-        // Redis away: keep the subscription; its pings tell.
-        Ok(Availability::On) | Err(_) => Outcome::Kept(sub),
-        Ok(Availability::Off(_)) if settings.tracking.configure_notifications => {
-            drop(sub);
-            subscribe(store, node, patterns, settings).await
+/// A look at the server's settings, on the primary's own connection (no new connection: it
+/// comes every [`super::notifications::QUIET`] on a quiet keyspace), within the command
+/// timeout. Turns them on again if the configuration allows.
+async fn look(mut node: Node, settings: &Settings) -> Config {
+    let look = async {
+        match keyspace::availability(&mut node).await? {
+            Availability::On => Ok(Config::On),
+            Availability::Off(flags) if settings.tracking.configure_notifications => {
+                let set = keyspace::enable(&mut node, &flags).await?;
+                tracing::info!(node = %node.id(), flags = %set, "turned keyspace notifications on (tracking.configure_notifications)");
+                Ok(Config::On)
+            }
+            Availability::Off(flags) => Ok(Config::Off(flags)),
+            Availability::Unknown(why) => Ok::<_, Error>(Config::Refused(why)),
         }
-        Ok(Availability::Off(flags)) => Outcome::Unavailable {
-            why: format!("notify-keyspace-events was changed to {flags:?}"),
-            refused: false,
-        },
-        Ok(Availability::Unknown(why)) => Outcome::Unavailable { why, refused: true },
+    };
+    match tokio::time::timeout(settings.command_timeout, look).await {
+        Ok(Ok(config)) => config,
+        Ok(Err(e)) => {
+            tracing::debug!(node = %node.id(), error = %e, "could not look at notify-keyspace-events");
+            Config::NoAnswer
+        }
+        Err(_) => Config::NoAnswer,
     }
 }
 
-/// Subscribes to `patterns` on `node`'s server if its notifications are on (turning them on if
-/// the configuration allows).
+/// Subscribes to `patterns` on `node`'s server, whatever its settings say: where they are off
+/// the subscription waits for them to be switched on, and where the server will not say,
+/// notices arriving tell. A look at the settings goes first (turning notifications on if the
+/// configuration allows); a server that does not answer it is tried again later.
 async fn subscribe(
     store: Store,
     node: Node,
     patterns: Vec<String>,
     settings: Arc<Settings>,
 ) -> Outcome<Subscription> {
-    let attempt = async {
-        let mut con = store.dedicated(&node).await?;
-        match keyspace::availability(&mut con).await? {
-            Availability::On => {}
-            Availability::Off(flags) if settings.tracking.configure_notifications => {
-                let set = keyspace::enable(&mut con, &flags).await?;
-                tracing::info!(node = %node.id(), flags = %set, "turned keyspace notifications on (tracking.configure_notifications)");
-            }
-            Availability::Off(flags) => {
-                return Ok(Err((
-                    format!("notify-keyspace-events is {flags:?}, without K and z (or K and A)"),
-                    false,
-                )));
-            }
-            Availability::Unknown(why) => return Ok(Err((why, true))),
+    let config = match look(node.clone(), &settings).await {
+        Config::NoAnswer => {
+            return Outcome::Failed(Error::Redis(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "Redis did not answer CONFIG GET notify-keyspace-events",
+            ))));
         }
+        config => config,
+    };
+    // The canary's own notices (the liveness probe writes it about once a second) prove that
+    // notifications flow on a quiet keyspace. A pattern, not the key: the key is learnt by the
+    // first probe, and each primary publishes only its own keys' events. An ACL without that
+    // channel still gets the sweeps' notices.
+    let canary = format!("{}{}*", keyspace::channel_prefix(node.db()), canary::PREFIX);
+    let attempt = async {
+        let with_canary: Vec<String> = patterns.iter().cloned().chain([canary]).collect();
         let pubsub = store.subscriber(&node).await?;
-        match Subscription::start(pubsub, node.db(), &patterns, settings.command_timeout).await {
-            Ok(sub) => Ok::<_, Error>(Ok(sub)),
-            Err(Error::Permission { .. }) => Ok(Err((
-                format!(
-                    "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
-                    patterns.join(", "),
-                    patterns.join(" &")
-                ),
-                true,
-            ))),
-            Err(e) => Err(e),
+        let timeout = settings.command_timeout;
+        match Subscription::start(pubsub, node.db(), &with_canary, timeout).await {
+            Err(Error::Permission { .. }) => {
+                let pubsub = store.subscriber(&node).await?;
+                Subscription::start(pubsub, node.db(), &patterns, timeout).await
+            }
+            started => started,
         }
     };
     match attempt.await {
-        Ok(Ok(sub)) => Outcome::Subscribed(Box::new(sub)),
-        Ok(Err((why, refused))) => Outcome::Unavailable { why, refused },
+        Ok(sub) => Outcome::Subscribed(Box::new(sub), config),
+        Err(Error::Permission { .. }) => Outcome::Unavailable {
+            why: format!(
+                "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
+                patterns.join(", "),
+                patterns.join(" &")
+            ),
+            refused: true,
+        },
         Err(e) => Outcome::Failed(e),
     }
 }

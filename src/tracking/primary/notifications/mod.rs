@@ -2,6 +2,14 @@
 //! notifications are in use, the operation in flight on them (subscribing, a ping, a look at
 //! the server's settings), when to try again, and what the loop must do when that changes.
 //!
+//! Notices arriving are the proof that notifications flow, not the server's settings: a managed
+//! Redis may refuse `CONFIG` while publishing them, and an operator may switch them off at run
+//! time. So the daemon subscribes wherever it may, and notifications are in use while notices
+//! arrive (any event of a watched key, the sweeper's own removals among them). Where `CONFIG
+//! GET` answers, it speaks for a quiet keyspace: after [`QUIET`] without a notice the settings
+//! are looked at, and "on" counts as a notice. After [`SILENT`] with neither, notifications are
+//! not in use and walks follow each sweep's schedule until the next notice.
+//!
 //! No I/O: [`Notifications::poll`] says which operation to start and keeps the future the loop
 //! makes for it inside the state, and [`Notifications::on_outcome`] takes what it came to. The
 //! subscription type is a parameter, so the rules are tested without Redis.
@@ -21,13 +29,35 @@ const RESUBSCRIBE_FIRST: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(5);
 /// A walk waits for a subscription tried again within this long: then one walk does for both.
 const WALK_WAITS: Duration = Duration::from_secs(1);
+/// Without a notice for this long, the server's settings are looked at (where it answers).
+pub(crate) const QUIET: Duration = Duration::from_secs(15);
+/// Without a notice (or a look saying they are on) for this long, notifications are not in
+/// use: switched off at run time, or a server that stopped answering. Documented in
+/// docs/operations.md.
+pub(crate) const SILENT: Duration = Duration::from_secs(30);
+
+/// What the server's `CONFIG GET notify-keyspace-events` said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Config {
+    /// On (turned on if `tracking.configure_notifications` said so).
+    On,
+    /// Off: the flags the server has.
+    Off(String),
+    /// Refused for good (an ACL, a renamed command), and why: only notices tell.
+    Refused(String),
+    /// No answer this time (a timeout, a lost connection): nothing learnt.
+    NoAnswer,
+}
 
 /// What an operation on the subscription came to.
 pub(crate) enum Outcome<S> {
-    /// A new subscription: what was written before it is found by a walk.
-    Subscribed(Box<S>),
-    /// The subscription still works (a ping, a look at the server's settings).
+    /// A new subscription, and what the server's settings said: what was written before it is
+    /// found by a walk.
+    Subscribed(Box<S>, Config),
+    /// The subscription still works (a ping).
     Kept(Box<S>),
+    /// A look at the server's settings.
+    Looked(Box<S>, Config),
     /// Not to be had here, and why; `refused` if the server has them but the Redis user may
     /// not use them (an ACL to fix, where an operator who left them off needs no warning).
     Unavailable {
@@ -43,7 +73,7 @@ pub(crate) enum Op<S> {
     Subscribe,
     /// Prove the subscription delivers.
     Ping(Box<S>),
-    /// Are notifications still on (or on now)?
+    /// Are notifications still on (or on now)? Turns them on if the configuration allows.
     Recheck(Box<S>),
 }
 
@@ -103,6 +133,8 @@ pub(crate) struct Report {
     pub(crate) say: Option<Say>,
     /// An attempt failed: log it (it is tried again).
     pub(crate) failed: Option<Error>,
+    /// Whether the server refuses `CONFIG`, when that may have changed.
+    pub(crate) config_refused: Option<bool>,
 }
 
 pub(crate) struct Notifications<S> {
@@ -114,12 +146,24 @@ pub(crate) struct Notifications<S> {
     generation: u64,
     /// `tracking.notifications = "on"`: their absence is worth a warning.
     expected: bool,
+    next_ping: Instant,
+    /// The last notice, or look saying notifications are on, or subscription.
+    flow_at: Instant,
+    /// What the server says of its settings, and when it was last asked.
+    settings: Looks,
+}
+
+/// The looks at the server's `notify-keyspace-events` (`CONFIG GET`), where it answers.
+struct Looks {
     /// A reconciliation is due to look at the server's settings again.
     recheck_wanted: bool,
     /// Why they were last said to be unavailable, so that each reconciliation's look does not
     /// say it again.
     unavailable_said: Option<String>,
-    next_ping: Instant,
+    /// The last look at the server's settings.
+    looked_at: Instant,
+    /// The server refuses `CONFIG`: nothing to look at, notices alone tell.
+    config_refused: bool,
 }
 
 impl<S> Notifications<S> {
@@ -135,9 +179,14 @@ impl<S> Notifications<S> {
             in_use: false,
             generation: 0,
             expected,
-            recheck_wanted: false,
-            unavailable_said: None,
             next_ping: at + SUBSCRIPTION_PING,
+            flow_at: at,
+            settings: Looks {
+                recheck_wanted: false,
+                unavailable_said: None,
+                looked_at: at,
+                config_refused: false,
+            },
         }
     }
 
@@ -164,16 +213,38 @@ impl<S> Notifications<S> {
 
     /// A reconciliation is due: look at the server's settings again.
     pub(crate) fn want_recheck(&mut self) {
-        self.recheck_wanted = true;
+        self.settings.recheck_wanted = true;
     }
 
     /// When [`Notifications::poll`] has something to start, if nothing happens meanwhile.
     pub(crate) fn next_wake(&self) -> Option<Instant> {
-        match self.stage {
+        let silent = self.in_use.then_some(self.flow_at + SILENT);
+        let own = match self.stage {
             Stage::Idle { retry_at } => Some(retry_at),
-            Stage::Active(_) => Some(self.next_ping),
+            Stage::Active(_) => Some(match self.look_at() {
+                Some(look) => self.next_ping.min(look),
+                None => self.next_ping,
+            }),
             _ => None,
-        }
+        };
+        own.into_iter().chain(silent).min()
+    }
+
+    /// When the quiet calls for a look at the server's settings (never where it refuses them).
+    fn look_at(&self) -> Option<Instant> {
+        (!self.settings.config_refused).then(|| self.flow_at.max(self.settings.looked_at) + QUIET)
+    }
+
+    /// Whether a subscription is held (idle or with a ping or a look in flight).
+    fn holds_subscription(&self) -> bool {
+        matches!(
+            self.stage,
+            Stage::Active(_)
+                | Stage::Busy {
+                    subscribing: false,
+                    ..
+                }
+        )
     }
 
     /// What the loop polls: the operation in flight, or the subscription's messages.
@@ -197,8 +268,17 @@ impl<S> Notifications<S> {
         }
         // Before a ping: a look at the server's settings proves the subscription as well. An
         // operation in flight only delays it.
-        if self.recheck_wanted && !matches!(self.stage, Stage::Busy { .. }) {
-            self.recheck_wanted = false;
+        let quiet =
+            matches!(self.stage, Stage::Active(_)) && self.look_at().is_some_and(|look| look <= at);
+        if self.settings.recheck_wanted
+            && self.settings.config_refused
+            && matches!(self.stage, Stage::Active(_))
+        {
+            // Nothing to look at: the subscription's pings and notices tell.
+            self.settings.recheck_wanted = false;
+        }
+        if (self.settings.recheck_wanted || quiet) && !matches!(self.stage, Stage::Busy { .. }) {
+            self.settings.recheck_wanted = false;
             match std::mem::replace(&mut self.stage, Stage::Unavailable) {
                 Stage::Unavailable => {
                     self.backoff.reset();
@@ -206,6 +286,7 @@ impl<S> Notifications<S> {
                     return;
                 }
                 Stage::Active(sub) => {
+                    self.settings.looked_at = at;
                     self.stage = Stage::Busy {
                         op: start(Op::Recheck(sub)),
                         subscribing: false,
@@ -229,15 +310,14 @@ impl<S> Notifications<S> {
     /// The operation in flight came to `outcome` at `at`.
     pub(crate) fn on_outcome(&mut self, at: Instant, outcome: Outcome<S>) -> Report {
         match outcome {
-            Outcome::Subscribed(sub) => {
+            Outcome::Subscribed(sub, config) => {
                 self.backoff.reset();
-                self.unavailable_said = None;
                 self.stage = Stage::Active(sub);
                 self.next_ping = at + SUBSCRIPTION_PING;
-                let mut report = self.set_in_use(true);
+                (self.flow_at, self.settings.looked_at) = (at, at);
+                let mut report = self.on_config(config, true);
                 // Whatever was written before the subscription is found by a walk.
                 report.catch_up = Some(CatchUp::Now);
-                report.say = Some(Say::InUse);
                 report
             }
             Outcome::Kept(sub) => {
@@ -245,19 +325,12 @@ impl<S> Notifications<S> {
                 self.stage = Stage::Active(sub);
                 Report::default()
             }
+            Outcome::Looked(sub, config) => {
+                self.stage = Stage::Active(sub);
+                self.on_config(config, false)
+            }
             Outcome::Unavailable { why, refused } => {
-                let expected = refused || self.expected;
-                // Looked at again every reconciliation: said once, and again if it changes.
-                let say = if self.in_use || self.unavailable_said.as_deref() != Some(&why) {
-                    if self.in_use || expected {
-                        Say::Warn(why.clone())
-                    } else {
-                        Say::Info(why.clone())
-                    }
-                } else {
-                    Say::Debug(why.clone())
-                };
-                self.unavailable_said = Some(why);
+                let say = self.say_off(why, refused);
                 self.stage = Stage::Unavailable;
                 let mut report = self.set_in_use(false);
                 report.say = Some(say);
@@ -272,6 +345,112 @@ impl<S> Notifications<S> {
                 report
             }
         }
+    }
+
+    /// What the server's settings say, at subscription (`fresh`) or at a look. "On" counts as
+    /// a notice; "off" ends their use (a notice proves them on again); a refusal is said once.
+    fn on_config(&mut self, config: Config, fresh: bool) -> Report {
+        let refused = matches!(config, Config::Refused(_));
+        let mut report = Report::default();
+        if refused != self.settings.config_refused && config != Config::NoAnswer {
+            self.settings.config_refused = refused;
+            report.config_refused = Some(refused);
+        }
+        match config {
+            Config::On => {
+                self.flow_at = self.settings.looked_at;
+                if !self.in_use || fresh {
+                    report = Report {
+                        config_refused: report.config_refused,
+                        ..self.now_in_use()
+                    };
+                }
+            }
+            Config::Off(flags) => {
+                // One line per change: each look at a server left off says nothing new.
+                let wording = |verb: &str| {
+                    format!("notify-keyspace-events {verb} {flags:?}, without K and z (or K and A)")
+                };
+                let (changed, is) = (wording("was changed to"), wording("is"));
+                if self.settings.unavailable_said.as_deref() == Some(&changed) {
+                    self.settings.unavailable_said = Some(is.clone());
+                }
+                let say = self.say_off(if self.in_use { changed } else { is }, false);
+                if self.in_use || fresh {
+                    report = Report {
+                        config_refused: report.config_refused,
+                        ..self.set_in_use(false)
+                    };
+                }
+                report.say = Some(say);
+            }
+            Config::Refused(why) => {
+                if report.config_refused.is_some() {
+                    report.say = Some(Say::Warn(format!(
+                        "{why}: notifications are used while notices arrive"
+                    )));
+                }
+                if fresh {
+                    // In use once a notice arrives.
+                    report = Report {
+                        say: report.say.take(),
+                        config_refused: report.config_refused,
+                        ..self.set_in_use(false)
+                    };
+                }
+            }
+            Config::NoAnswer => {}
+        }
+        report
+    }
+
+    /// How to say that notifications are not to be had here: once per reason, a warning where
+    /// they were in use or are expected (or an ACL is to blame), else plain information.
+    fn say_off(&mut self, why: String, refused: bool) -> Say {
+        let say = if self.in_use || self.settings.unavailable_said.as_deref() != Some(&why) {
+            if self.in_use || refused || self.expected {
+                Say::Warn(why.clone())
+            } else {
+                Say::Info(why.clone())
+            }
+        } else {
+            Say::Debug(why.clone())
+        };
+        self.settings.unavailable_said = Some(why);
+        say
+    }
+
+    fn now_in_use(&mut self) -> Report {
+        self.settings.unavailable_said = None;
+        let mut report = self.set_in_use(true);
+        // Keys written while notifications were not in use are found by a walk: the ones
+        // since the last scheduled walk would wait for the next reconciliation otherwise.
+        report.catch_up = Some(CatchUp::Now);
+        report.say = Some(Say::InUse);
+        report
+    }
+
+    /// A notice arrived at `at`: notifications flow. Cheap when nothing changes (every notice
+    /// comes here).
+    pub(crate) fn on_notice(&mut self, at: Instant) -> Option<Report> {
+        self.flow_at = at;
+        (!self.in_use && self.holds_subscription()).then(|| self.now_in_use())
+    }
+
+    /// Ends the use of notifications that have been silent for [`SILENT`] at `at`: the
+    /// subscription is kept, and the next notice brings them back.
+    pub(crate) fn judge(&mut self, at: Instant) -> Option<Report> {
+        if !self.in_use || at < self.flow_at + SILENT {
+            return None;
+        }
+        let why = format!(
+            "no keyspace notification arrived for {} s",
+            SILENT.as_secs()
+        );
+        self.settings.unavailable_said = Some(why.clone());
+        let mut report = self.set_in_use(false);
+        report.say = Some(Say::Warn(why));
+        Some(report)
     }
 
     /// The subscription's connection closed at `at`: subscribe again after a short wait.
@@ -313,252 +492,4 @@ impl<S> Notifications<S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    type N = Notifications<u32>;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    /// Starts what is due, returning the operations started.
-    fn poll(n: &mut N, at: Instant) -> Vec<&'static str> {
-        let mut started = Vec::new();
-        n.poll(at, |op| {
-            started.push(match op {
-                Op::Subscribe => "subscribe",
-                Op::Ping(_) => "ping",
-                Op::Recheck(_) => "recheck",
-            });
-            Box::pin(std::future::pending())
-        });
-        started
-    }
-
-    fn subscribed(at: Instant) -> N {
-        let mut n = N::new(at, false, false);
-        assert_eq!(poll(&mut n, at), ["subscribe"]);
-        let r = n.on_outcome(at, Outcome::Subscribed(Box::new(7)));
-        assert_eq!(r.in_use, Some(true));
-        n
-    }
-
-    fn failed() -> Outcome<u32> {
-        Outcome::Failed(crate::store::reply::ReplyError::new("test").into())
-    }
-
-    #[test]
-    fn off_stays_off() {
-        let t0 = Instant::now();
-        let mut n = N::new(t0, true, false);
-        assert!(poll(&mut n, t0).is_empty());
-        assert_eq!(n.next_wake(), None);
-        assert!(n.restart(t0).in_use.is_none());
-        assert!(poll(&mut n, t0).is_empty());
-    }
-
-    #[test]
-    fn a_subscription_asks_for_a_walk_at_once() {
-        let t0 = Instant::now();
-        let mut n = N::new(t0, false, false);
-        assert_eq!(poll(&mut n, t0), ["subscribe"]);
-        assert!(n.walk_waits(t0), "a walk waits for the subscription");
-        assert!(poll(&mut n, t0).is_empty(), "one operation at a time");
-        let r = n.on_outcome(t0, Outcome::Subscribed(Box::new(1)));
-        assert_eq!(r.catch_up, Some(CatchUp::Now));
-        assert!(r.unnoticed && n.in_use());
-        assert_eq!(r.say, Some(Say::InUse));
-        assert!(!n.walk_waits(t0));
-        assert!(matches!(n.io(), Io::Active(1)));
-    }
-
-    #[test]
-    fn resubscribe_backoff_doubles_up_to_its_cap() {
-        let t0 = Instant::now();
-        let mut n = N::new(t0, false, false);
-        let mut at = t0;
-        let mut waits = Vec::new();
-        for _ in 0..8 {
-            assert_eq!(poll(&mut n, at), ["subscribe"]);
-            let r = n.on_outcome(at, failed());
-            assert!(r.failed.is_some() && r.in_use == Some(false));
-            let retry = n.next_wake().unwrap();
-            waits.push(retry.duration_since(at).as_millis());
-            assert!(
-                poll(&mut n, retry - ms(1)).is_empty(),
-                "not before the wait"
-            );
-            at = retry;
-        }
-        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
-    }
-
-    #[test]
-    fn resubscribe_backoff_is_reset_by_a_success() {
-        let t0 = Instant::now();
-        let mut n = N::new(t0, false, false);
-        for _ in 0..4 {
-            let at = n.next_wake().unwrap();
-            poll(&mut n, at);
-            n.on_outcome(t0, failed());
-        }
-        let at = n.next_wake().unwrap();
-        poll(&mut n, at);
-        n.on_outcome(at, Outcome::Subscribed(Box::new(1)));
-        let lost = at + ms(10);
-        n.on_lost(lost);
-        assert_eq!(n.next_wake(), Some(lost + RESUBSCRIBE_FIRST));
-        poll(&mut n, lost + RESUBSCRIBE_FIRST);
-        n.on_outcome(lost + RESUBSCRIBE_FIRST, failed());
-        assert_eq!(
-            n.next_wake(),
-            Some(lost + RESUBSCRIBE_FIRST + RESUBSCRIBE_FIRST * 2),
-            "the backoff goes on from the lost subscription's"
-        );
-    }
-
-    #[test]
-    fn a_lost_subscription_asks_for_one_catch_up_walk_and_counts_a_generation() {
-        let t0 = Instant::now();
-        let mut n = subscribed(t0);
-        let generation = n.generation();
-        let r = n.on_lost(t0 + ms(50));
-        assert_eq!(r.catch_up, Some(CatchUp::Soon));
-        assert!(r.unnoticed && !n.in_use());
-        assert_eq!(n.generation(), generation + 1);
-        assert!(
-            n.walk_waits(t0 + ms(50)),
-            "the walk waits for the resubscription"
-        );
-        // Failing again while not in use asks for no second walk.
-        poll(&mut n, t0 + ms(150));
-        let r = n.on_outcome(t0 + ms(150), failed());
-        assert_eq!(r.catch_up, None);
-    }
-
-    #[test]
-    fn a_walk_stops_waiting_for_a_subscription_that_keeps_failing() {
-        let t0 = Instant::now();
-        let mut n = N::new(t0, false, false);
-        let mut at = t0;
-        // Waits of 100, 200, 400 and 800 ms: a walk waits; then 1.6 s: it goes ahead.
-        for waits in [true, true, true, true, false] {
-            poll(&mut n, at);
-            n.on_outcome(at, failed());
-            assert_eq!(n.walk_waits(at), waits);
-            at = n.next_wake().unwrap();
-        }
-    }
-
-    #[test]
-    fn the_subscription_is_pinged_on_its_pace() {
-        let t0 = Instant::now();
-        let mut n = subscribed(t0);
-        assert_eq!(n.next_wake(), Some(t0 + SUBSCRIPTION_PING));
-        assert!(poll(&mut n, t0 + ms(10)).is_empty());
-        assert_eq!(poll(&mut n, t0 + SUBSCRIPTION_PING), ["ping"]);
-        assert!(matches!(n.io(), Io::Op(_)));
-        let r = n.on_outcome(t0 + SUBSCRIPTION_PING, Outcome::Kept(Box::new(7)));
-        assert!(r.in_use.is_none() && !r.unnoticed);
-        assert!(n.in_use(), "in use throughout the ping");
-        assert_eq!(n.next_wake(), Some(t0 + SUBSCRIPTION_PING * 2));
-    }
-
-    #[test]
-    fn a_failed_ping_drops_the_subscription_and_retries_soon() {
-        let t0 = Instant::now();
-        let mut n = subscribed(t0);
-        let at = t0 + SUBSCRIPTION_PING;
-        poll(&mut n, at);
-        let r = n.on_outcome(at, failed());
-        assert_eq!(r.catch_up, Some(CatchUp::Soon));
-        assert_eq!(n.next_wake(), Some(at + RESUBSCRIBE_FIRST));
-    }
-
-    #[test]
-    fn a_recheck_comes_before_a_ping_and_waits_for_an_operation_in_flight() {
-        let t0 = Instant::now();
-        let mut n = subscribed(t0);
-        let at = t0 + SUBSCRIPTION_PING;
-        assert_eq!(poll(&mut n, at), ["ping"]);
-        n.want_recheck();
-        assert!(poll(&mut n, at).is_empty(), "the ping is in flight");
-        n.on_outcome(at, Outcome::Kept(Box::new(7)));
-        assert_eq!(poll(&mut n, at + ms(1)), ["recheck"]);
-        n.on_outcome(at + ms(2), Outcome::Kept(Box::new(7)));
-        assert!(
-            poll(&mut n, at + ms(3)).is_empty(),
-            "one recheck per reconciliation"
-        );
-    }
-
-    #[test]
-    fn unavailable_is_said_once_and_looked_at_again_at_reconciliation() {
-        let t0 = Instant::now();
-        let mut n = N::new(t0, false, false);
-        poll(&mut n, t0);
-        let off = || Outcome::Unavailable {
-            why: "off".into(),
-            refused: false,
-        };
-        let r = n.on_outcome(t0, off());
-        assert_eq!(r.say, Some(Say::Info("off".into())));
-        assert_eq!(
-            n.next_wake(),
-            None,
-            "no retries: reconciliations look again"
-        );
-        n.want_recheck();
-        assert!(poll(&mut n, t0 + ms(1)).is_empty(), "back to idle first");
-        assert_eq!(poll(&mut n, t0 + ms(1)), ["subscribe"]);
-        assert_eq!(
-            n.on_outcome(t0 + ms(2), off()).say,
-            Some(Say::Debug("off".into()))
-        );
-        poll(&mut n, t0);
-        n.want_recheck();
-        poll(&mut n, t0 + ms(3));
-        poll(&mut n, t0 + ms(3));
-        let r = n.on_outcome(
-            t0 + ms(4),
-            Outcome::Unavailable {
-                why: "refused".into(),
-                refused: true,
-            },
-        );
-        assert_eq!(
-            r.say,
-            Some(Say::Warn("refused".into())),
-            "a change, and an ACL to fix"
-        );
-    }
-
-    #[test]
-    fn losing_notifications_that_were_in_use_is_a_warning() {
-        let t0 = Instant::now();
-        let mut n = subscribed(t0);
-        n.want_recheck();
-        assert_eq!(poll(&mut n, t0 + ms(1)), ["recheck"]);
-        let r = n.on_outcome(
-            t0 + ms(2),
-            Outcome::Unavailable {
-                why: "off".into(),
-                refused: false,
-            },
-        );
-        assert_eq!(r.say, Some(Say::Warn("off".into())));
-        assert_eq!(r.catch_up, Some(CatchUp::Soon));
-    }
-
-    #[test]
-    fn a_restart_drops_the_operation_in_flight_and_subscribes_at_once() {
-        let t0 = Instant::now();
-        let mut n = subscribed(t0);
-        assert_eq!(poll(&mut n, t0 + SUBSCRIPTION_PING), ["ping"]);
-        let r = n.restart(t0 + SUBSCRIPTION_PING);
-        assert!(r.unnoticed && r.in_use == Some(false));
-        assert!(matches!(n.io(), Io::Nothing));
-        assert_eq!(poll(&mut n, t0 + SUBSCRIPTION_PING), ["subscribe"]);
-    }
-}
+mod tests;
