@@ -20,6 +20,7 @@
 
 mod report;
 mod tracker;
+mod watch;
 mod worker;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,12 +34,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use report::{SimulateReport, TypingReport};
 pub use tracker::{Fate, Lag, Tally, Tracker, Verdict};
+use watch::{WATCH_EVERY, Watch, end_time, watch_redis};
 use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
 
 use crate::Error;
 use crate::config::pattern::CONVERSATION_ID;
 use crate::config::{Config, RedisConfig, SweepConfig, UnknownSweep};
-use crate::store::clock::{RedisClock, redis_time, unix_now};
+use crate::store::clock::unix_now;
 use crate::store::{self, Opener, Store};
 use crate::tools::loopback::{self, NotLoopback};
 
@@ -339,116 +341,6 @@ struct Run {
     interrupted: bool,
     /// The run's keys were deleted.
     cleaned: bool,
-}
-
-/// How often the watcher asks Redis for its clock and `run_id`.
-const WATCH_EVERY: Duration = Duration::from_millis(250);
-/// How long the end of the run waits for Redis to answer for the final verdicts.
-const END_WAIT: Duration = Duration::from_secs(10);
-
-/// What the watcher and the subscriber saw of Redis during the run.
-#[derive(Debug, Default)]
-struct Watch {
-    state: Mutex<WatchState>,
-}
-
-#[derive(Debug, Default)]
-struct WatchState {
-    /// Redis's clock at the last answer, and when that was.
-    clock: Option<RedisClock>,
-    /// The server's `run_id` at the last answer.
-    run_id: Option<String>,
-    /// Redis's clock when a new `run_id` was first seen: a restart or a failover before then.
-    restarts: Vec<f64>,
-    /// Periods without an answer.
-    outages: u64,
-    down: bool,
-    /// Gaps in the event subscription: Redis's clock (estimated) when it was lost, and when it
-    /// was taken up again (`None`: still down at the end).
-    gaps: Vec<(f64, Option<f64>)>,
-}
-
-impl Watch {
-    fn state(&self) -> MutexGuard<'_, WatchState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Redis's clock now, estimated from its last answer; `None` before any.
-    fn now(&self) -> Option<f64> {
-        self.state().clock.map(|c| c.now())
-    }
-}
-
-/// Asks Redis for `TIME` and its `run_id` every [`WATCH_EVERY`], until `stop`.
-async fn watch_redis(store: Store, watch: Arc<Watch>, stop: CancellationToken) {
-    let mut con = store.connection();
-    loop {
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME").cmd("INFO").arg("server");
-        let asked = tokio::time::Instant::now();
-        let reply: Result<(redis::Value, String), _> =
-            tokio::time::timeout(WATCH_EVERY * 4, pipe.query_async(&mut con))
-                .await
-                .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
-        {
-            let mut st = watch.state();
-            match reply {
-                Ok((time, info)) => {
-                    let time = crate::store::reply::parse_time(&time);
-                    let run_id = info
-                        .lines()
-                        .find_map(|l| l.strip_prefix("run_id:"))
-                        .map(|id| id.trim().to_owned());
-                    if let Some(t) = time {
-                        st.clock = Some(RedisClock {
-                            redis: t,
-                            at: asked,
-                        });
-                    }
-                    if st.down {
-                        st.down = false;
-                        tracing::warn!("Redis answers again");
-                    }
-                    if let (Some(new), Some(t)) = (&run_id, time)
-                        && st.run_id.as_ref().is_some_and(|old| old != new)
-                    {
-                        tracing::warn!("Redis restarted or failed over (a new run_id)");
-                        st.restarts.push(t);
-                    }
-                    if run_id.is_some() {
-                        st.run_id = run_id;
-                    }
-                }
-                Err(e) => {
-                    if !st.down {
-                        st.down = true;
-                        st.outages += 1;
-                        tracing::warn!(error = %e, "Redis does not answer; the run goes on");
-                    }
-                }
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(WATCH_EVERY) => {}
-        }
-    }
-}
-
-/// Redis's clock at the end of the run: asked for [`END_WAIT`] at most, else estimated from its
-/// last answer.
-async fn end_time(store: &Store, watch: &Watch) -> f64 {
-    let deadline = Instant::now() + END_WAIT;
-    loop {
-        if let Ok(t) = redis_time(&mut store.connection()).await {
-            return t;
-        }
-        if Instant::now() >= deadline {
-            tracing::warn!("Redis did not answer at the end; judging on its clock as last seen");
-            return watch.now().unwrap_or_else(unix_now);
-        }
-        tokio::time::sleep(WATCH_EVERY).await;
-    }
 }
 
 /// Whether each overdue member is still in Redis, asked at the end (`None`: Redis did not
