@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use crate::support::{Binary, RedisServer, http_get, metric, scrape};
 
 mod daemon_paused;
+mod debug_reload;
 mod deletions;
+mod failover;
 mod flushall;
 mod notifications;
 mod restored_snapshot;
