@@ -227,7 +227,7 @@ async fn a_resharding_during_the_work_misses_nothing_and_duplicates_nothing() {
 }
 
 /// The port of the primary serving `slot`, from `CLUSTER SLOTS`.
-fn owner(cluster: &RedisCluster, key: &str) -> u16 {
+pub fn owner(cluster: &RedisCluster, key: &str) -> u16 {
     let node = cluster.nodes.iter().find(|n| n.is_running()).unwrap();
     let mut con = node.con();
     let slot: i64 = redis::cmd("CLUSTER")

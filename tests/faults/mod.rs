@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use crate::support::{Binary, RedisServer, http_get, metric, scrape};
 
 mod daemon_paused;
+mod debug_reload;
 mod deletions;
+mod failover;
 mod flushall;
 mod notifications;
 mod restored_snapshot;
@@ -38,7 +40,8 @@ fn connect(client: &redis::Client, timeout: Duration) -> Option<redis::Connectio
 }
 
 /// Live users, each heartbeating every `period` on its own phase; user `n` of conversation `c`
-/// is `live-c<c>-<n>` in `presence:f<c>:online`.
+/// is `live-c<c>-<n>` in `presence:<prefix>f<c>:online` (the prefix is empty unless given, e.g.
+/// a hash tag that keeps every key on one cluster primary).
 pub struct LiveUsers {
     running: Arc<AtomicBool>,
     /// Heartbeats that reached Redis, and ticks lost because it did not answer.
@@ -56,12 +59,27 @@ impl LiveUsers {
         users: usize,
         period: Duration,
     ) -> Self {
+        Self::start_on(&[server], "", conversations, users, period)
+    }
+
+    /// [`LiveUsers::start`] on keys `presence:<prefix>f<c>:online`, writing to the first of
+    /// `servers` that takes the write: a tick refused (down, or a replica) is lost, and the next
+    /// one tries the next server, as apps that follow a failover.
+    pub fn start_on(
+        servers: &[&RedisServer],
+        prefix: &str,
+        conversations: usize,
+        users: usize,
+        period: Duration,
+    ) -> Self {
         let running = Arc::new(AtomicBool::new(true));
         let written = Arc::new(AtomicU64::new(0));
         let lost = Arc::new(AtomicU64::new(0));
         let (r, w, l) = (running.clone(), written.clone(), lost.clone());
-        let client = server.client();
+        let clients: Vec<redis::Client> = servers.iter().map(|s| s.client()).collect();
+        let prefix = prefix.to_owned();
         let thread = std::thread::spawn(move || {
+            let mut target = 0;
             let script = redis::Script::new(HEARTBEAT);
             let total = conversations * users;
             let start = Instant::now();
@@ -89,11 +107,11 @@ impl LiveUsers {
                 }
                 ticks[i].0 = due + period;
                 if con.is_none() {
-                    con = connect(&client, period / 4);
+                    con = connect(&clients[target], period / 4);
                 }
                 let ok = con.as_mut().is_some_and(|con| {
                     script
-                        .key(format!("presence:f{c}:online"))
+                        .key(format!("presence:{prefix}f{c}:online"))
                         .arg(format!("live-c{c}-{u}"))
                         .invoke::<String>(con)
                         .is_ok()
@@ -104,6 +122,7 @@ impl LiveUsers {
                     // Lost: the app carries on at its next tick, on a new connection.
                     l.fetch_add(1, Ordering::Relaxed);
                     con = None;
+                    target = (target + 1) % clients.len();
                 }
             }
         });
@@ -148,18 +167,31 @@ pub fn write_zombies(
     live_conversations: usize,
     age: f64,
 ) -> Vec<String> {
+    write_zombies_in(server, "", tag, n, live_conversations, age)
+}
+
+/// [`write_zombies`] into keys `presence:<prefix>...:online`, those of
+/// [`LiveUsers::start_on`] with the same prefix.
+pub fn write_zombies_in(
+    server: &RedisServer,
+    prefix: &str,
+    tag: &str,
+    n: usize,
+    live_conversations: usize,
+    age: f64,
+) -> Vec<String> {
     let mut con = server.con();
     let now = crate::support::redis_now(&mut con);
     let mut ids = Vec::new();
     for c in 0..n {
         let (key, id) = if c < live_conversations {
             (
-                format!("presence:f{c}:online"),
+                format!("presence:{prefix}f{c}:online"),
                 format!("zombie-{tag}-f{c}"),
             )
         } else {
             (
-                format!("presence:z{tag}{c}:online"),
+                format!("presence:{prefix}z{tag}{c}:online"),
                 format!("zombie-{tag}-{c}"),
             )
         };
@@ -334,14 +366,18 @@ pub fn assert_verdict(
 
 /// The truth about `presence:*:online` keys: (keys, members).
 pub fn truth(server: &RedisServer) -> (u64, u64) {
-    let mut con = server.con();
+    truth_on(&mut server.con())
+}
+
+/// [`truth`] on one connection (one cluster node's own keys).
+pub fn truth_on(con: &mut redis::Connection) -> (u64, u64) {
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("presence:*:online")
-        .query(&mut con)
+        .query(con)
         .unwrap();
     let members = keys
         .iter()
-        .map(|k| redis::cmd("ZCARD").arg(k).query::<u64>(&mut con).unwrap())
+        .map(|k| redis::cmd("ZCARD").arg(k).query::<u64>(con).unwrap())
         .sum();
     (keys.len() as u64, members)
 }
@@ -349,9 +385,19 @@ pub fn truth(server: &RedisServer) -> (u64, u64) {
 /// Waits up to `within` for the online sweep's `tracked_keys` and `members` gauges to equal
 /// the truth in Redis (it may move meanwhile: both are read again each time).
 pub fn assert_gauges_follow(server: &RedisServer, d: &Binary, within: Duration) {
+    assert_gauges_follow_truth(|| truth(server), d, within);
+}
+
+/// [`assert_gauges_follow`] with the truth told by `truth` (e.g. summed over a cluster's
+/// primaries).
+pub fn assert_gauges_follow_truth(
+    mut truth: impl FnMut() -> (u64, u64),
+    d: &Binary,
+    within: Duration,
+) {
     let deadline = Instant::now() + within;
     loop {
-        let (keys, members) = truth(server);
+        let (keys, members) = truth();
         let s = scrape(d.http_addr());
         let tracked = metric(&s, "presence_sweeper_tracked_keys", &[("sweep", "online")]);
         let gauge = metric(&s, "presence_sweeper_members", &[("sweep", "online")]);
