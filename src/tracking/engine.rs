@@ -110,6 +110,9 @@ pub(crate) struct Engine {
     /// Primaries' loops say when their work fails.
     suspect: Arc<tokio::sync::Notify>,
     last_topology: tokio::time::Instant,
+    /// The first topology was read: a primary found later took over keys (a failover, a
+    /// replica's takeover, slots moved to it).
+    topology_known: bool,
     turn: tokio::time::Interval,
     loop_health: LoopHealth,
     /// What the log says of the sweeps' work, and when.
@@ -156,6 +159,7 @@ impl Engine {
             topology,
             suspect: Arc::default(),
             last_topology: tokio::time::Instant::now(),
+            topology_known: false,
             turn,
             summary: Summary::new(tokio::time::Instant::now()),
         }
@@ -450,6 +454,7 @@ impl Engine {
                 suspect: self.suspect.clone(),
                 last_answer: last_answer.clone(),
                 inherited_outage,
+                takes_over: self.topology_known,
             };
             let task = tokio::spawn(primary.run(inbox, stop.clone()));
             tracing::debug!(node = %id, "primary loop started");
@@ -465,6 +470,7 @@ impl Engine {
             );
         }
         self.health.set_nodes(self.primaries.keys().cloned());
+        self.topology_known = true;
     }
 
     async fn stop_primaries(&mut self) {

@@ -119,6 +119,10 @@ pub(crate) struct Primary {
     /// This loop replaces primaries that stopped answering at this instant (Redis's clock): a
     /// failover. Its first answer ends that outage, and the credit follows.
     pub(crate) inherited_outage: Option<f64>,
+    /// This loop starts on a change of the topology, not at start: its server took keys over
+    /// (a failover, maybe to a replica that lags, even while the old primary still answers).
+    /// Its first probe ends with a credit, as a followed failover's does.
+    pub(crate) takes_over: bool,
 }
 
 /// Redis's last answer to a primary's loop: when (local instant) and its clock then.
@@ -160,7 +164,13 @@ impl Primary {
                 mode == NotificationMode::Off,
                 mode == NotificationMode::On,
             ),
-            liveness: Liveness::new(now, self.inherited_outage),
+            liveness: {
+                let mut liveness = Liveness::new(now, self.inherited_outage);
+                if self.takes_over {
+                    liveness.on_moved();
+                }
+                liveness
+            },
             io: Io {
                 routed: self.store.connection(),
                 store: self.store,
