@@ -6,11 +6,12 @@
             `presence-sweeper sweep`: the peak RSS (the daemon's VmHWM; the command's from
             wait4), the largest event, and how many of the 500 events a plain subscriber
             received under Redis's default pub/sub output-buffer limits.
-  soak      `presence-sweeper simulate` against a daemon for --soak-seconds while Redis is
-            killed and restarted, and paused (SIGSTOP) past the ttl, in turns: false leaves,
-            duplicates, missed zombies, users lost with Redis's data, per outage.
+  soak      `presence-sweeper simulate` against a daemon for --soak-seconds while, at random
+            moments and in random order (--seed), Redis is killed and restarted, Redis is
+            paused (SIGSTOP) past the ttl, and the daemon itself is paused a ttl: false leaves,
+            duplicates, missed zombies, users lost with Redis's data, per incident.
 
-usage: python3 benches/badday.py [--stages long-ids,soak] [--soak-seconds 120]
+usage: python3 benches/badday.py [--stages long-ids,soak] [--soak-seconds 120] [--seed N]
                                  [--binary PATH] [--skip-build]
 --binary runs another build of the sweeper (an older commit's, say) for a side-by-side figure.
 needs: redis-server and redis-cli on PATH; cargo.
@@ -162,9 +163,12 @@ def long_ids(binary, id_bytes, how):
         redis.stop()
 
 
-def soak(binary, seconds):
-    """simulate against the daemon for `seconds` of vanishing users, with Redis killed and
-    restarted (append-only file fsynced on every write) and paused past the ttl in turns."""
+def soak(binary, seconds, seed=1):
+    """simulate against the daemon for `seconds` of vanishing users, with incidents at random
+    moments (every 8 to 16 s) in random order: Redis killed and restarted (append-only file
+    fsynced on every write), Redis paused past the ttl, the daemon paused for a ttl."""
+    import random
+    rng = random.Random(seed)
     work = tempfile.mkdtemp(prefix="soak-")
     redis = Redis(work, extra=("--appendonly", "yes", "--appendfsync", "always",
                                "--notify-keyspace-events", "KEA"))
@@ -183,18 +187,22 @@ def soak(binary, seconds):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started = time.time()
         chaos = []
-        turn = 0
         while time.time() - started < seconds - 15:
-            time.sleep(12)
-            if turn % 2 == 0:
+            time.sleep(rng.uniform(8, 16))
+            incident = rng.choice(("kill", "pause-redis", "pause-daemon"))
+            if incident == "kill":
                 redis.kill_restart()
-                chaos.append("kill -9 + restart")
-            else:
+                chaos.append("Redis kill -9 + restart")
+            elif incident == "pause-redis":
                 redis.signal(signal.SIGSTOP)
                 time.sleep(9)
                 redis.signal(signal.SIGCONT)
-                chaos.append("SIGSTOP 9 s (1.5 x ttl)")
-            turn += 1
+                chaos.append("Redis SIGSTOP 9 s (1.5 x ttl)")
+            else:
+                d.proc.send_signal(signal.SIGSTOP)
+                time.sleep(6)
+                d.proc.send_signal(signal.SIGCONT)
+                chaos.append("daemon SIGSTOP 6 s (1 x ttl)")
         out, err = sim.communicate(timeout=seconds + 120)
         report = json.loads(out)
         outages = d.metric("presence_sweeper_redis_outages_total")
@@ -223,6 +231,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stages", default="long-ids,soak")
     ap.add_argument("--soak-seconds", type=int, default=120)
+    ap.add_argument("--seed", type=int, default=1, help="the soak's incidents, reproducibly")
     ap.add_argument("--binary", default=None)
     ap.add_argument("--skip-build", action="store_true")
     a = ap.parse_args()
@@ -239,7 +248,7 @@ def main():
                   f"{r['events_received']}/500 events received, largest {r['largest_event_bytes']} B, "
                   f"{r['members_left']} members left", flush=True)
     if "soak" in stages:
-        results["soak"] = soak(binary, a.soak_seconds)
+        results["soak"] = soak(binary, a.soak_seconds, a.seed)
     print(json.dumps(results, indent=2))
 
 
