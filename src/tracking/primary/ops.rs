@@ -128,11 +128,10 @@ impl Io {
         ids: Vec<Vec<u8>>,
         keys: Vec<Vec<u8>>,
     ) -> BoxFuture<'static, Done> {
-        let mut node = self.node.clone();
-        Box::pin(async move {
-            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-            let reads = read::read(&mut node, &refs, Read::Oldest).await;
-            Done::Verified { epoch, ids, reads }
+        self.read_keys(keys, Read::Oldest, move |reads| Done::Verified {
+            epoch,
+            ids,
+            reads,
         })
     }
 
@@ -144,11 +143,24 @@ impl Io {
         ids: Vec<Vec<u8>>,
         keys: Vec<Vec<u8>>,
     ) -> BoxFuture<'static, Done> {
+        self.read_keys(keys, Read::Members, move |reads| Done::Unseen {
+            epoch,
+            ids,
+            reads,
+        })
+    }
+
+    /// Reads `keys` as `how` says, and makes of the reads what the loop is told.
+    fn read_keys(
+        &self,
+        keys: Vec<Vec<u8>>,
+        how: Read<'static>,
+        done: impl FnOnce(Result<Reads, Error>) -> Done + Send + 'static,
+    ) -> BoxFuture<'static, Done> {
         let mut node = self.node.clone();
         Box::pin(async move {
             let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-            let reads = read::read(&mut node, &refs, Read::Members).await;
-            Done::Unseen { epoch, ids, reads }
+            done(read::read(&mut node, &refs, how).await)
         })
     }
 
