@@ -398,5 +398,4 @@ impl Liveness {
 }
 
 #[cfg(test)]
-#[path = "liveness_tests.rs"]
 mod tests;
