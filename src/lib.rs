@@ -10,7 +10,9 @@
 //! - [`store`](Store): the Redis connections (standalone, cluster or Sentinel; the data path's
 //!   own pipelined connection per primary over TCP, TLS or a unix socket), with `reply` (what
 //!   Redis answers: shapes, redirects, refusals, `TIME`), `clock` (Redis's clock as the daemon
-//!   follows it) and `walk` (SCAN, one walk per primary for every sweep).
+//!   follows it), `walk` (SCAN, one walk per primary for every sweep), `subscriber` (the
+//!   keyspace subscriber that reads only as fast as it is asked), `name` (connection names),
+//!   `version` (which server answers) and `backoff`.
 //! - `evict`: `read` (the native reads of a batch), `transaction` and `script` (`evict.lua`),
 //!   the two atomic evictions, and `preflight` (proving the Redis user may do all that).
 //! - [`sweep`](Sweep): one sweep at run time and the check of a batch of its keys (read, evict,
@@ -19,7 +21,10 @@
 //! - `tracking`: where the daemon's work comes from: `index` (each key's deadline), `keyspace`
 //!   (notifications of new keys), `primary` (one primary's loop joining both with walks),
 //!   `engine` (every sweep on every primary, following topology, reloads and leases), `lease`,
-//!   `schedule` and `summary` (the log's account of the work).
+//!   `schedule` and `summary` (the log's account of the work). `primary`'s parts own their
+//!   state and do no I/O: `liveness` (Redis's clock, outages, resets and the credit, read from
+//!   a `canary`), `notifications` (the subscription), `checks` and `walks`; the loop applies
+//!   what they decide (`ops` holds its I/O).
 //! - [`pass`]: a full pass of the keyspace; [`pass::command`]: the `sweep` command.
 //! - `serve`: the process: [`serve::daemon`], `metrics` (the Prometheus registry), `health`
 //!   (liveness and readiness), [`serve::http`] with [`serve::web_config`] (TLS and basic
@@ -27,7 +32,6 @@
 //!   [`serve::signals`] and [`serve::logging`].
 //! - [`tools`]: [`tools::seed`], [`tools::stats`] and [`tools::simulate`], for people trying
 //!   or measuring the sweeper; the daemon never calls them.
-//!
 //! - [`version`]: what this binary was built from (revision and compiler, from `build.rs`).
 //!
 //! The command line belongs to the binary (`src/cli.rs`), which turns it into these modules'

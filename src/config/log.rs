@@ -10,7 +10,7 @@ use super::section::{Key, Shown};
 pub struct LogConfig {
     /// `log.format`: text or JSON lines.
     pub format: LogFormat,
-    /// `log.level`: a level or a `tracing` filter directive, checked by [`check_level`].
+    /// `log.level`: a level or a `tracing` filter directive, checked when read (a misspelt level is an error).
     pub level: String,
 }
 
