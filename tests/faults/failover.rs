@@ -124,8 +124,14 @@ fn a_failover_to_a_lagging_replica_announces_no_live_user() {
     assert_eq!(acked, 1, "R holds the late zombies");
 
     // R sleeps, and P drops its link to R; R's credentials for P are wrong (the link up now
-    // does not use them again), so once awake it cannot resync: it stays at what it had.
-    for (name, value) in [("masteruser", "nobody"), ("masterauth", "wrong")] {
+    // does not use them again), so once awake it cannot resync: it stays at what it had. R
+    // never promotes itself (the apps would rewrite their scores on it before the test reads
+    // them): the takeover below is the one promotion, as an operator's would be.
+    for (name, value) in [
+        ("masteruser", "nobody"),
+        ("masterauth", "wrong"),
+        ("cluster-replica-no-failover", "yes"),
+    ] {
         let _: () = redis::cmd("CONFIG")
             .arg("SET")
             .arg(name)
@@ -172,8 +178,14 @@ fn a_failover_to_a_lagging_replica_announces_no_live_user() {
     let on_r = live_scores(&mut con);
     reads_when_down(&mut con, "no");
 
-    // R wakes to a dead primary: promote it at once with what it has (it may have started a
-    // failover of its own meanwhile).
+    // R wakes to a dead primary: promote it at once with what it has (it may now elect itself
+    // too: either way it is promoted with the scores just read).
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-replica-no-failover")
+        .arg("no")
+        .query(&mut con)
+        .unwrap();
     let takeover: redis::RedisResult<()> = redis::cmd("CLUSTER")
         .arg("FAILOVER")
         .arg("TAKEOVER")

@@ -307,9 +307,12 @@ impl HealthWatch {
         let (r, f) = (running.clone(), failures.clone());
         let thread = std::thread::spawn(move || {
             while r.load(Ordering::Relaxed) {
-                let (status, body) = http_get(addr, "/healthz");
-                if status != 200 {
-                    f.lock().unwrap().push(format!("{status} {body}"));
+                // A refused connection (the daemon gone) is a failure to record, not a panic
+                // of this thread.
+                match std::panic::catch_unwind(|| http_get(addr, "/healthz")) {
+                    Ok((200, _)) => {}
+                    Ok((status, body)) => f.lock().unwrap().push(format!("{status} {body}")),
+                    Err(_) => f.lock().unwrap().push("no answer".into()),
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
