@@ -49,15 +49,16 @@ pub(super) fn variable_for(key: &str) -> String {
 }
 
 /// The variables of `env` that look meant for presence-sweeper but set nothing, ordered by
-/// name; `keys` are the dotted keys in effect, for the suggestions.
+/// name; `keys` gives the dotted keys in effect, for the suggestions. It is only called when
+/// such a variable is set: printing every key costs more than the rest of a start-up's checks.
 pub(super) fn unknown_variables(
     env: &HashMap<String, String>,
-    keys: &[String],
+    keys: impl FnOnce() -> Vec<String>,
 ) -> Vec<UnknownVariable> {
     // The `config` crate matches the prefix whatever its case; so does this.
     let settings = format!("{ENV_PREFIX}{ENV_SEPARATOR}").to_lowercase();
     let ours = ENV_PREFIX.to_lowercase();
-    let mut unknown: Vec<UnknownVariable> = env
+    let mut names: Vec<&String> = env
         .keys()
         .filter(|name| {
             let lower = name.to_lowercase();
@@ -65,16 +66,19 @@ pub(super) fn unknown_variables(
                 && !lower.starts_with(&settings)
                 && !OWN_VARIABLES.iter().any(|v| v.eq_ignore_ascii_case(name))
         })
+        .collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
+    names.sort();
+    let variables: Vec<String> = keys().iter().map(|k| variable_for(k)).collect();
+    names
+        .into_iter()
         .map(|name| UnknownVariable {
             name: name.clone(),
-            meant: keys
-                .iter()
-                .map(|k| variable_for(k))
-                .find(|v| words(v) == words(name)),
+            meant: variables.iter().find(|v| words(v) == words(name)).cloned(),
         })
-        .collect();
-    unknown.sort_by(|a, b| a.name.cmp(&b.name));
-    unknown
+        .collect()
 }
 
 /// A variable's name without its separators: `PRESENCE_SWEEPER__REDIS__URL` and
@@ -104,7 +108,7 @@ mod tests {
         .into_iter()
         .map(|k| (k.to_owned(), String::new()))
         .collect();
-        let unknown = unknown_variables(&env, &keys);
+        let unknown = unknown_variables(&env, || keys.to_vec());
         let shown: Vec<String> = unknown.iter().map(ToString::to_string).collect();
         assert_eq!(
             shown,

@@ -48,8 +48,9 @@ pub use self::sweep::{ScoreUnit, StormGuardConfig, SweepConfig};
 pub use self::tracking::{NotificationMode, TrackingConfig};
 use self::tree::{Table, one_line};
 
-/// The built-in defaults, which are also the shipped, commented example file.
-pub const DEFAULTS_TOML: &str = include_str!("../../config/presence-sweeper.toml");
+/// The built-in defaults: the shipped example file `config/presence-sweeper.toml`, without its
+/// comments (`build.rs`).
+const DEFAULTS_TOML: &str = include_str!(concat!(env!("OUT_DIR"), "/defaults.toml"));
 
 /// Environment variable prefix: `PRESENCE_SWEEPER__REDIS__URL` sets `redis.url`.
 pub const ENV_PREFIX: &str = "PRESENCE_SWEEPER";
@@ -229,15 +230,15 @@ impl Config {
     /// `PRESENCE_SWEEPER*` variables of `env` that set nothing, each with the variable probably
     /// meant. `check-config` refuses them; the other commands warn.
     pub fn unknown_variables(&self, env: &HashMap<String, String>) -> Vec<UnknownVariable> {
-        let keys: Vec<String> = self
-            .to_toml()
-            .lines()
-            .scan(String::new(), |table, line| {
-                Some(effective_key(table, line))
-            })
-            .flatten()
-            .collect();
-        env::unknown_variables(env, &keys)
+        env::unknown_variables(env, || {
+            self.to_toml()
+                .lines()
+                .scan(String::new(), |table, line| {
+                    Some(effective_key(table, line))
+                })
+                .flatten()
+                .collect()
+        })
     }
 
     /// The effective configuration as TOML, every key in effect included (unset ones as
