@@ -9,6 +9,8 @@
 //! `expired` events): `ZRANGE key 0 0 WITHSCORES`, `ZCARD` and `PTTL`, with a `TIME` in front
 //! when the caller's view of Redis's clock wants refreshing.
 
+use std::num::NonZeroU64;
+
 use redis::Value;
 
 use super::Cutoff;
@@ -81,9 +83,10 @@ pub(crate) struct KeyRead {
     pub(crate) oldest: Option<f64>,
     /// The highest score, when asked for.
     pub(crate) newest: Option<f64>,
-    /// Milliseconds until the key itself expires ([`Read::Probe`]); `None` without a key TTL,
-    /// or when the Redis user may not run `PTTL`.
-    pub(crate) expires_in: Option<u64>,
+    /// Milliseconds until the key itself expires ([`Read::Probe`]), at least 1; `None` without
+    /// a key TTL, or when the Redis user may not run `PTTL`. Non-zero so that the read stays 64
+    /// bytes: at 72, building one called `memset`, 28 instructions per key read (callgrind).
+    pub(crate) expires_in: Option<NonZeroU64>,
     /// The longest id the read brought back (the lowest and highest members), in bytes: what
     /// a check sizes its calls by before any eviction taught it.
     pub(crate) id_bytes: usize,
@@ -180,17 +183,18 @@ where
             ReplyError::new(format!("{} replies for {expected} commands", replies.len())).into(),
         );
     }
-    let mut replies = replies.into_iter();
-    let time = match timed {
-        true => Some(crate::store::reply::time(replies.next().as_ref())?),
-        false => None,
+    // Each key's replies are read in place (moving them out cost 10 instructions a key), in
+    // a loop: collecting into a `Result` cost 100 more (callgrind).
+    let (time, replies) = match timed {
+        true => (
+            Some(crate::store::reply::time(replies.first())?),
+            &replies[1..],
+        ),
+        false => (None, &replies[..]),
     };
     let mut out = Vec::with_capacity(keys.len());
-    let mut key_replies = Vec::with_capacity(3);
-    for key in keys {
-        key_replies.clear();
-        key_replies.extend(replies.by_ref().take(what.commands()));
-        out.push(key_read(key, &key_replies, what)?);
+    for (key, replies) in keys.iter().zip(replies.chunks_exact(what.commands())) {
+        out.push(key_read(key, replies, what)?);
     }
     Ok(Reads { keys: out, time })
 }
@@ -256,8 +260,9 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
             read.oldest = single_score(oldest)?;
             read.id_bytes = id_bytes(oldest);
             read.card = count(card)?;
-            // -1 (no TTL), -2 (no key) and a refusal all read as no expiry.
-            read.expires_in = int(pttl);
+            // -1 (no TTL), -2 (no key) and a refusal all read as no expiry; 0 (expiring now)
+            // as 1 ms.
+            read.expires_in = int(pttl).and_then(|ms| NonZeroU64::new(ms.max(1)));
             if let [newest] = newest {
                 read.newest = single_score(newest)?;
                 read.id_bytes = read.id_bytes.max(id_bytes(newest));

@@ -217,7 +217,11 @@ impl Sweep {
         let reads = read::read(node, &refs, purpose.read(&cutoff, guarded)).await?;
         out.time = reads.time;
         if purpose.tracks() {
-            out.expires_in = reads.keys.iter().map(|k| k.set()?.expires_in).collect();
+            out.expires_in = reads
+                .keys
+                .iter()
+                .map(|k| Some(k.set()?.expires_in?.get()))
+                .collect();
         }
         ctx.observer.progress();
         if purpose.dry_run() {
@@ -282,6 +286,7 @@ impl Sweep {
     }
 
     /// Records what became of key `i`, counting it when members remain.
+    #[inline]
     pub(super) fn settle(&self, i: usize, state: KeyState, out: &mut Checked, obs: &dyn Observer) {
         out.states[i] = state;
         if let KeyState::Live { card, .. } = state {

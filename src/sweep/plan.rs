@@ -123,10 +123,10 @@ pub(super) fn classify(reads: Vec<KeyStatus>, rules: &Rules<'_>) -> Triage {
 /// What the scores a read brought say of the sweep's `score_unit`.
 pub(super) fn mismatch(read: &KeyRead, rules: &Rules<'_>) -> Option<Mismatch> {
     let ahead_of = (!rules.held_back).then_some(rules.judge_at);
-    [read.oldest, read.newest]
-        .into_iter()
-        .flatten()
-        .find_map(|s| units::mismatch(s, rules.unit, rules.judge_at, ahead_of))
+    let check = |s| units::mismatch(s, rules.unit, rules.judge_at, ahead_of);
+    read.oldest
+        .and_then(check)
+        .or_else(|| read.newest.and_then(check))
 }
 
 /// The keys holding zombies, split into eviction calls.
