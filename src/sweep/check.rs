@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::plan::{self, Rules, Triage};
 use super::{Counts, Observer, Sweep};
 use crate::Error;
+use crate::config::ScoreUnit;
 use crate::evict::Cutoff;
 use crate::evict::read::{self, KeyStatus, Read};
 use crate::store::{Conn, Node, Store};
@@ -361,10 +362,16 @@ impl Sweep {
         }
     }
 
-    /// Before the first eviction of a sweep, and before every eviction when the read showed
-    /// no scores, reads the lowest members of a few stale keys (one round trip): they say how
-    /// long the sweep's ids run, so that 16 KiB ids do not make the first call's reply 8 MB,
-    /// and whether their scores fit the sweep's `score_unit`.
+    /// Before the first eviction of a sweep, reads the lowest members of a few stale keys (one
+    /// round trip): they say how long the sweep's ids run, so that 16 KiB ids do not make the
+    /// first call's reply 8 MB, and whether their scores fit the sweep's `score_unit`.
+    ///
+    /// A sweep in milliseconds samples again before every eviction whose read showed no
+    /// scores: keys that apps write in seconds hold nothing but "zombies" there, and a sample
+    /// of the stale keys is where they show. In seconds the wrong unit is milliseconds, whose
+    /// scores are never stale, so a sample of stale keys cannot find them; sampling every
+    /// batch anyway cost a pass 250 instructions per evicted key (a round trip per batch,
+    /// callgrind, `benches/bench.py --stages instructions`).
     async fn sample(
         &self,
         node: &mut Node,
@@ -373,7 +380,8 @@ impl Sweep {
         rules: &Rules<'_>,
         scores_read: bool,
     ) -> Result<Option<Mismatch>, Error> {
-        if (self.sizing.seen() && scores_read) || stale.is_empty() {
+        let resample = !scores_read && self.config.score_unit == ScoreUnit::Milliseconds;
+        if (self.sizing.seen() && !resample) || stale.is_empty() {
             return Ok(None);
         }
         let sample: Vec<&[u8]> = stale.iter().take(8).map(|&(i, _)| refs[i]).collect();

@@ -5,8 +5,9 @@
 //! evicts nothing until its scores are sane again, and says so: an error in the log once per
 //! episode, a gauge, and `/readyz`.
 //!
-//! Only scores the reads bring anyway are looked at (a probe's lowest and highest score, a
-//! sample before a full pass's first eviction): no round trip of its own.
+//! Only scores the reads bring anyway are looked at (a probe's lowest and highest score, the
+//! newest a guarded walk reads, a sample of stale keys before a pass's first eviction, and in
+//! a sweep in milliseconds before each of its evictions): no round trip of its own.
 
 use std::sync::{Arc, Mutex};
 
