@@ -29,10 +29,13 @@ command on one thread.
 usage: python3 benches/bench.py [--stages passes,gentle,big-key,baseline,reference,instructions]
                                 [--simulate] [--keys N] [--members M] [--stale F] [--big-key N]
                                 [--baseline-keys N] [--reference-keys N] [--instructions-keys N]
-                                [--compare BINARY] [--skip-build] [--json FILE]
+                                [--instructions-runs N] [--compare BINARY] [--skip-build] [--json FILE]
 
 --compare BINARY also counts that build's own instructions per key (stage 6), on the same
-keyspaces, beside this checkout's: for an A/B of two builds that does not drift.
+keyspaces, beside this checkout's: for an A/B of two builds that does not drift. The sweeper's
+own count still moves by about half a percent from run to run (how replies split across reads),
+so each build runs --instructions-runs times (3), alternating, and the median is reported with
+the range.
 needs: redis-server on PATH; cargo; python3 with venv + pip for the baseline (redis-py is
 installed into a private virtualenv under ~/.cache on first use); valgrind for stage 6 (skipped
 without it).
@@ -42,6 +45,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -166,6 +170,12 @@ def simulate(config_dir, redis):
         daemon.wait(10)
 
 
+def own(out, key):
+    """A median count with its runs' range."""
+    low, high = out[f"{key}_range"]
+    return f"{out[key]:,.0f} ({low:,.0f}-{high:,.0f})"
+
+
 def callgrind_total(path):
     """Instructions in one callgrind dump."""
     with open(path, errors="replace") as f:
@@ -175,7 +185,7 @@ def callgrind_total(path):
     raise SystemExit(f"{path}: no instruction count")
 
 
-def instructions(config, work, keys, members, stale, py, compare=None):
+def instructions(config, work, keys, members, stale, py, compare=None, runs=3):
     """Instructions per key, counted by callgrind, which does not drift with the machine: Redis's
     for the reference design and for presence-sweeper on the same keyspace (evicting, then
     clean), and presence-sweeper's own."""
@@ -207,29 +217,36 @@ def instructions(config, work, keys, members, stale, py, compare=None):
         label = trigger.split()[-1] if "dump" in trigger else None
         if label and "-" in label:
             out[f"redis_{label}"] = callgrind_total(os.path.join(cg_dir, path)) / keys
-    # The sweeper's own (and the other build's), against a Redis at full speed.
+    # The sweeper's own (and the other build's), against a Redis at full speed. Its count moves by
+    # about half a percent from run to run (how a reply splits across reads decides how often the
+    # framer looks at it), so each build runs `runs` times, alternating, and the median counts.
     builds = [("sweeper", None)] + ([("compare", compare)] if compare else [])
-    for name, binary in builds:
-        r = Redis(tempfile.mkdtemp(dir=work))
-        try:
-            seed(config, r, keys, members, stale)
-            for label in ("evicting", "clean"):
-                path = os.path.join(cg_dir, f"{name}-{label}.out")
-                cmd = sweeper(config, r, "sweep", "--sweep", "online")
-                if binary:
-                    cmd[0] = binary
-                p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}", *cmd],
-                                   check=True, capture_output=True, env=env, text=True)
-                out[f"{name}_{label}"] = callgrind_total(path) / keys
-                out[f"{name}_{label}_summary"] = p.stdout.strip()
-        finally:
-            r.stop()
+    counts = {}
+    for run in range(runs):
+        for name, binary in builds:
+            r = Redis(tempfile.mkdtemp(dir=work))
+            try:
+                seed(config, r, keys, members, stale)
+                for label in ("evicting", "clean"):
+                    path = os.path.join(cg_dir, f"{name}-{label}-{run}.out")
+                    cmd = sweeper(config, r, "sweep", "--sweep", "online")
+                    if binary:
+                        cmd[0] = binary
+                    p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={path}", *cmd],
+                                       check=True, capture_output=True, env=env, text=True)
+                    counts.setdefault(f"{name}_{label}", []).append(callgrind_total(path) / keys)
+                    out[f"{name}_{label}_summary"] = p.stdout.strip()
+            finally:
+                r.stop()
+    for k, v in counts.items():
+        out[k] = statistics.median(v)
+        out[f"{k}_range"] = [min(v), max(v)]
     for label in ("evicting", "clean"):
         print(f"  {label}: Redis {out[f'redis_ours-{label}']:,.0f} instructions/key for presence-sweeper, "
               f"{out[f'redis_reference-{label}']:,.0f} for the reference design "
               f"(ratio {out[f'redis_ours-{label}'] / out[f'redis_reference-{label}']:.2f}); "
-              f"the sweeper's own {out[f'sweeper_{label}']:,.0f}"
-              + (f", the other build's {out[f'compare_{label}']:,.0f}" if compare else ""), flush=True)
+              f"the sweeper's own {own(out, f'sweeper_{label}')}"
+              + (f", the other build's {own(out, f'compare_{label}')}" if compare else ""), flush=True)
     return out
 
 
@@ -248,6 +265,8 @@ def main():
     ap.add_argument("--gentle", type=int, default=100_000, help="scan.max_keys_per_second of the gentle pass")
     ap.add_argument("--instructions-keys", type=int, default=3_000,
                     help="keys of the callgrind stage (0 skips it)")
+    ap.add_argument("--instructions-runs", type=int, default=3,
+                    help="runs of each build's own count in stage 6, alternating; the median is reported")
     ap.add_argument("--compare", help="another build of presence-sweeper whose own instructions stage 6 counts too")
     ap.add_argument("--simulate", action="store_true", help="also run the 10k x 20 simulate lag test (~4 min)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of the evicting and clean passes; the median is reported")
@@ -363,7 +382,7 @@ def main():
                       "reference design and presence-sweeper, and the sweeper's own", flush=True)
                 py = py or baseline_python()
                 results["instructions"] = instructions(config, work, args.instructions_keys, args.members,
-                                                       args.stale, py, args.compare)
+                                                       args.stale, py, args.compare, args.instructions_runs)
             else:
                 print("6. instructions per key: skipped, valgrind is not on PATH", flush=True)
 
@@ -435,13 +454,17 @@ def report(r, args):
         print()
         print(f"Instructions per key (callgrind, {args.instructions_keys:,} keys; counts do not drift with the machine):")
         print()
-        print("| pass | Redis, presence-sweeper | Redis, reference design | ratio | the sweeper's own |"
-              + (" the other build's own |" if "compare_evicting" in i else ""))
-        print("|---|---|---|---|---|" + ("---|" if "compare_evicting" in i else ""))
+        print(f"| pass | Redis, presence-sweeper | Redis, reference design | ratio | the sweeper's own "
+              f"(median of {args.instructions_runs}, range) |"
+              + (" the other build's own | change |" if "compare_evicting" in i else ""))
+        print("|---|---|---|---|---|" + ("---|---|" if "compare_evicting" in i else ""))
         for label in ("evicting", "clean"):
-            other = f" {i[f'compare_{label}']:,.0f} |" if f"compare_{label}" in i else ""
+            other = ""
+            if f"compare_{label}" in i:
+                change = i[f"sweeper_{label}"] / i[f"compare_{label}"] - 1
+                other = f" {own(i, f'compare_{label}')} | {change:+.1%} |"
             print(f"| {label} | {i[f'redis_ours-{label}']:,.0f} | {i[f'redis_reference-{label}']:,.0f} | "
-                  f"{i[f'redis_ours-{label}'] / i[f'redis_reference-{label}']:.2f} | {i[f'sweeper_{label}']:,.0f} |{other}")
+                  f"{i[f'redis_ours-{label}'] / i[f'redis_reference-{label}']:.2f} | {own(i, f'sweeper_{label}')} |{other}")
     if "simulate" in r:
         s = r["simulate"]["report"]
         lag = s.get("eviction_lag_seconds") or {}

@@ -189,6 +189,57 @@ async fn millisecond_scores() {
     assert_eq!(ev["cursor_count"], 2);
 }
 
+/// A pass in milliseconds over keys some apps write in seconds: every member of those reads as
+/// a zombie, and only a sample of the stale keys before each eviction shows why. Whichever batch
+/// they come in, none of their members goes. SCAN's order follows the server's random hash
+/// seed and the keys' names, so each round names its keys anew: a pass that sampled only before
+/// its first eviction lost them in the first round.
+#[tokio::test]
+async fn a_pass_in_milliseconds_removes_nothing_apps_write_in_seconds() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    let toml = r#"
+        [evict]
+        batch_keys = 5
+        pipeline_depth = 1
+        [sweeps.online]
+        enabled = false
+        [sweeps.typing]
+        enabled = false
+        [sweeps.cursor]
+        match = "cursor:*"
+        ttl = "2s"
+        schedule = "1s"
+        event = "cursor.gone"
+        channel = "cursor-events"
+        score_unit = "milliseconds"
+    "#;
+    for round in 0..4 {
+        let now = redis_now(&mut con);
+        let mut pipe = redis::pipe();
+        for i in 0..60 {
+            let key = format!("cursor:r{round}-ms-{i}");
+            pipe.zadd(&key, "gone", now * 1000.0 - 10_000.0).ignore();
+            pipe.zadd(&key, "here", now * 1000.0).ignore();
+        }
+        for i in 0..3 {
+            pipe.zadd(format!("cursor:r{round}-s-{i}"), "here", now)
+                .ignore();
+        }
+        let () = pipe.query(&mut con).unwrap();
+        let report = pass(&server, toml, "cursor", PassOptions::default()).await;
+        assert!(report.counts.evicted <= 60, "round {round}: {report:?}");
+        for i in 0..3 {
+            assert_eq!(
+                members(&mut con, &format!("cursor:r{round}-s-{i}")),
+                ["here"],
+                "round {round}: a member written in seconds was evicted ({report:?})"
+            );
+        }
+        let () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    }
+}
+
 #[tokio::test]
 async fn odd_conversation_ids_non_zset_keys_and_binary_members() {
     let server = RedisServer::start();
