@@ -272,3 +272,42 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
     }
     Ok(KeyStatus::Set(read))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(pttl: i64) -> KeyRead {
+        let oldest = Value::Array(vec![
+            Value::BulkString(b"u1".to_vec()),
+            Value::BulkString(b"1764460000.5".to_vec()),
+        ]);
+        let replies = [oldest, Value::Int(3), Value::Int(pttl)];
+        let what = Read::Probe {
+            time: false,
+            newest: false,
+        };
+        key_read(b"k", &replies, what).unwrap().set().unwrap()
+    }
+
+    #[test]
+    fn a_probe_reads_the_lowest_score_the_size_and_when_the_key_expires() {
+        let read = probe(1500);
+        assert_eq!(read.oldest, Some(1_764_460_000.5));
+        assert_eq!((read.card, read.id_bytes), (3, 2));
+        assert_eq!(read.expires_in.map(NonZeroU64::get), Some(1500));
+        assert_eq!(probe(-1).expires_in, None, "no TTL");
+        assert_eq!(probe(-2).expires_in, None, "no key");
+        assert_eq!(
+            probe(0).expires_in.map(NonZeroU64::get),
+            Some(1),
+            "expiring now is looked at again at once"
+        );
+    }
+
+    /// At 72 bytes, building one called `memset` (see [`KeyRead::expires_in`]).
+    #[test]
+    fn a_read_stays_within_64_bytes() {
+        assert!(size_of::<KeyRead>() <= 64, "{}", size_of::<KeyRead>());
+    }
+}
