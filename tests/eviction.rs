@@ -142,6 +142,21 @@ async fn typing_event_payload_is_exact() {
     );
 }
 
+/// The only sweep: `cursor:*`, scored in milliseconds, ttl 2 s.
+const CURSOR_MS: &str = r#"
+        [sweeps.online]
+        enabled = false
+        [sweeps.typing]
+        enabled = false
+        [sweeps.cursor]
+        match = "cursor:*"
+        ttl = "2s"
+        schedule = "1s"
+        event = "cursor.gone"
+        channel = "cursor-events"
+        score_unit = "milliseconds"
+"#;
+
 #[tokio::test]
 async fn millisecond_scores() {
     let server = RedisServer::start();
@@ -157,21 +172,8 @@ async fn millisecond_scores() {
             ],
         )
         .unwrap();
-    let toml = r#"
-        [sweeps.online]
-        enabled = false
-        [sweeps.typing]
-        enabled = false
-        [sweeps.cursor]
-        match = "cursor:*"
-        ttl = "2s"
-        schedule = "1s"
-        event = "cursor.gone"
-        channel = "cursor-events"
-        score_unit = "milliseconds"
-    "#;
     let sub = Subscriber::start(&server.url(), "cursor-events").await;
-    let report = pass(&server, toml, "cursor", PassOptions::default()).await;
+    let report = pass(&server, CURSOR_MS, "cursor", PassOptions::default()).await;
     assert_eq!(report.counts.evicted, 1);
     assert_eq!(members(&mut con, "cursor:c1"), ["fresh", "future"]);
     let got = sub.wait_for(1, Duration::from_secs(5)).await;
@@ -198,22 +200,7 @@ async fn millisecond_scores() {
 async fn a_pass_in_milliseconds_removes_nothing_apps_write_in_seconds() {
     let server = RedisServer::start();
     let mut con = server.con();
-    let toml = r#"
-        [evict]
-        batch_keys = 5
-        pipeline_depth = 1
-        [sweeps.online]
-        enabled = false
-        [sweeps.typing]
-        enabled = false
-        [sweeps.cursor]
-        match = "cursor:*"
-        ttl = "2s"
-        schedule = "1s"
-        event = "cursor.gone"
-        channel = "cursor-events"
-        score_unit = "milliseconds"
-    "#;
+    let toml = format!("[evict]\nbatch_keys = 5\npipeline_depth = 1\n{CURSOR_MS}");
     for round in 0..4 {
         let now = redis_now(&mut con);
         let mut pipe = redis::pipe();
@@ -227,7 +214,7 @@ async fn a_pass_in_milliseconds_removes_nothing_apps_write_in_seconds() {
                 .ignore();
         }
         let () = pipe.query(&mut con).unwrap();
-        let report = pass(&server, toml, "cursor", PassOptions::default()).await;
+        let report = pass(&server, &toml, "cursor", PassOptions::default()).await;
         assert!(report.counts.evicted <= 60, "round {round}: {report:?}");
         for i in 0..3 {
             assert_eq!(
