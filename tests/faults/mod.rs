@@ -273,6 +273,17 @@ impl Events {
         self.arrivals.lock().unwrap().clone()
     }
 
+    /// Asserts that each of `users` was announced after `after` (`what`: the event it follows).
+    pub fn assert_announced_after(&self, users: &[String], after: Instant, what: &str) {
+        let arrivals = self.arrivals();
+        for u in users {
+            assert!(
+                arrivals.iter().any(|a| &a.user == u && a.at > after),
+                "zombie {u} not announced after {what}"
+            );
+        }
+    }
+
     /// How often each user was announced.
     pub fn counts(&self) -> HashMap<String, usize> {
         let mut counts = HashMap::new();

@@ -41,15 +41,7 @@ fn restart_from_an_older_snapshot(shape: Shape) {
     // A credit of one ttl from Redis's answer, then the restored zombies' evictions.
     std::thread::sleep(Duration::from_secs(2 * ttl));
     assert_verdict(&events, &users.ids(), &zombies, 2, &d);
-    for z in &zombies {
-        assert!(
-            events
-                .arrivals()
-                .iter()
-                .any(|a| &a.user == z && a.at > back),
-            "restored zombie {z} not announced after the restart"
-        );
-    }
+    events.assert_announced_after(&zombies, back, "the restart");
     assert_gauges_follow(&server, &d, Duration::from_secs(10));
     users.stop();
     health.assert_always_live();
