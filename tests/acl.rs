@@ -16,6 +16,8 @@ fn create_user(server: &RedisServer, name: &str, commands: &str) {
     cmd.arg("SETUSER")
         .arg(name)
         .arg("reset")
+        // Redis 6.2 gives a reset user every channel (acl-pubsub-default); 7.0 on, none.
+        .arg("resetchannels")
         .arg("on")
         .arg(">user-secret")
         .arg("~presence:*")
@@ -118,6 +120,7 @@ fn without_a_key_pattern_the_error_names_the_pattern_not_a_key() {
         .arg("SETUSER")
         .arg("elsewhere")
         .arg("reset")
+        .arg("resetchannels")
         .arg("on")
         .arg(">user-secret")
         .arg("~other:*")

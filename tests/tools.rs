@@ -266,9 +266,16 @@ fn stats_reports_exact_numbers_and_changes_nothing() {
         "info",
         "hello",
     ];
+    // Before 7.0, INFO commandstats counts a command's subcommands together: CONFIG and CLIENT
+    // there stand for the two above (the digest proves all the same that nothing changed).
+    let whole = ["config", "client"];
+    let old_server = crate::support::server_major_version() < 7;
     for line in commands.lines().filter(|l| l.starts_with("cmdstat_")) {
         let name = &line["cmdstat_".len()..line.find(':').unwrap()];
-        assert!(allowed.contains(&name), "stats sent {name}: {line}");
+        assert!(
+            allowed.contains(&name) || (old_server && whole.contains(&name)),
+            "stats sent {name}: {line}"
+        );
     }
 
     let sweeps = report["sweeps"].as_array().unwrap();

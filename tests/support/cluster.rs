@@ -56,12 +56,17 @@ impl RedisCluster {
         cluster
     }
 
-    /// Waits until every live node reports `cluster_state:ok` and agrees on all slots, and every
-    /// live replica's link to its primary is up (so a failover loses nothing).
+    /// Waits until every live node reports `cluster_state:ok` and agrees on all slots, every
+    /// live replica's link to its primary is up (so a failover loses nothing), and every live
+    /// node's `CLUSTER NODES` lists each live replica as one (gossip spreads roles later than
+    /// slots: Redis 6.2 was seen listing a linked replica as a primary without slots).
     pub fn wait_ok(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         loop {
-            let ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
+            let live: Vec<&RedisServer> = self.nodes.iter().filter(|n| n.is_running()).collect();
+            let mut replicas = 0;
+            let mut listed = Vec::new();
+            let ok = live.iter().all(|n| {
                 let mut con = n.con();
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
@@ -71,12 +76,23 @@ impl RedisCluster {
                     .arg("replication")
                     .query(&mut con)
                     .unwrap_or_default();
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut con)
+                    .unwrap_or_default();
+                replicas += usize::from(replication.contains("role:slave"));
+                listed.push(
+                    nodes
+                        .lines()
+                        .filter(|l| l.contains("slave") && !l.contains("fail"))
+                        .count(),
+                );
                 info.contains("cluster_state:ok")
                     && info.contains("cluster_slots_ok:16384")
                     && (replication.contains("role:master")
                         || replication.contains("master_link_status:up"))
             });
-            if ok {
+            if ok && listed.iter().all(|n| *n == replicas) {
                 return;
             }
             assert!(Instant::now() < deadline, "cluster never became ok");

@@ -68,6 +68,38 @@ pub fn redis_server_binary() -> &'static str {
     })
 }
 
+/// The major version of [`redis_server_binary`], from its `--version` (`... v=7.0.15 ...`; Valkey's
+/// own version for Valkey); 0 if it names none.
+pub fn server_major_version() -> u32 {
+    static MAJOR: OnceLock<u32> = OnceLock::new();
+    *MAJOR.get_or_init(|| {
+        let out = Command::new(redis_server_binary())
+            .arg("--version")
+            .output()
+            .expect("run the server's --version");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .and_then(|v| v.split('.').next()?.parse().ok())
+            .unwrap_or(0)
+    })
+}
+
+/// A test's extra server arguments as this server takes them: before 7.0, `DEBUG` needed no
+/// `--enable-debug-command` (the directive did not exist, and Redis 6.2 refuses to start on it).
+fn supported_args(extra: &[String]) -> Vec<String> {
+    let mut args = Vec::with_capacity(extra.len());
+    let mut rest = extra.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--enable-debug-command" && server_major_version() < 7 {
+            rest.next();
+            continue;
+        }
+        args.push(arg.clone());
+    }
+    args
+}
+
 /// Why a server did not come up.
 pub enum StartError {
     /// Its port was taken meanwhile (another test's server, or one that is still closing).
@@ -148,7 +180,7 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", &self.dir.path().to_string_lossy()])
             .args(["--logfile", &log_path.to_string_lossy()])
-            .args(&self.extra)
+            .args(supported_args(&self.extra))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
