@@ -258,6 +258,13 @@ fn sharded_pubsub_reaches_the_shard_of_each_channel() {
     let cluster = RedisCluster::start(3, 0);
     let conversations = 12;
     seed(&cluster, "s", conversations, 1, 1);
+    let toml = cluster.redis_toml().replace(
+        "mode = \"cluster\"",
+        "mode = \"cluster\"\nsharded_pubsub = true",
+    );
+    if crate::support::server_major_version() < 7 {
+        return sharded_pubsub_is_refused_before_redis_7(&cluster, &toml, conversations);
+    }
     // One SSUBSCRIBE per channel (one command may not span slots), on the shard owning it.
     let channels: Vec<(u16, String)> = (0..conversations)
         .map(|c| {
@@ -271,10 +278,6 @@ fn sharded_pubsub_reaches_the_shard_of_each_channel() {
         .iter()
         .map(|(port, channel)| ShardedSubscriber::start(*port, std::slice::from_ref(channel)))
         .collect();
-    let toml = cluster.redis_toml().replace(
-        "mode = \"cluster\"",
-        "mode = \"cluster\"\nsharded_pubsub = true",
-    );
     let (code, stdout, stderr) = sweep_online(&toml, &["--log-level", "debug,redis=warn"]);
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
@@ -300,6 +303,32 @@ fn sharded_pubsub_reaches_the_shard_of_each_channel() {
             );
         }
     }
+}
+
+/// Redis 6.2 has no SPUBLISH (7.0 brought it): the preflight says so, naming the setting, and
+/// nothing is evicted, so no member goes unannounced.
+fn sharded_pubsub_is_refused_before_redis_7(
+    cluster: &RedisCluster,
+    toml: &str,
+    conversations: usize,
+) {
+    let (code, stdout, stderr) = sweep_online(toml, &[]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "the server does not know the command SPUBLISH \
+             (redis.sharded_pubsub needs Redis 7.0 or later)"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("presence:s"),
+        "a conversation named: {stderr}"
+    );
+    assert_eq!(
+        remaining(cluster, "s", conversations),
+        (conversations, conversations)
+    );
 }
 
 /// The password only in the seed URLs: every node's own connections (the data path, the

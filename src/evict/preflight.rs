@@ -174,7 +174,20 @@ fn discarded(probes: &[Probe]) -> redis::Pipeline {
     pipe
 }
 
-/// The first ACL refusal among the replies to [`discarded`], as an error.
+/// A probe the server does not know at all: the pass would evict and then fail. Redis's own
+/// message is left out: it quotes the arguments, a conversation's channel among them.
+fn unknown(command: &str) -> ReplyError {
+    let hint = match command {
+        "SPUBLISH" => " (redis.sharded_pubsub needs Redis 7.0 or later)",
+        _ => "",
+    };
+    ReplyError::new(format!(
+        "the server does not know the command {command}{hint}"
+    ))
+}
+
+/// The first ACL refusal among the replies to [`discarded`], as an error; or a command the
+/// server does not know.
 fn judge(probes: &[Probe], replies: &[Value], names: Names<'_>) -> Result<(), Error> {
     if replies.len() != probes.len() + 1 {
         return Err(ReplyError::new("preflight: unexpected number of replies").into());
@@ -188,6 +201,11 @@ fn judge(probes: &[Probe], replies: &[Value], names: Names<'_>) -> Result<(), Er
             });
         }
         if let Value::ServerError(e) = reply {
+            if e.details()
+                .is_some_and(|d| d.starts_with("unknown command"))
+            {
+                return Err(unknown(command).into());
+            }
             // MOVED during a resharding and the like: not a permission problem.
             tracing::debug!(command, error = e.code(), "preflight: not a refusal");
         }
