@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use presence_sweeper::config::{CONFIG_VAR, Overrides, Sources};
+use presence_sweeper::manual::{Manual, Section};
 use presence_sweeper::tools::{seed, simulate};
 
 /// Evicts zombie members from Redis presence sorted sets and announces every eviction.
@@ -128,7 +129,45 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    // `completions <shell>`, and the hidden `man --dir DIR` that writes the man pages.
+    #[command(flatten)]
+    Manual(Manual),
 }
+
+/// What the main man page says beyond the command line.
+pub(crate) const MAN_SECTIONS: &[Section] = &[
+    Section {
+        heading: "EXIT STATUS",
+        paragraphs: &[
+            "0: success, or a clean shutdown. 1: failure at run time (Redis unreachable for a \
+             one-shot command, the metrics address taken, a shutdown past its deadline). 2: bad \
+             configuration or usage, named in one line on stderr.",
+        ],
+    },
+    Section {
+        heading: "ENVIRONMENT",
+        paragraphs: &[
+            "PRESENCE_SWEEPER_CONFIG: the configuration file, as --config.",
+            "PRESENCE_SWEEPER__SECTION__KEY: any configuration key, e.g. \
+             PRESENCE_SWEEPER__REDIS__URL=redis://10.0.0.5:6379/0; over the file, under the flags.",
+        ],
+    },
+    Section {
+        heading: "FILES",
+        paragraphs: &[
+            "/etc/presence-sweeper/presence-sweeper.toml: the configuration the systemd unit \
+             reads. Its comments describe every setting; the built-in defaults are the same file.",
+            "/etc/presence-sweeper/presence-sweeper.env: PRESENCE_SWEEPER__SECTION__KEY=value \
+             lines for the systemd unit (mode 0600: it may hold credentials).",
+            "/lib/systemd/system/presence-sweeper.service: the hardened systemd unit; the package \
+             installs it disabled: point the configuration at your Redis, then systemctl enable \
+             --now presence-sweeper.",
+            "/usr/share/presence-sweeper/: the Prometheus alert rules and the Grafana dashboard.",
+            "/usr/share/doc/presence-sweeper/: the README and the operations, configuration and \
+             metrics documentation.",
+        ],
+    },
+];
 
 /// A number from 0 to 1.
 pub(crate) fn fraction(text: &str) -> Result<f64, String> {

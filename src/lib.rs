@@ -33,6 +33,7 @@
 //! - [`tools`]: [`tools::seed`], [`tools::stats`] and [`tools::simulate`], for people trying
 //!   or measuring the sweeper; the daemon never calls them.
 //! - [`version`]: what this binary was built from (revision and compiler, from `build.rs`).
+//! - [`manual`]: every binary's man pages and shell completions, generated from its command line.
 //!
 //! The command line belongs to the binary (`src/cli.rs`), which turns it into these modules'
 //! options.
@@ -40,6 +41,7 @@
 pub mod config;
 mod error;
 mod evict;
+pub mod manual;
 pub mod pass;
 pub mod serve;
 mod store;

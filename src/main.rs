@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 mod cli;
 
-use clap::Parser;
+use clap::{CommandFactory as _, Parser};
 use cli::{Cli, Command};
 use presence_sweeper::config::{Config, ConfigError};
 use presence_sweeper::pass::PassOptions;
@@ -33,6 +33,13 @@ const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
+    // Describing the binary needs no configuration: it works wherever the package is built.
+    if let Some(Command::Manual(manual)) = &cli.command {
+        return match manual.run(Cli::command(), cli::MAN_SECTIONS, &mut std::io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => failed(e),
+        };
+    }
     let env = environment();
     let config = match Config::load(&cli.sources(env.clone())) {
         Ok(c) => c,
@@ -87,7 +94,9 @@ fn main() -> ExitCode {
             Command::Seed(args) => seed(&config, &args.into()).await,
             Command::Stats { sweeps, top, json } => report_stats(&config, &sweeps, top, json).await,
             Command::Simulate { options, json } => simulate(&config, &options.into(), json).await,
-            Command::CheckConfig => unreachable!("handled before the runtime starts"),
+            Command::CheckConfig | Command::Manual(_) => {
+                unreachable!("handled before the runtime starts")
+            }
         }
     });
     drop(runtime);

@@ -581,3 +581,100 @@ fn one_shot_sweep_says_first_what_it_will_change_without_the_password() {
         "{stderr}"
     );
 }
+
+/// The subcommands every completion script and the main man page must name.
+const SUBCOMMANDS: [&str; 8] = [
+    "run",
+    "sweep",
+    "check-config",
+    "healthcheck",
+    "seed",
+    "stats",
+    "simulate",
+    "completions",
+];
+
+/// Needs no configuration: a `PRESENCE_SWEEPER_CONFIG` that does not exist changes nothing.
+const NO_CONFIG: &[(&str, &str)] = &[("PRESENCE_SWEEPER_CONFIG", "/nonexistent/p.toml")];
+
+#[test]
+fn completions_name_every_subcommand_in_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, script, stderr) = run_binary(&["completions", shell], NO_CONFIG);
+        assert_eq!(code, 0, "{shell}: {stderr}");
+        assert!(stderr.is_empty(), "{shell}: {stderr}");
+        for sub in SUBCOMMANDS {
+            assert!(script.contains(sub), "{shell} script lacks {sub}");
+        }
+        // The flags too (fish spells them `-l redis-url`), with the values clap knows.
+        assert!(script.contains("redis-url"), "{shell}");
+        assert!(script.contains("json"), "{shell}");
+    }
+    let (code, stdout, stderr) = run_binary(&["completions", "tcsh"], &[]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("invalid value 'tcsh'"), "{stderr}");
+}
+
+/// `man -l` as a reader sees the page, with groff's warnings on.
+fn render(page: &std::path::Path) -> String {
+    let out = std::process::Command::new("man")
+        .args(["--warnings", "-l"])
+        .arg(page)
+        .env("MANWIDTH", "80")
+        .env_remove("MAN_KEEP_FORMATTING")
+        .output()
+        .expect("`man` renders the pages: install man-db");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", page.display());
+    assert!(stderr.is_empty(), "{}: {stderr}", page.display());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn man_pages_render_one_per_command_and_name_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("man1");
+    let (code, stdout, stderr) = run_binary(&["man", "--dir", out.to_str().unwrap()], NO_CONFIG);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let mut pages: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    pages.sort();
+    let mut expected: Vec<String> = SUBCOMMANDS
+        .iter()
+        .map(|s| format!("presence-sweeper-{s}.1"))
+        .chain(["presence-sweeper.1".to_owned()])
+        .collect();
+    expected.sort();
+    // Neither the hidden `man` nor clap's `help` gets a page.
+    assert_eq!(pages, expected);
+
+    let main = render(&out.join("presence-sweeper.1"));
+    for heading in [
+        "NAME",
+        "SYNOPSIS",
+        "OPTIONS",
+        "SUBCOMMANDS",
+        "EXIT STATUS",
+        "FILES",
+    ] {
+        assert!(
+            main.lines().any(|l| l == heading),
+            "no {heading} section:\n{main}"
+        );
+    }
+    for sub in SUBCOMMANDS {
+        assert!(
+            main.contains(&format!("presence-sweeper-{sub}(1)")),
+            "{main}"
+        );
+    }
+    assert!(
+        main.contains("/etc/presence-sweeper/presence-sweeper.toml"),
+        "{main}"
+    );
+    let sweep = render(&out.join("presence-sweeper-sweep.1"));
+    assert!(sweep.contains("--dry-run"), "{sweep}");
+    assert!(sweep.contains("keys_scanned"), "{sweep}");
+}
