@@ -16,11 +16,12 @@ use crate::serve::health::Health;
 use crate::serve::http;
 use crate::serve::logging::LogStats;
 use crate::serve::metrics::Metrics;
+use crate::serve::reports::DaemonReports;
 use crate::serve::systemd::Notifier;
 use crate::serve::web_config::CurrentWeb;
 use crate::store::Store;
 use crate::store::backoff::Backoff;
-use crate::tracking::engine::Engine;
+use crate::tracking::engine::{self, Engine};
 
 /// How long shutdown waits for work in flight; below the 5 s an orchestrator is promised.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
@@ -231,14 +232,12 @@ async fn serve(
         ctx.health.clone(),
         stop.clone(),
     ));
-    let mut engine = Engine::new(
-        store,
-        config,
-        ctx.metrics.clone(),
-        ctx.health.clone(),
-        ctx.notifier.clone(),
-        stop.clone(),
-    );
+    let reports = Arc::new(DaemonReports {
+        metrics: ctx.metrics.clone(),
+        health: ctx.health.clone(),
+    });
+    let alive_every = engine::alive_every(ctx.notifier.watchdog_period());
+    let mut engine = Engine::new(store, config, reports, alive_every, stop.clone());
     engine.apply(config).await?;
     let status = |n: usize| format!("sweeping ({n} sweeps)");
     ctx.notifier.ready(&status(engine.sweep_count()));
@@ -265,7 +264,7 @@ async fn serve(
                 }
                 ctx.notifier.ready(&status(engine.sweep_count()));
             }
-            () = engine.step() => {}
+            () = engine.step() => watchdog(ctx),
         }
     };
     match next {
@@ -288,6 +287,17 @@ async fn serve(
     engine.retire();
     let _ = probe.await;
     Ok(next)
+}
+
+/// Pings the systemd watchdog if every loop turned recently and none is stuck: the pings come
+/// from the work loops' turning, not from a timer of their own.
+fn watchdog(ctx: &Ctx<'_>) {
+    if let Some(period) = ctx.notifier.watchdog_period()
+        && ctx.health.loops_alive_within(period / 2)
+        && ctx.health.liveness().is_ok()
+    {
+        ctx.notifier.watchdog();
+    }
 }
 
 /// Reads the configuration again; `None` (logged and counted) if it is rejected. `[http]` and

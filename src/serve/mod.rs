@@ -8,6 +8,7 @@ pub mod http;
 pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod pinned;
+pub(crate) mod reports;
 pub mod signals;
 pub mod systemd;
 pub mod web_config;
