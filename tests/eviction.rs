@@ -1,6 +1,8 @@
 //! Eviction semantics against a real Redis: what is removed, what is kept, what is announced.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::support::{OnePass, RedisServer, Subscriber, config, members, redis_now};
@@ -511,21 +513,30 @@ async fn racing_heartbeats(evict: &str) {
         }));
     }
     let mut sweepers = Vec::new();
+    let done = Arc::new(AtomicU64::new(0));
     for _ in 0..3 {
         let cfg = config(&server.url(), toml);
         let stop = stop.clone();
+        let done = done.clone();
         sweepers.push(tokio::spawn(async move {
             let sweeper = OnePass::connect(&cfg, "hb").await;
             let mut passes = 0u64;
             while !stop.is_cancelled() {
                 sweeper.run(PassOptions::default()).await.unwrap();
                 passes += 1;
+                done.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             passes
         }));
     }
+    // 3 s, and longer if the race has not yet run 300 passes (a busy machine: three test passes
+    // side by side on 2 cores), 30 s at most.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(27);
+    while done.load(Ordering::Relaxed) <= 300 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop.cancel();
     let mut heartbeats: HashMap<String, Vec<(f64, bool)>> = HashMap::new();
     for b in beaters {
