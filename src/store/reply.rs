@@ -1,20 +1,10 @@
-//! What Redis answers, below every user of it (the store, eviction, discovery, the error type):
-//! the error for a reply of the wrong shape, the cluster redirection codes, Redis `TIME`, and the
-//! small conversions of reply values. It depends on nothing of the crate.
+//! What Redis answers, below every user of it (the store, eviction, discovery): the cluster
+//! redirection codes, ACL refusals, Redis `TIME`, and the small conversions of reply values.
+//! Its error types are the crate's ([`ReplyError`]).
 
 use redis::Value;
 
-/// A reply did not have the expected shape.
-#[derive(Debug, thiserror::Error)]
-#[error("unexpected reply from Redis: {0}")]
-pub struct ReplyError(String);
-
-impl ReplyError {
-    /// A reply error saying what was wrong.
-    pub(crate) fn new(what: impl Into<String>) -> Self {
-        Self(what.into())
-    }
-}
+pub(crate) use crate::error::{ReplyError, refusal_reason};
 
 /// Whether an error code means the key lives on another node now (it moved, or is moving):
 /// that node's walk finds it.
@@ -32,18 +22,6 @@ pub(crate) fn refusal(reply: &Value) -> Option<String> {
         return None;
     }
     Some(refusal_reason(e.details().unwrap_or_default()))
-}
-
-/// A NOPERM refusal's reason as `NOPERM <details>`, without the key or channel Redis quotes
-/// (Redis 7.2 and later: "... access the 'presence:c42:online' key"). Everything after an
-/// opening quote up to the closing one goes: a name that holds a quote itself loses its tail
-/// too.
-pub(crate) fn refusal_reason(details: &str) -> String {
-    let mut reason = String::from("NOPERM ");
-    for (i, part) in details.split('\'').enumerate() {
-        reason.push_str(if i % 2 == 0 { part } else { "'…'" });
-    }
-    reason
 }
 
 /// Redis `TIME` from its two parts (seconds, microseconds) as Unix seconds.
