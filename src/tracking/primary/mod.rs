@@ -172,7 +172,6 @@ impl Primary {
                 liveness
             },
             io: Io {
-                routed: self.store.connection(),
                 store: self.store,
                 node: self.node,
                 settings: self.settings,

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::evict::read::{self, Read, Reads};
-use crate::store::{Conn, Node, Packed, SendPacked, Store, reply};
+use crate::store::{Node, Packed, SendPacked, Store, reply};
 use crate::sweep::{CheckCtx, CheckOpts, Checked, Sweep};
 use crate::tracking::index::Ticket;
 use crate::tracking::keyspace::{self, Availability, Subscription};
@@ -51,8 +51,6 @@ pub(crate) enum Done {
 pub(crate) struct Io {
     pub(crate) store: Store,
     pub(crate) node: Node,
-    /// The store's routed connection (see [`CheckCtx::routed`]).
-    pub(crate) routed: Conn,
     pub(crate) settings: Arc<Settings>,
     pub(crate) cancel: CancellationToken,
 }
@@ -107,12 +105,10 @@ impl Io {
         let observer = t.observer.clone();
         let node = self.node.clone();
         let store = self.store.clone();
-        let routed = self.routed.clone();
         let cancel = self.cancel.clone();
         async move {
             let ctx = CheckCtx {
                 store: &store,
-                routed: &routed,
                 observer: &*observer,
                 cancel: &cancel,
                 witnesses: &witnesses,
