@@ -16,11 +16,11 @@
 
 use super::Cutoff;
 use crate::Error;
+use crate::events::ROSTER_LIMIT;
+use crate::events::Roster;
 use crate::store::reply::{ReplyError, is_moved, number, time_from_parts};
 use crate::store::resp::{ErrorLine, Item, Reader};
 use crate::store::{Node, Packed};
-use crate::sweep::events::ROSTER_LIMIT;
-use crate::sweep::events::Roster;
 
 /// What became of one key of a transaction.
 #[derive(Debug)]

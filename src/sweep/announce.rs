@@ -7,9 +7,9 @@
 
 use super::{CheckCtx, Counts, Sweep};
 use crate::Error;
+use crate::events::{Event, Roster};
 use crate::evict::transaction::Evicted;
 use crate::store::{Node, Packed, SendPacked, all_ok};
-use crate::sweep::events::{Event, Roster};
 
 /// About the most bytes of PUBLISH commands sent in one pipeline: some 800 events of a usual
 /// size, or four of the largest. One sweep of 500 zombies with 16 KiB ids peaked at 34.9 MB RSS
@@ -113,8 +113,8 @@ impl Sweep {
             ctx.observer.member_evicted(lag(now, last_seen, ttl));
             tracing::debug!(
                 sweep = %self.config.name,
-                conversation_id = %crate::serve::logging::Id(conversation_id),
-                user_id = %crate::serve::logging::Id(member),
+                conversation_id = %crate::config::redact::Id(conversation_id),
+                user_id = %crate::config::redact::Id(member),
                 last_seen,
                 "evicted"
             );

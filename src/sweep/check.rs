@@ -9,7 +9,7 @@
 
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{self, Rules, Triage};
+use super::plan::{self, KeyState, Rules, Triage};
 use super::{Counts, Observer, Sweep};
 use crate::Error;
 use crate::config::ScoreUnit;
@@ -121,20 +121,6 @@ pub(crate) struct CheckCtx<'a> {
     /// Keys whose newest heartbeat tells whether the sweep went silent, when the storm guard
     /// suspects it: the tracked keys checked most recently and found well.
     pub(crate) witnesses: &'a [Vec<u8>],
-}
-
-/// What a check learned about one key.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum KeyState {
-    /// Not checked to the end (a refused transaction, a failure, shutdown): look again soon.
-    Unknown,
-    /// The key is gone, empty, or no longer a sorted set.
-    Gone,
-    /// In a cluster, the key's slot is served by another primary now.
-    Moved,
-    /// Members remain: `card` of them, the oldest scoring `oldest` (in Unix seconds, when it
-    /// was read).
-    Live { card: u64, oldest: Option<f64> },
 }
 
 /// The outcome of one check.
