@@ -26,6 +26,7 @@ mod daemon;
 mod docs;
 mod eviction;
 mod faults;
+mod layers;
 mod metrics;
 mod operations;
 mod replicas;

@@ -18,6 +18,7 @@ mod http;
 mod layers;
 mod log;
 pub(crate) mod pattern;
+pub(crate) mod redact;
 mod redis;
 mod scan;
 mod secret;

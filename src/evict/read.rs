@@ -11,12 +11,10 @@
 
 use std::num::NonZeroU64;
 
-use redis::Value;
-
 use super::Cutoff;
 use crate::Error;
 use crate::store::reply::{ReplyError, int, is_moved, refusal, single_score};
-use crate::store::{Packed, SendPacked};
+use crate::store::{Packed, SendPacked, Value};
 
 /// What [`read`] asks of each key.
 #[derive(Debug, Clone, Copy)]
@@ -224,7 +222,7 @@ fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, 
             Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(KeyStatus::NotZset),
             Value::ServerError(e) if is_moved(e.code()) => return Ok(KeyStatus::Moved),
             Value::ServerError(e) if e.code() == "NOPERM" => {
-                tracing::debug!(key = %crate::serve::logging::Id(key), "the ACL refused a read of this key");
+                tracing::debug!(key = %crate::config::redact::Id(key), "the ACL refused a read of this key");
                 return Err(Error::Permission {
                     command: what.command(i).into(),
                     // Not the key: error logs and /readyz show this, and it holds an id.

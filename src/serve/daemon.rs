@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::config::{Config, ConfigError};
 use crate::error::Trouble;
+use crate::serve::StartError;
 use crate::serve::health::Health;
 use crate::serve::http;
 use crate::serve::logging::LogStats;
@@ -62,7 +63,7 @@ impl Daemon {
     /// password file needs no restart; a reload that changes `[redis]` (a rotated password)
     /// reconnects. On `cancel` readiness drops, no new eviction starts, calls in flight finish
     /// and publish their events (up to [`DRAIN_TIMEOUT`]), then the server stops.
-    pub async fn run(self, cancel: CancellationToken) -> Result<(), Error> {
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), StartError> {
         let Self {
             mut config,
             listener,
@@ -109,7 +110,7 @@ impl Daemon {
             }
         }
         notifier.stopping();
-        stop_server(server, http_stop).await?;
+        stop_server(server, http_stop).await;
         // The last word: a log that ends without it is a process that died.
         tracing::info!("stopped");
         Ok(())
@@ -223,7 +224,7 @@ async fn serve(
     config: &mut Config,
     ctx: &mut Ctx<'_>,
     cancel: &CancellationToken,
-) -> Result<Next, Error> {
+) -> Result<Next, StartError> {
     // This connection's work stops on shutdown, or to reconnect.
     let stop = cancel.child_token();
     let probe = tokio::spawn(probe_redis(
@@ -349,10 +350,9 @@ fn redis_down(e: &Error) -> String {
     }
 }
 
-async fn stop_server(server: JoinHandle<()>, stop: CancellationToken) -> Result<(), Error> {
+async fn stop_server(server: JoinHandle<()>, stop: CancellationToken) {
     stop.cancel();
     let _ = server.await;
-    Ok(())
 }
 
 /// A pass that shows no progress for this long is stuck: every Redis call it makes is bounded by

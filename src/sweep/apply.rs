@@ -7,9 +7,11 @@ use redis::cluster_routing::Slot;
 
 use super::Sweep;
 use super::announce::{Events, Removal};
-use super::check::{CheckCtx, CheckOpts, Checked, KeyState};
+use super::check::{CheckCtx, CheckOpts, Checked};
+use super::plan::KeyState;
 use super::plan::Plan;
 use crate::Error;
+use crate::events::Roster;
 use crate::evict::Clock;
 use crate::evict::Cutoff;
 use crate::evict::read::{self, Read};
@@ -17,7 +19,6 @@ use crate::evict::script::{KeyReply, Params};
 use crate::evict::transaction::{self, TxKey};
 use crate::store::Node;
 use crate::store::walk::FIRST_PAGE_SHARE;
-use crate::sweep::events::Roster;
 
 /// The keys of one transaction (as indices into the batch) and what it did.
 pub(super) type Outcome = (Vec<usize>, Result<(f64, Vec<TxKey>), Error>);

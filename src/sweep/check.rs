@@ -9,13 +9,13 @@
 
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{self, Rules, Triage};
+use super::plan::{self, KeyState, Rules, Triage};
 use super::{Counts, Observer, Sweep};
 use crate::Error;
 use crate::config::ScoreUnit;
 use crate::evict::Cutoff;
 use crate::evict::read::{self, KeyStatus, Read};
-use crate::store::{Conn, Node, Store};
+use crate::store::{Node, Store};
 use crate::sweep::storm::Admit;
 use crate::sweep::units::Mismatch;
 
@@ -115,29 +115,12 @@ impl Purpose {
 pub(crate) struct CheckCtx<'a> {
     /// For the preflight's connections of its own.
     pub(crate) store: &'a Store,
-    /// The store's routed connection: in a cluster it follows keys whose slot moved, and
-    /// publishes.
-    pub(crate) routed: &'a Conn,
     pub(crate) observer: &'a dyn Observer,
     /// No new eviction starts once it fires.
     pub(crate) cancel: &'a CancellationToken,
     /// Keys whose newest heartbeat tells whether the sweep went silent, when the storm guard
     /// suspects it: the tracked keys checked most recently and found well.
     pub(crate) witnesses: &'a [Vec<u8>],
-}
-
-/// What a check learned about one key.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum KeyState {
-    /// Not checked to the end (a refused transaction, a failure, shutdown): look again soon.
-    Unknown,
-    /// The key is gone, empty, or no longer a sorted set.
-    Gone,
-    /// In a cluster, the key's slot is served by another primary now.
-    Moved,
-    /// Members remain: `card` of them, the oldest scoring `oldest` (in Unix seconds, when it
-    /// was read).
-    Live { card: u64, oldest: Option<f64> },
 }
 
 /// The outcome of one check.

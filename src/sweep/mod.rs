@@ -23,7 +23,6 @@
 mod announce;
 mod apply;
 mod check;
-pub(crate) mod events;
 mod plan;
 mod sizing;
 pub(crate) mod storm;
@@ -37,14 +36,15 @@ use tokio::time::Instant;
 
 use crate::Error;
 use crate::config::{Config, EventsConfig, EvictConfig, SweepConfig};
+use crate::events::EventEncoder;
 use crate::evict::EvictScript;
 use crate::evict::preflight;
 use crate::store::{Node, Store};
-use crate::sweep::events::EventEncoder;
 use crate::sweep::storm::{GuardMetrics, StormGuard};
 use crate::sweep::units::{UnitAlarm, UnitCheck};
 
-pub(crate) use check::{CheckCtx, CheckOpts, Checked, KeyState, Purpose};
+pub(crate) use check::{CheckCtx, CheckOpts, Checked, Purpose};
+pub(crate) use plan::KeyState;
 
 /// How long a node's successful preflight stands: ACLs rarely change, and a failed check forgets
 /// it at once.

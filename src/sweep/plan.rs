@@ -3,12 +3,25 @@
 
 use std::collections::HashMap;
 
-use super::check::KeyState;
 use super::sizing::CALL_BYTES;
 use super::units::{self, Mismatch};
 use crate::config::ScoreUnit;
 use crate::evict::Cutoff;
 use crate::evict::read::{KeyRead, KeyStatus};
+
+/// What a check learned about one key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum KeyState {
+    /// Not checked to the end (a refused transaction, a failure, shutdown): look again soon.
+    Unknown,
+    /// The key is gone, empty, or no longer a sorted set.
+    Gone,
+    /// In a cluster, the key's slot is served by another primary now.
+    Moved,
+    /// Members remain: `card` of them, the oldest scoring `oldest` (in Unix seconds, when it
+    /// was read).
+    Live { card: u64, oldest: Option<f64> },
+}
 
 impl KeyState {
     /// The one reading of a key's read status: the read when the key is a sorted set here,

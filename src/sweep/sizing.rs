@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::sweep::events::ROSTER_LIMIT;
+use crate::events::ROSTER_LIMIT;
 
 /// About the most bytes of members one eviction call brings back.
 pub(crate) const CALL_BYTES: usize = 4 << 20;

@@ -170,7 +170,7 @@ async fn tally_node(
             let Some(read) = read.set() else { continue };
             let id = || {
                 let id = sweep.pattern.conversation_id(key).unwrap_or(key);
-                crate::serve::logging::Id(id).to_string()
+                crate::config::redact::Id(id).to_string()
             };
             let oldest = read.oldest.map(|score| unit.to_seconds(score));
             tally.key(read.card, read.stale, oldest, id);
@@ -277,7 +277,7 @@ impl Tally {
             // `+inf` never goes stale: it counts as now (age 0), and `-inf` as the epoch.
             oldest_heartbeat_age_seconds: self.oldest.map(|o| match o {
                 f64::INFINITY => 0.0,
-                o => now - crate::sweep::events::seconds(o),
+                o => now - crate::events::seconds(o),
             }),
             oldest_heartbeat_never: self.oldest == Some(f64::NEG_INFINITY),
             oldest_heartbeat_pinned: self.oldest == Some(f64::INFINITY),

@@ -14,7 +14,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
 use crate::config::{
     Config, CoordinationConfig, EventsConfig, EvictConfig, NotificationMode, SweepConfig,
 };
@@ -24,7 +23,7 @@ use crate::tracking::index::Capacity;
 use crate::tracking::lease::Lease;
 use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
 use crate::tracking::report::{Beat, Reports, SweepReport, Totals};
-use crate::tracking::schedule::{CronClock, CronJob, Ticker};
+use crate::tracking::schedule::{CronClock, CronJob, ScheduleError, Ticker};
 use crate::tracking::summary::Summary;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
@@ -158,7 +157,7 @@ impl Engine {
     /// Makes the running sweeps match `config`: unchanged ones carry on untouched (their
     /// indexes too), changed ones are replaced, removed ones stop, new ones start. Settings
     /// that every primary's loop works by (`[scan]`, `[evict]`, `[tracking]`) restart the loops.
-    pub(crate) async fn apply(&mut self, config: &Config) -> Result<(), Error> {
+    pub(crate) async fn apply(&mut self, config: &Config) -> Result<(), ScheduleError> {
         let settings = settings_of(config, self.settings.alive_every);
         if *self.settings != settings {
             self.settings = Arc::new(settings);
@@ -198,7 +197,7 @@ impl Engine {
         Ok(())
     }
 
-    async fn start_sweep(&mut self, settings: SweepSettings) -> Result<Entry, Error> {
+    async fn start_sweep(&mut self, settings: SweepSettings) -> Result<Entry, ScheduleError> {
         let config = &settings.sweep;
         let ticker = Ticker::start(&config.schedule, &mut self.cron).await?;
         let cron_job = ticker.cron_job();

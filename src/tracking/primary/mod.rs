@@ -142,7 +142,6 @@ impl Primary {
                 depth: self.settings.evict.pipeline_depth,
             },
             ops: Ops {
-                routed: self.store.connection(),
                 store: self.store,
                 node: self.node,
                 settings: self.settings,

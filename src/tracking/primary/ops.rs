@@ -15,7 +15,7 @@ use super::liveness_io::Probed;
 use super::tracked::Tracked;
 use crate::Error;
 use crate::evict::read::Reads;
-use crate::store::{Conn, Node, Store};
+use crate::store::{Node, Store};
 use crate::sweep::{CheckCtx, CheckOpts, Checked};
 use crate::tracking::index::Ticket;
 
@@ -51,8 +51,6 @@ pub(crate) enum Walked {
 pub(crate) struct Ops {
     pub(crate) store: Store,
     pub(crate) node: Node,
-    /// The store's routed connection (see [`CheckCtx::routed`]).
-    pub(crate) routed: Conn,
     pub(crate) settings: Arc<Settings>,
     pub(crate) cancel: CancellationToken,
 }
@@ -80,12 +78,10 @@ impl Ops {
         let observer = t.observer.clone();
         let node = self.node.clone();
         let store = self.store.clone();
-        let routed = self.routed.clone();
         let cancel = self.cancel.clone();
         async move {
             let ctx = CheckCtx {
                 store: &store,
-                routed: &routed,
                 observer: &*observer,
                 cancel: &cancel,
                 witnesses: &witnesses,
