@@ -202,10 +202,12 @@ async fn healthcheck(
     web: &Web,
     timeout: std::time::Duration,
 ) -> anyhow::Result<ExitCode> {
-    Ok(match http::check(config.http.listen, timeout, web).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(why) => failed(format!("unhealthy: {why}")),
-    })
+    Ok(
+        match http::healthcheck(config.http.listen, timeout, web).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(why) => failed(format!("unhealthy: {why}")),
+        },
+    )
 }
 
 async fn seed(config: &Config, opts: &seed::SeedOptions) -> anyhow::Result<ExitCode> {

@@ -50,7 +50,7 @@ type Probe = (&'static str, redis::Cmd, On);
 /// Queues what a pass does with `key` and (when `publish` is given) `channel`, discards it, and
 /// fails with [`Error::Permission`] on the first command the ACL refuses. `con` must be a
 /// connection nobody else uses.
-pub(crate) async fn check<C>(
+pub(crate) async fn prove<C>(
     con: &mut C,
     key: &[u8],
     channel: &[u8],
@@ -128,7 +128,7 @@ where
 /// Like [`check`] for a sharded publish in a cluster, which must be probed on the primary owning
 /// the channel's slot rather than on the node of the keys; `con` is a connection of its own to
 /// that primary.
-pub(crate) async fn check_sharded_publish<C>(
+pub(crate) async fn prove_sharded_publish<C>(
     con: &mut C,
     channel: &[u8],
     names: Names<'_>,

@@ -247,7 +247,7 @@ fn text(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
 /// within `timeout`, over TLS if `web` says the server speaks it (trusting exactly its
 /// certificate). `Ok` on 200, else why not. No credentials are needed: /healthz answers
 /// without them.
-pub async fn check(addr: SocketAddr, timeout: Duration, web: &Web) -> Result<(), String> {
+pub async fn healthcheck(addr: SocketAddr, timeout: Duration, web: &Web) -> Result<(), String> {
     let mut target = addr;
     if target.ip().is_unspecified() {
         target.set_ip(match addr {

@@ -21,7 +21,7 @@ pub(crate) struct RedisClock {
     /// Redis's clock at the reading, in Unix seconds.
     pub(crate) redis: f64,
     /// The local instant of the reading.
-    pub(crate) at: Instant,
+    pub(crate) read_at: Instant,
 }
 
 impl RedisClock {
@@ -33,7 +33,7 @@ impl RedisClock {
 
     /// Redis's clock at the local instant `local` (no earlier than the reading).
     pub(crate) fn at(&self, local: Instant) -> f64 {
-        self.redis + local.saturating_duration_since(self.at).as_secs_f64()
+        self.redis + local.saturating_duration_since(self.read_at).as_secs_f64()
     }
 
     /// [`RedisClock::now`] in milliseconds.
@@ -45,9 +45,9 @@ impl RedisClock {
     pub(crate) fn local(&self, ms: u64) -> Instant {
         let ahead = ms as f64 / 1000.0 - self.redis;
         if ahead <= 0.0 {
-            self.at
+            self.read_at
         } else {
-            self.at + Duration::from_secs_f64(ahead.min(1e9))
+            self.read_at + Duration::from_secs_f64(ahead.min(1e9))
         }
     }
 }
@@ -69,11 +69,18 @@ mod tests {
     async fn the_clock_maps_redis_time_to_local_instants() {
         let clock = RedisClock {
             redis: 1000.0,
-            at: Instant::now(),
+            read_at: Instant::now(),
         };
         tokio::time::advance(Duration::from_millis(1500)).await;
         assert_eq!(clock.now_ms(), 1_001_500);
-        assert_eq!(clock.local(1_002_000), clock.at + Duration::from_secs(2));
-        assert_eq!(clock.local(0), clock.at, "the past maps to the reading");
+        assert_eq!(
+            clock.local(1_002_000),
+            clock.read_at + Duration::from_secs(2)
+        );
+        assert_eq!(
+            clock.local(0),
+            clock.read_at,
+            "the past maps to the reading"
+        );
     }
 }

@@ -238,7 +238,7 @@ impl Store {
     pub async fn ping(&self) -> Result<(), Error> {
         self.rename().await;
         match &*self.backend {
-            Backend::Sentinel(s) => s.check().await,
+            Backend::Sentinel(s) => s.confirm().await,
             _ => self.ping_once().await.map_err(Error::from),
         }
     }

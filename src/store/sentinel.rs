@@ -60,8 +60,8 @@ impl SentinelBackend {
         current.1.get_connection_info().addr().to_string() == server
     }
 
-    /// Checks that the current server answers as the primary; looks the primary up again if not.
-    pub(super) async fn check(&self) -> Result<(), Error> {
+    /// Confirms that the current server answers as the primary; looks the primary up again if not.
+    pub(super) async fn confirm(&self) -> Result<(), Error> {
         match role(&mut self.current()).await {
             Ok(role) if role == "master" => Ok(()),
             outcome => {

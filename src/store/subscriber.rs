@@ -25,7 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::packed::Packed;
 use super::resp::{Item, Reader, ServerError, protocol, reply_len};
-use super::wire::{self, Io, Target};
+use super::wire::{self, Target, Transport};
 
 /// Bytes asked of the socket at a time: about 400 keyspace messages of presence keys.
 const READ_CHUNK: usize = 16 * 1024;
@@ -56,7 +56,7 @@ pub(crate) enum Push<'a> {
 
 /// A connection in subscribed mode, greeted (authenticated, in its database, named).
 pub(crate) struct Subscriber {
-    stream: Box<dyn Io>,
+    stream: Box<dyn Transport>,
     buf: BytesMut,
     /// Length of the message handed out last: dropped from the buffer at the next read.
     taken: usize,
@@ -81,7 +81,7 @@ impl Subscriber {
         Self::boxed(Box::new(stream))
     }
 
-    fn boxed(stream: Box<dyn Io>) -> Self {
+    fn boxed(stream: Box<dyn Transport>) -> Self {
         Self {
             stream,
             buf: BytesMut::with_capacity(READ_CHUNK),

@@ -151,8 +151,8 @@ impl Pending {
 }
 
 /// A socket to Redis: TCP, TLS or a unix socket.
-pub(super) trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+pub(super) trait Transport: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
 
 impl Wire {
     /// Connects, authenticates, selects the database and names the connection `name`, within
@@ -174,7 +174,7 @@ impl Wire {
         };
         let hello = Hello::new(target, name);
         let replies = wire.send(hello.bytes, hello.count).await;
-        if let Err(e) = replies.and_then(Hello::check) {
+        if let Err(e) = replies.and_then(Hello::accepted) {
             wire.retire.cancel();
             return Err(e);
         }
@@ -233,9 +233,9 @@ impl Wire {
 }
 
 /// Opens a socket to `target` within `connect_timeout`.
-async fn open(target: &Target, connect_timeout: Duration) -> io::Result<Box<dyn Io>> {
+async fn open(target: &Target, connect_timeout: Duration) -> io::Result<Box<dyn Transport>> {
     tokio::time::timeout(connect_timeout, async {
-        Ok::<Box<dyn Io>, io::Error>(match &target.addr {
+        Ok::<Box<dyn Transport>, io::Error>(match &target.addr {
             Addr::Tcp(host, port) => {
                 let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                 s.set_nodelay(true)?;
@@ -295,7 +295,7 @@ impl Hello {
     }
 
     /// Fails on an error reply to anything but the name.
-    fn check(mut replies: Vec<Value>) -> RedisResult<()> {
+    fn accepted(mut replies: Vec<Value>) -> RedisResult<()> {
         if let Some(Value::ServerError(e)) = replies.pop() {
             tracing::debug!(error = %e, "could not name a connection (CLIENT SETNAME)");
         }
@@ -310,7 +310,7 @@ pub(super) async fn greeted(
     target: &Target,
     name: &str,
     connect_timeout: Duration,
-) -> RedisResult<Box<dyn Io>> {
+) -> RedisResult<Box<dyn Transport>> {
     let greet = async {
         let mut stream = open(target, connect_timeout).await?;
         let hello = Hello::new(target, name);
@@ -331,7 +331,7 @@ pub(super) async fn greeted(
         if !input.is_empty() {
             return Err(protocol("more replies than commands").into());
         }
-        Hello::check(replies)?;
+        Hello::accepted(replies)?;
         Ok(stream)
     };
     tokio::time::timeout(connect_timeout, greet)
@@ -379,7 +379,7 @@ fn closed() -> io::Error {
 /// request it answers. Ends when the socket fails or every handle is gone; requests still
 /// waiting then fail.
 async fn drive(
-    mut stream: Box<dyn Io>,
+    mut stream: Box<dyn Transport>,
     mut requests: mpsc::UnboundedReceiver<Request>,
     retire: CancellationToken,
 ) {
@@ -435,7 +435,7 @@ async fn drive(
 }
 
 /// Writes every chunk, in order, with as few system calls as the socket allows.
-async fn write_gathered(stream: &mut Box<dyn Io>, chunks: &[Vec<u8>]) -> io::Result<()> {
+async fn write_gathered(stream: &mut Box<dyn Transport>, chunks: &[Vec<u8>]) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
     let mut rest = &mut slices[..];
     while !rest.is_empty() {

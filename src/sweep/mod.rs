@@ -41,7 +41,7 @@ use crate::evict::EvictScript;
 use crate::evict::preflight;
 use crate::store::{Node, Store};
 use crate::sweep::storm::{GuardMetrics, StormGuard};
-use crate::sweep::units::{UnitAlarm, UnitCheck};
+use crate::sweep::units::{UnitAlarm, UnitWatch};
 
 pub(crate) use check::{CheckCtx, CheckOpts, Checked, Purpose};
 pub(crate) use plan::KeyState;
@@ -60,7 +60,7 @@ pub struct Sweep {
     sharded_pubsub: bool,
     guard: StormGuard,
     /// Whether its scores fit its `score_unit`; evicts nothing while they do not.
-    units: UnitCheck,
+    units: UnitWatch,
     /// How big its calls may be, from its ids' length.
     sizing: sizing::Sizing,
     /// When each node (by its id) last passed its preflight.
@@ -92,7 +92,7 @@ impl Sweep {
         units: UnitAlarm,
     ) -> Self {
         Self {
-            units: UnitCheck::new(
+            units: UnitWatch::new(
                 &config.name,
                 config.score_unit,
                 config.ttl.as_secs_f64(),
@@ -150,10 +150,10 @@ impl Sweep {
             channel: &template,
         };
         let mut con = store.dedicated(node).await?;
-        preflight::check(&mut con, key, &channel, names, publish, &self.script).await?;
+        preflight::prove(&mut con, key, &channel, names, publish, &self.script).await?;
         if routed_publish {
             let mut con = store.dedicated_for_key(&channel).await?;
-            preflight::check_sharded_publish(&mut con, &channel, names).await?;
+            preflight::prove_sharded_publish(&mut con, &channel, names).await?;
         }
         self.preflights
             .lock()

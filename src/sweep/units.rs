@@ -99,9 +99,9 @@ impl std::fmt::Debug for UnitAlarm {
     }
 }
 
-/// One sweep's score-unit check, shared by its checks on every primary.
+/// Whether one sweep's scores fit its `score_unit`, watched by its checks on every primary.
 #[derive(Debug)]
-pub(crate) struct UnitCheck {
+pub(crate) struct UnitWatch {
     sweep: String,
     unit: ScoreUnit,
     /// A mismatch ends once no check has seen one for this long (the sweep's ttl): every
@@ -112,7 +112,7 @@ pub(crate) struct UnitCheck {
     last_seen: Mutex<Option<f64>>,
 }
 
-impl UnitCheck {
+impl UnitWatch {
     pub(crate) fn new(sweep: &str, unit: ScoreUnit, ttl: f64, alarm: UnitAlarm) -> Self {
         alarm.gauge.set(0);
         (alarm.readiness)(None);
@@ -230,7 +230,7 @@ mod tests {
             gauge: UnitAlarm::detached().gauge,
             readiness: Arc::new(move |why| r.lock().unwrap().push(why)),
         };
-        let c = UnitCheck::new("online", ScoreUnit::Milliseconds, 10.0, alarm.clone());
+        let c = UnitWatch::new("online", ScoreUnit::Milliseconds, 10.0, alarm.clone());
         assert!(!c.observe(None, 100.0));
         assert!(c.observe(Some(Mismatch::Smaller), 101.0));
         assert!(c.observe(Some(Mismatch::Smaller), 105.0));

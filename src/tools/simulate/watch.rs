@@ -71,7 +71,7 @@ pub(super) async fn watch_redis(store: Store, watch: Arc<Watch>, stop: Cancellat
                     if let Some(t) = time {
                         st.clock = Some(RedisClock {
                             redis: t,
-                            at: asked,
+                            read_at: asked,
                         });
                     }
                     if st.down {

@@ -322,7 +322,7 @@ impl Run {
             return;
         }
         let now_ms = clock.now_ms();
-        let read_time = clock.at.elapsed() > deadlines::CLOCK_REFRESH;
+        let read_time = clock.read_at.elapsed() > deadlines::CLOCK_REFRESH;
         let mut any = true;
         while any {
             any = false;

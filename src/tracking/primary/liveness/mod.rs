@@ -225,7 +225,7 @@ impl Liveness {
 
     /// A reply carried Redis's clock (`redis`, Unix seconds), read at `at`.
     pub(crate) fn observe_time(&mut self, at: Instant, redis: f64) {
-        self.clock = Some(RedisClock { redis, at });
+        self.clock = Some(RedisClock { redis, read_at: at });
     }
 
     /// Redis answered at `at` (with its clock, when the reply says). Returns the outage this
