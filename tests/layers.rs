@@ -119,10 +119,10 @@ fn root_export(name: &str) -> Option<usize> {
         .filter_map(|l| l.trim().strip_prefix("pub use "))
         .find(|l| {
             l.trim_end_matches(';')
-                .rsplit(|c: char| c == ':' || c == '{' || c == ',' || c == ' ')
+                .rsplit([':', '{', ',', ' '])
                 .any(|item| item.trim_end_matches('}') == name)
         })
-        .and_then(|l| ident(l))
+        .and_then(ident)
         .and_then(|module| layer_of(&module))
 }
 

@@ -21,6 +21,7 @@ use crate::store::{NodeId, Store};
 use crate::sweep::Sweep;
 use crate::tracking::index::Capacity;
 use crate::tracking::lease::Lease;
+use crate::tracking::pause::PauseWatch;
 use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
 use crate::tracking::report::{Beat, Reports, SweepReport, Totals};
 use crate::tracking::schedule::{CronClock, CronJob, ScheduleError, Ticker};
@@ -101,6 +102,8 @@ pub(crate) struct Engine {
     topology: tokio::time::Interval,
     /// Primaries' loops say when their work fails.
     suspect: Arc<tokio::sync::Notify>,
+    /// Pauses of the daemon itself, for every primary's loop.
+    pauses: Arc<PauseWatch>,
     last_topology: tokio::time::Instant,
     /// The first topology was read: a primary found later took over keys (a failover, a
     /// replica's takeover, slots moved to it).
@@ -132,7 +135,13 @@ impl Engine {
                 || (tracking.notifications == NotificationMode::Auto
                     && tracking.configure_notifications),
         );
+        let pauses = Arc::new(PauseWatch::default());
+        tokio::spawn({
+            let (pauses, cancel) = (pauses.clone(), cancel.clone());
+            async move { pauses.run(cancel).await }
+        });
         Self {
+            pauses,
             settings: Arc::new(settings_of(config, alive_every)),
             capacity: Capacity::new(tracking.max_keys),
             beat: reports.watch_loop("engine"),
@@ -426,6 +435,7 @@ impl Engine {
                 subscribed: AtomicBool::new(false),
                 suspect: self.suspect.clone(),
                 last_answer: LastAnswer::default(),
+                pauses: self.pauses.clone(),
             });
             let primary = Primary {
                 report: self.reports.node(&id),

@@ -193,7 +193,7 @@ impl Run {
             self.beat.alive();
             let event = self.next_event().await;
             let now = Instant::now();
-            self.coord.on_turn(now);
+            self.coord.on_turn();
             match event {
                 Event::Cancelled | Event::Command(None) => return,
                 Event::Command(Some(c)) => self.command(now, c),
