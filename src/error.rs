@@ -3,7 +3,7 @@
 
 use crate::config::ConfigError;
 use crate::store::reply::ReplyError;
-use crate::tracking::schedule::ScheduleError;
+use crate::tracking::schedule::TickerError;
 
 /// Everything that can fail in presence-sweeper.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub enum Error {
     Reply(#[from] ReplyError),
     /// A schedule could not be started.
     #[error(transparent)]
-    Schedule(#[from] ScheduleError),
+    Schedule(#[from] TickerError),
     /// The web config file (TLS and basic auth of the HTTP server) was rejected.
     #[error(transparent)]
     WebConfig(#[from] crate::serve::web_config::WebConfigError),

@@ -5,8 +5,9 @@
 //! evicts them atomically, on Redis's clock, announcing each eviction exactly once.
 //!
 //! Map of the crate, one folder per layer; each depends only on the ones above it:
-//! - [`config`]: layered configuration (defaults < file < environment < flags), validation, and
-//!   `pattern` (key globs and channel templates). [`Error`] (`error`): the error type.
+//! - [`config`]: layered configuration (defaults < file < environment < flags), validation,
+//!   `pattern` (key globs and channel templates) and `schedule` (when a sweep walks).
+//!   [`Error`] (`error`): the error type.
 //! - [`store`](Store): the Redis connections (standalone, cluster or Sentinel; the data path's
 //!   own pipelined connection per primary over TCP, TLS or a unix socket), with `reply` (what
 //!   Redis answers: shapes, redirects, refusals, `TIME`), `clock` (Redis's clock as the daemon

@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use super::error::ConfigError;
+use super::schedule::Schedule;
 use super::section::{self, Key, Shown};
 use super::tree::Table;
 use crate::config::pattern::{ChannelTemplate, KeyPattern};
-use crate::tracking::schedule::Schedule;
 
 /// Fields of every event, which a sweep's name (its roster field) must not shadow.
 const RESERVED_NAMES: &[&str] = &[

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use super::*;
-use crate::tracking::schedule::Schedule;
 
 fn load_with(file_text: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
     let dir = std::env::temp_dir().join(format!(
