@@ -10,6 +10,7 @@
 //! `docs/configuration.md` is generated.
 
 mod coordination;
+mod duration;
 mod env;
 mod error;
 mod events;
@@ -34,6 +35,7 @@ use std::path::PathBuf;
 use config::FileFormat;
 
 pub use self::coordination::CoordinationConfig;
+pub use self::duration::{MAX_INTERVAL, MAX_LEASE_TTL, MAX_TIMEOUT, MAX_TTL};
 pub use self::env::{CONFIG_VAR, UnknownVariable};
 pub use self::error::{ConfigError, Origin};
 pub use self::events::EventsConfig;

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::duration::{self, MAX_INTERVAL};
+
 /// A sweep's schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Schedule {
@@ -21,21 +23,19 @@ pub enum ScheduleError {
         "not a duration (like \"30s\" or \"250ms\") nor a 6-field cron expression with seconds (like \"0 */5 * * * *\"): {0}"
     )]
     Unparsable(String),
-    /// A zero period.
-    #[error("the period must be greater than zero")]
-    Zero,
+    /// A period out of range: zero, negative, or longer than [`MAX_INTERVAL`].
+    #[error("{0}")]
+    Period(String),
 }
 
 impl Schedule {
-    /// Parses a human duration or a cron expression with seconds.
+    /// Parses a human duration (at most [`MAX_INTERVAL`]) or a cron expression with seconds.
     pub fn parse(text: &str) -> Result<Self, ScheduleError> {
         let text = text.trim();
-        if let Ok(period) = humantime::parse_duration(text) {
-            return if period.is_zero() {
-                Err(ScheduleError::Zero)
-            } else {
-                Ok(Self::Every(period))
-            };
+        // A cron expression never starts with a sign, so "-5s" is a negative period.
+        if text.starts_with('-') || humantime::parse_duration(text).is_ok() {
+            let period = duration::parse(text, MAX_INTERVAL).map_err(ScheduleError::Period)?;
+            return Ok(Self::Every(period));
         }
         let fields = text.split_whitespace().count();
         if fields != 6 {
@@ -115,10 +115,29 @@ mod tests {
 
     #[test]
     fn rejects_zero_five_field_and_garbage() {
-        assert!(matches!(Schedule::parse("0s"), Err(ScheduleError::Zero)));
+        let e = Schedule::parse("0s").unwrap_err().to_string();
+        assert!(e.contains("greater than zero"), "{e}");
         let e = Schedule::parse("*/5 * * * *").unwrap_err().to_string();
         assert!(e.contains("5 fields"), "{e}");
         assert!(Schedule::parse("0 99 * * * *").is_err());
         assert!(Schedule::parse("soon").is_err());
+    }
+
+    #[test]
+    fn a_period_is_positive_and_at_most_a_day() {
+        assert_eq!(
+            Schedule::parse("1day").unwrap(),
+            Schedule::Every(MAX_INTERVAL)
+        );
+        let e = Schedule::parse("1day 1s").unwrap_err().to_string();
+        assert_eq!(e, "must be at most 1day");
+        let e = Schedule::parse("9999999999999999999s")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "must be at most 1day");
+        let e = Schedule::parse("-5s").unwrap_err().to_string();
+        assert!(e.contains("negative"), "{e}");
+        // A cron expression may run less often than the longest period.
+        assert!(Schedule::parse("0 0 0 1 1 *").is_ok());
     }
 }

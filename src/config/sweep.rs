@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::duration::MAX_TTL;
 use super::error::ConfigError;
 use super::schedule::Schedule;
 use super::section::{self, Key, Shown};
@@ -171,7 +172,7 @@ impl SweepConfig {
         },
         Key {
             name: "ttl",
-            read: |t, k, s| t.duration(k).map(|d| s.ttl = d),
+            read: |t, k, s| t.duration(k, MAX_TTL).map(|d| s.ttl = d),
             show: |s| Shown::duration(s.ttl),
         },
         Key {
@@ -265,7 +266,10 @@ impl SweepConfig {
         },
         Key {
             name: "hold",
-            read: |t, k, s| t.optional_duration(k).map(|d| s.storm_guard.hold = d),
+            read: |t, k, s| {
+                t.optional_duration(k, MAX_TTL)
+                    .map(|d| s.storm_guard.hold = d)
+            },
             show: |s| match s.storm_guard.hold {
                 Some(hold) => Shown::duration(hold),
                 None => Shown::duration(s.ttl).noted("the sweep's ttl"),

@@ -328,3 +328,109 @@ fn flags_are_named_as_the_origin() {
         "{e}"
     );
 }
+
+/// Every duration key and the longest value it takes. Sweep keys are those of the built-in
+/// `online` sweep, which the shipped file explains.
+const DURATION_BOUNDS: &[(&str, Duration)] = &[
+    ("redis.connect_timeout", MAX_TIMEOUT),
+    ("redis.command_timeout", MAX_TIMEOUT),
+    ("tracking.reconcile_interval", MAX_INTERVAL),
+    ("coordination.lease_ttl", MAX_LEASE_TTL),
+    ("sweeps.online.ttl", MAX_TTL),
+    ("sweeps.online.schedule", MAX_INTERVAL),
+    ("sweeps.online.storm_guard.hold", MAX_TTL),
+];
+
+/// The dotted keys `check-config` prints whose value is a duration.
+fn duration_keys(c: &Config) -> Vec<String> {
+    let mut table = String::new();
+    c.to_toml()
+        .lines()
+        .filter_map(|line| {
+            let key = effective_key(&mut table, line)?;
+            let value = line.split_once(" = ")?.1;
+            // Durations are strings; humantime would also take a bare 0.
+            let text = value.split("  #").next()?.strip_prefix('"')?.strip_suffix('"')?;
+            humantime::parse_duration(text).is_ok().then_some(key)
+        })
+        .collect()
+}
+
+#[test]
+fn every_duration_key_has_a_bound() {
+    let c = load_with(None, &[]).unwrap();
+    let keys = duration_keys(&c);
+    assert!(keys.len() >= DURATION_BOUNDS.len(), "{keys:?}");
+    for key in keys {
+        let key = key.replace("sweeps.typing.", "sweeps.online.");
+        assert!(
+            DURATION_BOUNDS.iter().any(|(k, _)| *k == key),
+            "{key} is a duration without a bound in DURATION_BOUNDS"
+        );
+    }
+}
+
+#[test]
+fn every_duration_key_takes_its_bound_and_refuses_more() {
+    for (key, max) in DURATION_BOUNDS {
+        let (table, name) = key.rsplit_once('.').unwrap();
+        let at = humantime::format_duration(*max).to_string();
+        let c = load_with(Some(&format!("[{table}]\n{name} = \"{at}\"\n")), &[])
+            .unwrap_or_else(|e| panic!("{key} = {at}: {e}"));
+        assert!(c.to_toml().contains(&format!("{name} = \"{at}\"")), "{key}");
+        for above in [format!("{at} 1ms"), "9999999999999999999s".to_owned()] {
+            let file = format!("[{table}]\n{name} = \"{above}\"\n");
+            let e = load_with(Some(&file), &[]).unwrap_err().to_string();
+            let named = format!("{key} = \"{above}\" (in ");
+            assert!(e.starts_with(&named), "{e}");
+            assert!(e.ends_with(&format!(": must be at most {at}")), "{e}");
+        }
+    }
+}
+
+#[test]
+fn the_shipped_file_states_every_bound() {
+    let shipped = include_str!("../../config/presence-sweeper.toml");
+    for (key, max) in DURATION_BOUNDS {
+        let (table, name) = key.rsplit_once('.').unwrap();
+        let at = humantime::format_duration(*max);
+        let section = shipped
+            .split_once(&format!("\n[{table}]\n"))
+            .unwrap_or_else(|| panic!("[{table}] in the shipped file"))
+            .1;
+        let before = section
+            .lines()
+            .take_while(|l| !l.starts_with(&format!("{name} = ")))
+            .take_while(|l| !l.starts_with(&format!("# {name} = ")))
+            .collect::<Vec<_>>();
+        let comment: Vec<&str> = before
+            .iter()
+            .rev()
+            .take_while(|l| l.starts_with('#'))
+            .copied()
+            .collect();
+        let said = comment
+            .iter()
+            .any(|l| l.to_lowercase().contains(&format!("at most \"{at}\"")));
+        assert!(said, "the comment above {key} says `at most \"{at}\"`");
+    }
+}
+
+#[test]
+fn a_negative_duration_is_called_negative() {
+    let e = load_with(Some("[sweeps.online]\nttl = \"-5s\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("sweeps.online.ttl = \"-5s\" (in "), "{e}");
+    assert!(
+        e.ends_with(": negative: a duration must be greater than zero"),
+        "{e}"
+    );
+    let e = load_with(Some("[sweeps.online]\nschedule = \"-5s\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with(": negative: a duration must be greater than zero"),
+        "{e}"
+    );
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use config::{Map, Value, ValueKind};
 
+use super::duration;
 use super::error::{ConfigError, Origin};
 
 /// Folds a multi-line parser message (with its source snippet) into one line.
@@ -238,18 +239,20 @@ impl Table {
             .collect())
     }
 
-    pub(super) fn duration(&mut self, name: &str) -> Result<Duration, ConfigError> {
-        self.duration_field(name).map(|f| f.value)
+    /// A duration greater than zero and at most `max`.
+    pub(super) fn duration(&mut self, name: &str, max: Duration) -> Result<Duration, ConfigError> {
+        self.duration_field(name, max).map(|f| f.value)
     }
 
-    /// A positive duration, kept with its key and origin for checks of its own.
-    pub(super) fn duration_field(&mut self, name: &str) -> Result<Field<Duration>, ConfigError> {
+    /// A duration greater than zero and at most `max`, kept with its key and origin for checks
+    /// of its own.
+    pub(super) fn duration_field(
+        &mut self,
+        name: &str,
+        max: Duration,
+    ) -> Result<Field<Duration>, ConfigError> {
         let text = self.string(name)?;
-        let d = humantime::parse_duration(text.value.trim())
-            .map_err(|e| text.invalid(&format!("not a duration like \"45s\" or \"250ms\": {e}")))?;
-        if d.is_zero() {
-            return Err(text.invalid("must be greater than zero"));
-        }
+        let d = duration::parse(&text.value, max).map_err(|reason| text.invalid(&reason))?;
         Ok(Field {
             key: text.key,
             value: d,
@@ -328,15 +331,16 @@ impl Table {
         self.integer(name, min, max).map(Some)
     }
 
-    /// A positive duration, if set.
+    /// A duration greater than zero and at most `max`, if set.
     pub(super) fn optional_duration(
         &mut self,
         name: &str,
+        max: Duration,
     ) -> Result<Option<Duration>, ConfigError> {
         if !self.map.contains_key(name) {
             return Ok(None);
         }
-        self.duration(name).map(Some)
+        self.duration(name, max).map(Some)
     }
 
     pub(super) fn bool(&mut self, name: &str) -> Result<bool, ConfigError> {
