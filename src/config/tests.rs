@@ -350,7 +350,11 @@ fn duration_keys(c: &Config) -> Vec<String> {
             let key = effective_key(&mut table, line)?;
             let value = line.split_once(" = ")?.1;
             // Durations are strings; humantime would also take a bare 0.
-            let text = value.split("  #").next()?.strip_prefix('"')?.strip_suffix('"')?;
+            let text = value
+                .split("  #")
+                .next()?
+                .strip_prefix('"')?
+                .strip_suffix('"')?;
             humantime::parse_duration(text).is_ok().then_some(key)
         })
         .collect()

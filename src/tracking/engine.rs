@@ -24,7 +24,7 @@ use crate::tracking::index::Capacity;
 use crate::tracking::lease::Lease;
 use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
 use crate::tracking::report::{Beat, Reports, SweepReport, Totals};
-use crate::tracking::schedule::{CronClock, CronJob, Ticker};
+use crate::tracking::schedule::{CronClock, CronJob, Ticker, after};
 use crate::tracking::summary::Summary;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
@@ -555,7 +555,7 @@ async fn run_schedule(mut c: ScheduleLoop) {
                     held = lease.held();
                     let _ = c.outbox.send(Msg::Lease(c.name.clone(), held)).await;
                 }
-                next_lease_attempt = Some(tokio::time::Instant::now() + lease.attempt_every());
+                next_lease_attempt = Some(after(tokio::time::Instant::now(), lease.attempt_every()));
             }
             _ = alive.tick() => {}
         }
