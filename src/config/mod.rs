@@ -41,7 +41,7 @@ pub use self::error::{ConfigError, Origin};
 pub use self::events::EventsConfig;
 pub use self::evict::EvictConfig;
 pub use self::http::HttpConfig;
-use self::layers::{FileLayer, FlagLayer};
+use self::layers::{EnvLayer, FileLayer, FlagLayer};
 pub use self::log::{LogConfig, LogFormat};
 pub use self::redis::{RedisConfig, RedisMode, TlsConfig};
 pub use self::scan::ScanConfig;
@@ -150,18 +150,8 @@ impl Config {
         if let Some(path) = &sources.file {
             builder = builder.add_source(FileLayer::read(path)?);
         }
-        let env: config::Map<String, String> = sources
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
         let merged = builder
-            .add_source(
-                config::Environment::with_prefix(ENV_PREFIX)
-                    .separator(ENV_SEPARATOR)
-                    .try_parsing(true)
-                    .source(Some(env)),
-            )
+            .add_source(EnvLayer::read(&sources.env)?)
             .add_source(sources.overrides.layer())
             .build()
             .map_err(|e| match e {

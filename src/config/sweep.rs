@@ -218,7 +218,11 @@ impl SweepConfig {
                 s.score_unit = match unit.value.as_str() {
                     "seconds" | "s" => ScoreUnit::Seconds,
                     "milliseconds" | "ms" => ScoreUnit::Milliseconds,
-                    _ => return Err(unit.invalid("must be \"seconds\" or \"milliseconds\"")),
+                    _ => {
+                        return Err(unit.invalid(
+                            "must be \"seconds\" (or \"s\") or \"milliseconds\" (or \"ms\")",
+                        ));
+                    }
                 };
                 Ok(())
             },

@@ -110,10 +110,133 @@ fn unknown_keys_are_named_with_their_layer() {
     let e = load_with(None, &[("PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL", "4s")]).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "unknown configuration key `sweeps.online.tll` (from the environment)"
+        "unknown configuration key `sweeps.online.tll` (from PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL)"
     );
-    let e = load_with(Some("[metrics]\nport = 1\n"), &[]).unwrap_err();
-    assert!(e.to_string().contains("`metrics`"), "{e}");
+}
+
+#[test]
+fn unknown_tables_are_named_with_their_layer() {
+    let e = load_with(Some("[metrics]\nlisten = \"x\"\n"), &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("unknown configuration key `metrics` (in "),
+        "{msg}"
+    );
+    assert!(msg.ends_with("c.toml)"), "{msg}");
+    let e = load_with(Some("[sweeps.online.guard]\nshare = 1\n"), &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("unknown configuration key `sweeps.online.guard` (in "),
+        "{msg}"
+    );
+    let e = load_with(None, &[("PRESENCE_SWEEPER__METRICS__LISTEN", ":9")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown configuration key `metrics` (from PRESENCE_SWEEPER__METRICS__LISTEN)"
+    );
+}
+
+#[test]
+fn malformed_variables_are_named_with_what_is_wrong() {
+    for (name, meant) in [
+        (
+            "PRESENCE_SWEEPER___REDIS__URL",
+            "PRESENCE_SWEEPER__REDIS__URL",
+        ),
+        (
+            "PRESENCE_SWEEPER__REDIS___URL",
+            "PRESENCE_SWEEPER__REDIS__URL",
+        ),
+        (
+            "PRESENCE_SWEEPER__REDIS____URL",
+            "PRESENCE_SWEEPER__REDIS__URL",
+        ),
+        (
+            "presence_sweeper__redis__url_",
+            "PRESENCE_SWEEPER__REDIS__URL",
+        ),
+    ] {
+        let e = load_with(None, &[(name, "redis://x:1")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "environment variable {name} is malformed: the prefix, the section and the key \
+                 are joined by exactly two underscores (PRESENCE_SWEEPER__SECTION__KEY); did you \
+                 mean {meant}?"
+            )
+        );
+    }
+    let e = load_with(None, &[("PRESENCE_SWEEPER__", "x")]).unwrap_err();
+    assert!(
+        e.to_string().ends_with("(PRESENCE_SWEEPER__SECTION__KEY)"),
+        "{e}"
+    );
+    // A sweep's own name may start with `_`, so its variable has three underscores in a row.
+    let c = load_with(
+        None,
+        &[
+            ("PRESENCE_SWEEPER__SWEEPS___DRAFT__MATCH", "d:*"),
+            ("PRESENCE_SWEEPER__SWEEPS___DRAFT__TTL", "9s"),
+            ("PRESENCE_SWEEPER__SWEEPS___DRAFT__SCHEDULE", "1s"),
+            ("presence_sweeper__sweeps___draft__event", "draft.stop"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.sweep("_draft").unwrap().ttl, Duration::from_secs(9));
+}
+
+#[test]
+fn values_from_the_environment_name_their_variable() {
+    let e = load_with(None, &[("PRESENCE_SWEEPER__SCAN__COUNT", "lots")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "scan.count = \"lots\" (from PRESENCE_SWEEPER__SCAN__COUNT): must be a whole number"
+    );
+    let var = "PRESENCE_SWEEPER__REDIS__COMMAND_TIMEOUT";
+    let e = load_with(Some("[redis]\ncommand_timeout = \"1s\"\n"), &[(var, "2h")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("redis.command_timeout = \"2h\" (from {var}): must be at most 1h")
+    );
+    // Types as the `config` crate's `try_parsing` read them.
+    let c = load_with(
+        None,
+        &[
+            ("PRESENCE_SWEEPER__SCAN__COUNT", "7"),
+            ("PRESENCE_SWEEPER__SWEEPS__TYPING__ENABLED", "False"),
+            (
+                "PRESENCE_SWEEPER__SWEEPS__ONLINE__STORM_GUARD__SHARE",
+                "0.25",
+            ),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.scan.count, 7);
+    assert!(!c.sweep("typing").unwrap().enabled);
+    assert!((c.sweep("online").unwrap().storm_guard.share - 0.25).abs() < f64::EPSILON);
+}
+
+#[test]
+fn score_unit_takes_its_documented_short_forms() {
+    for (text, unit) in [
+        ("seconds", ScoreUnit::Seconds),
+        ("s", ScoreUnit::Seconds),
+        ("milliseconds", ScoreUnit::Milliseconds),
+        ("ms", ScoreUnit::Milliseconds),
+    ] {
+        let file = format!("[sweeps.online]\nscore_unit = \"{text}\"\n");
+        let c = load_with(Some(&file), &[]).unwrap();
+        assert_eq!(c.sweep("online").unwrap().score_unit, unit, "{text}");
+    }
+    let e = load_with(Some("[sweeps.online]\nscore_unit = \"MS\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with(": must be \"seconds\" (or \"s\") or \"milliseconds\" (or \"ms\")"),
+        "{e}"
+    );
+    let shipped = include_str!("../../config/presence-sweeper.toml");
+    assert!(shipped.contains("# \"seconds\" (or \"s\") or \"milliseconds\" (or \"ms\")"));
 }
 
 #[test]
@@ -388,6 +511,10 @@ fn every_duration_key_takes_its_bound_and_refuses_more() {
             let named = format!("{key} = \"{above}\" (in ");
             assert!(e.starts_with(&named), "{e}");
             assert!(e.ends_with(&format!(": must be at most {at}")), "{e}");
+            let var = env::variable_for(key);
+            let e = load_with(None, &[(&var, &above)]).unwrap_err().to_string();
+            let said = format!("{key} = \"{above}\" (from {var}): must be at most {at}");
+            assert_eq!(e, said);
         }
     }
 }

@@ -77,7 +77,7 @@ impl Table {
 
     pub(super) fn take(&mut self, name: &str) -> Option<(String, Value)> {
         let value = self.map.remove(name)?;
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         self.read
             .insert(name.to_owned(), (show(&value.kind), origin));
         Some((self.key(name), value))
@@ -109,22 +109,20 @@ impl Table {
     /// The layer that defined this table. The `config` crate gives merged tables no origin, so
     /// this is that of the first of its values that has one.
     fn defined_in(&self) -> Origin {
-        let values = self.read.values().map(|(_, o)| o.0.clone());
-        let unread = self.map.values().map(|v| v.origin().map(str::to_owned));
-        self.origin
-            .0
-            .clone()
-            .into_iter()
-            .chain(values.chain(unread).flatten())
-            .next()
-            .map_or_else(Origin::default, |o| Origin(Some(o)))
+        let values = self.read.values().map(|(_, o)| o.clone());
+        let unread = self.map.values().map(Origin::of);
+        std::iter::once(self.origin.clone())
+            .chain(values)
+            .chain(unread)
+            .find(|o| *o != Origin::BuiltIn)
+            .unwrap_or_default()
     }
 
     pub(super) fn table(&mut self, name: &str) -> Result<Table, ConfigError> {
         let Some((key, value)) = self.take(name) else {
             return Ok(Table::new(self.key(name), Map::new()));
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         match value.kind {
             ValueKind::Table(map) => Ok(Table {
                 path: key,
@@ -158,7 +156,7 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Ok(None);
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let shown = show(&value.kind);
         match value.kind {
             ValueKind::String(s) => Ok(Some(Field {
@@ -195,12 +193,12 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Ok(Vec::new());
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let items: Vec<(String, Origin)> = match value.kind {
             ValueKind::Array(items) => items
                 .into_iter()
                 .map(|v| {
-                    let o = Origin(v.origin().map(str::to_owned));
+                    let o = Origin::of(&v);
                     match v.kind {
                         ValueKind::String(s) => Ok((s, o)),
                         other => Err(ConfigError::Invalid {
@@ -265,7 +263,7 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Err(self.missing(name));
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let shown = show(&value.kind);
         let n = value.into_int().map_err(|_| ConfigError::Invalid {
             key: key.clone(),
@@ -294,7 +292,7 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Ok(None);
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let shown = show(&value.kind);
         let invalid = |reason: String| ConfigError::Invalid {
             key: key.clone(),
@@ -351,7 +349,7 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Ok(None);
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let shown = show(&value.kind);
         match value.kind {
             ValueKind::Boolean(b) => Ok(Some(b)),
@@ -375,9 +373,9 @@ impl Table {
                 } else {
                     format!("{}.{name}", self.path)
                 },
-                origin: match value.origin() {
-                    Some(o) => Origin(Some(o.to_owned())),
-                    None => self.origin,
+                origin: match Origin::of(&value) {
+                    Origin::BuiltIn => self.origin,
+                    origin => origin,
                 },
             }),
         }
