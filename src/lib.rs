@@ -9,8 +9,8 @@
 //! lower layer must tell a higher one goes through handles of its own that the higher one
 //! implements (`sweep`'s `Observer`, `tracking`'s `report`).
 //! - [`config`]: layered configuration (defaults < file < environment < flags), validation,
-//!   `pattern` (key globs and channel templates), `secret` and `redact` (what reaches no log as
-//!   it is).
+//!   `pattern` (key globs and channel templates), `schedule` (when a sweep walks), `secret`
+//!   and `redact` (what reaches no log as it is).
 //! - `error`: [`Error`], the data path's error type (what Redis's answers can make).
 //! - [`version`]: what this binary was built from (revision and compiler, from `build.rs`).
 //! - `events`: the JSON leave event: its payload, the roster, ids that are not UTF-8.

@@ -87,12 +87,34 @@ fn environment_mistakes_are_named_too() {
     assert_config_error(
         "",
         &[("PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL", "10s")],
-        "unknown configuration key `sweeps.online.tll` (from the environment)",
+        "unknown configuration key `sweeps.online.tll` (from PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL)",
     );
     assert_config_error(
         "",
         &[("PRESENCE_SWEEPER__SCAN__COUNT", "lots")],
-        "scan.count = \"lots\" (from the environment): must be a whole number",
+        "scan.count = \"lots\" (from PRESENCE_SWEEPER__SCAN__COUNT): must be a whole number",
+    );
+    assert_config_error(
+        "",
+        &[("PRESENCE_SWEEPER__METRICS__LISTEN", ":9100")],
+        "unknown configuration key `metrics` (from PRESENCE_SWEEPER__METRICS__LISTEN)",
+    );
+    assert_config_error(
+        "[metrics]\nlisten = \":9100\"\n",
+        &[],
+        "unknown configuration key `metrics` (in ",
+    );
+    assert_config_error(
+        "",
+        &[("PRESENCE_SWEEPER___REDIS__URL", "redis://10.0.0.5:6379")],
+        "environment variable PRESENCE_SWEEPER___REDIS__URL is malformed: the prefix, the \
+         section and the key are joined by exactly two underscores \
+         (PRESENCE_SWEEPER__SECTION__KEY); did you mean PRESENCE_SWEEPER__REDIS__URL?",
+    );
+    assert_config_error(
+        "[sweeps.online]\nttl = \"-5s\"\n",
+        &[],
+        "c.toml): negative: a duration must be greater than zero",
     );
 }
 
@@ -391,7 +413,7 @@ fn an_invalid_log_level_exits_2_everywhere() {
     assert_config_error(
         "",
         &[("PRESENCE_SWEEPER__LOG__LEVEL", "info,debgu")],
-        "log.level = \"info,debgu\" (from the environment): \"debgu\" is not a level",
+        "log.level = \"info,debgu\" (from PRESENCE_SWEEPER__LOG__LEVEL): \"debgu\" is not a level",
     );
     let (code, _, stderr) = check_config("[log]\nlevel = \"wraning\"\n", &[]);
     assert_eq!(code, 2, "{stderr}");

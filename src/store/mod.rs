@@ -120,7 +120,11 @@ impl Store {
             store.ping_once().await?;
             Ok::<_, redis::RedisError>(store)
         };
-        tokio::time::timeout(cfg.connect_timeout * 2 + Duration::from_secs(1), attempt)
+        let limit = cfg
+            .connect_timeout
+            .saturating_mul(2)
+            .saturating_add(Duration::from_secs(1));
+        tokio::time::timeout(limit, attempt)
             .await
             .unwrap_or_else(|_| Err(timed_out("connect timed out")))
             .map_err(|cause| connect_error(cfg, cause))

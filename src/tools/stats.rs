@@ -390,9 +390,7 @@ mod tests {
             name: "online".into(),
             pattern: crate::config::pattern::KeyPattern::parse("presence:*:online").unwrap(),
             ttl: std::time::Duration::from_secs(45),
-            schedule: crate::tracking::schedule::Schedule::Every(std::time::Duration::from_secs(
-                30,
-            )),
+            schedule: crate::config::Schedule::Every(std::time::Duration::from_secs(30)),
             event: "presence.leave".into(),
             channel: crate::config::pattern::ChannelTemplate::new(
                 "presence:{conversation_id}:events",
