@@ -96,6 +96,9 @@ impl Observer for SweepHandle {
     fn published(&self, events: u64) {
         self.metrics.published(events);
     }
+    fn scores_ahead(&self, keys: u64) {
+        self.metrics.scores_ahead(keys);
+    }
     fn events_failed(&self, events: u64) {
         self.metrics.events_failed(events);
     }

@@ -225,6 +225,9 @@ impl Sweep {
             budget: self.budget(),
         };
         let mut triage = plan::classify(reads.keys, &rules);
+        let (ahead, lead) = triage.ahead;
+        ctx.observer
+            .scores_ahead(self.ahead.observe(ahead, lead, judge_at));
         for &(i, state) in &triage.settled {
             self.settle(i, state, out, ctx.observer);
         }

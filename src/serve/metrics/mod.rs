@@ -103,6 +103,7 @@ pub struct Metrics {
     storm_holding: IntGaugeVec,
     storm_holds: IntCounterVec,
     score_unit_mismatch: IntGaugeVec,
+    scores_ahead: IntCounterVec,
     config_reloads: IntCounterVec,
     lease_held: IntGaugeVec,
 }
@@ -202,6 +203,10 @@ impl Metrics {
                 by_sweep,
             )
             .expect("valid metric"),
+            scores_ahead: counter(
+                "scores_ahead_keys_total",
+                "Keys checked whose scores lay over 1 s (and under a day) ahead of Redis's clock: written before a backward step of it, or by apps on their own clocks. Their members leave that much later.",
+            ),
             evicted: counter("evicted_total", "Members removed."),
             published: counter("events_published_total", "Events published."),
             lost: counter(
@@ -361,6 +366,7 @@ impl Metrics {
             Box::new(m.storm_holding.clone()),
             Box::new(m.storm_holds.clone()),
             Box::new(m.score_unit_mismatch.clone()),
+            Box::new(m.scores_ahead.clone()),
             Box::new(m.config_reloads.clone()),
             Box::new(m.lease_held.clone()),
             Box::new(build_info),
@@ -417,6 +423,7 @@ impl Metrics {
                 holds: self.storm_holds.with_label_values(l),
             },
             score_unit_mismatch: self.score_unit_mismatch.with_label_values(l),
+            scores_ahead: self.scores_ahead.with_label_values(l),
         }
     }
 
@@ -632,6 +639,7 @@ pub struct SweepMetrics {
     nodes: Arc<Mutex<BTreeMap<NodeId, NodeFigures>>>,
     guard: GuardMetrics,
     score_unit_mismatch: prometheus::IntGauge,
+    scores_ahead: prometheus::IntCounter,
 }
 
 impl SweepMetrics {
@@ -747,6 +755,10 @@ impl Observer for SweepMetrics {
 
     fn published(&self, events: u64) {
         self.published.inc_by(events);
+    }
+
+    fn scores_ahead(&self, keys: u64) {
+        self.scores_ahead.inc_by(keys);
     }
 
     fn events_failed(&self, events: u64) {
