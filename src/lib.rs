@@ -53,7 +53,7 @@ mod tracking;
 pub mod version;
 
 pub use error::Error;
-pub use evict::{Clock, EvictScript};
+pub use evict::EvictScript;
 pub use store::subscriber::{Push, Subscriber};
 pub use store::walk::FIRST_PAGE_SHARE;
 pub use store::{Conn, Opener, Store};

@@ -170,11 +170,7 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
     ));
     let cancel = CancellationToken::new();
     signals::install(cancel.clone(), EXIT_DEADLINE)?;
-    let opts = PassOptions {
-        dry_run,
-        ..PassOptions::default()
-    };
-    let reports = command::run(config, &selected, opts, &cancel)
+    let reports = command::run(config, &selected, PassOptions::new(dry_run), &cancel)
         .await
         .map_err(|e| anyhow::anyhow!("sweep failed: {e}"))?;
     for (name, report) in reports {

@@ -51,15 +51,13 @@ pub(crate) struct Evicted {
 /// Evicts the zombies of `groups` of keys, one `MULTI`/`EXEC` per group, all in one pipeline.
 /// A group is the whole batch on a single server; in a cluster it is the keys of one hash slot,
 /// since a transaction may not span slots. Returns the eviction instant (Unix seconds, from a
-/// `TIME` just before the transactions unless `fixed_now` is given) and, per key in group order,
-/// what was removed (a key whose slot moved in a cluster is found on its new node by that node's
-/// walk).
+/// `TIME` just before the transactions) and, per key in group order, what was removed (a key
+/// whose slot moved in a cluster is found on its new node by that node's walk).
 /// With `oldest`, each key's lowest remaining score is read too.
 pub(crate) async fn evict(
     con: &mut Node,
     groups: &[Vec<&[u8]>],
     cutoff: &Cutoff,
-    fixed_now: Option<f64>,
     oldest: bool,
     roster: usize,
 ) -> Result<(f64, Vec<TxKey>), Error> {
@@ -93,13 +91,7 @@ pub(crate) async fn evict(
     // The replies are read in place: a roster's members go straight into its JSON.
     let raw = con.send_packed_raw(batch).await?;
     let mut r = Reader::new(&raw);
-    let now = match fixed_now {
-        Some(now) => {
-            r.skip()?;
-            now
-        }
-        None => read_time(&mut r)?,
-    };
+    let now = read_time(&mut r)?;
     let mut out = Vec::with_capacity(keys);
     // The roster arrives oldest first; its members wait here to be written newest first.
     let mut ascending = Vec::with_capacity(ROSTER_LIMIT);
