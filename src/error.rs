@@ -1,16 +1,10 @@
-//! The crate's error type: what can go wrong at run time, beside configuration errors, which
-//! have their own type in [`crate::config`].
+//! The data path's error type: what can go wrong talking to Redis. Configuration errors have
+//! their own type in [`crate::config`], and the process's start-up errors (the web config file,
+//! the listener, a schedule) theirs in [`crate::serve::StartError`].
 
-use crate::config::ConfigError;
-use crate::store::reply::ReplyError;
-use crate::tracking::schedule::ScheduleError;
-
-/// Everything that can fail in presence-sweeper.
+/// Everything that can fail talking to Redis.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The configuration was rejected.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
     /// Connecting to Redis failed.
     #[error("cannot connect to Redis at {url}: {cause}")]
     Connect {
@@ -46,20 +40,30 @@ pub enum Error {
     /// Redis answered something of an unexpected shape.
     #[error(transparent)]
     Reply(#[from] ReplyError),
-    /// A schedule could not be started.
-    #[error(transparent)]
-    Schedule(#[from] ScheduleError),
-    /// The web config file (TLS and basic auth of the HTTP server) was rejected.
-    #[error(transparent)]
-    WebConfig(#[from] crate::serve::web_config::WebConfigError),
-    /// A local I/O operation failed (binding a socket, for instance).
-    #[error("{context}: {cause}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// Why it failed.
-        cause: std::io::Error,
-    },
+}
+
+/// A reply did not have the expected shape.
+#[derive(Debug, thiserror::Error)]
+#[error("unexpected reply from Redis: {0}")]
+pub struct ReplyError(String);
+
+impl ReplyError {
+    /// A reply error saying what was wrong.
+    pub(crate) fn new(what: impl Into<String>) -> Self {
+        Self(what.into())
+    }
+}
+
+/// A NOPERM refusal's reason as `NOPERM <details>`, without the key or channel Redis quotes
+/// (Redis 7.2 and later: "... access the 'presence:c42:online' key"). Everything after an
+/// opening quote up to the closing one goes: a name that holds a quote itself loses its tail
+/// too.
+pub(crate) fn refusal_reason(details: &str) -> String {
+    let mut reason = String::from("NOPERM ");
+    for (i, part) in details.split('\'').enumerate() {
+        reason.push_str(if i % 2 == 0 { part } else { "'…'" });
+    }
+    reason
 }
 
 // The causes above are part of each message (logs print errors with `Display` alone), so they
@@ -74,7 +78,7 @@ impl From<redis::RedisError> for Error {
             return Self::Permission {
                 command: "a command".into(),
                 target: "a key or channel of a sweep".into(),
-                detail: crate::store::reply::refusal_reason(e.detail().unwrap_or_default()),
+                detail: refusal_reason(e.detail().unwrap_or_default()),
             };
         }
         Self::Redis(e)

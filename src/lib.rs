@@ -8,12 +8,13 @@
 //! - [`config`]: layered configuration (defaults < file < environment < flags), validation, and
 //!   `pattern` (key globs and channel templates). [`Error`] (`error`): the error type.
 //! - [`store`](Store): the Redis connections (standalone, cluster or Sentinel; the data path's
-//!   own pipelined connection per primary over TCP, TLS or a unix socket), with `reply` (what
-//!   Redis answers: shapes, redirects, refusals, `TIME`), `clock` (Redis's clock as the daemon
-//!   follows it), `walk` (SCAN, one walk per primary for every sweep), `subscriber` (pub/sub,
-//!   for keyspace notifications and `simulate`, read only as fast as it is asked), `name`
-//!   (connection names),
-//!   `version` (which server answers) and `backoff`.
+//!   own pipelined connection per primary over TCP, TLS or a unix socket, `wire`, which
+//!   publishes too), with `resp` (the data path's one RESP2 decoder and its reply values),
+//!   `packed` (commands encoded once), `slots` (a cluster's slot map, for sharded publishing),
+//!   `reply` (what Redis answers: shapes, redirects, refusals, `TIME`), `clock` (Redis's clock
+//!   as the daemon follows it), `walk` (SCAN, one walk per primary for every sweep),
+//!   `subscriber` (pub/sub, for keyspace notifications and `simulate`, read only as fast as it
+//!   is asked), `name` (connection names), `version` (which server answers) and `backoff`.
 //! - `evict`: `read` (the native reads of a batch), `transaction` and `script` (`evict.lua`),
 //!   the two atomic evictions, and `preflight` (proving the Redis user may do all that).
 //! - [`sweep`](Sweep): one sweep at run time and the check of a batch of its keys (read, evict,

@@ -14,7 +14,7 @@ use redis::aio::ConnectionLike;
 
 use crate::Error;
 use crate::evict::EvictScript;
-use crate::store::reply::{ReplyError, refusal};
+use crate::store::reply::{ReplyError, refused};
 
 /// How a refusal names what it was refused on: the sweep's key pattern and its channel
 /// template, never one conversation's key or channel (the error reaches error logs and
@@ -172,6 +172,14 @@ fn discarded(probes: &[Probe]) -> redis::Pipeline {
     }
     pipe.cmd("DISCARD");
     pipe
+}
+
+/// An ACL refusal's reason, if `reply` is one (this module's replies come from redis-rs).
+fn refusal(reply: &Value) -> Option<String> {
+    match reply {
+        Value::ServerError(e) => refused(e.code(), e.details()),
+        _ => None,
+    }
 }
 
 /// The first ACL refusal among the replies to [`discarded`], as an error.

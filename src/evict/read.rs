@@ -11,12 +11,10 @@
 
 use std::num::NonZeroU64;
 
-use redis::Value;
-
 use super::Cutoff;
 use crate::Error;
 use crate::store::reply::{ReplyError, int, is_moved, refusal, single_score};
-use crate::store::{Packed, SendPacked};
+use crate::store::{Packed, SendPacked, Value};
 
 /// What [`read`] asks of each key.
 #[derive(Debug, Clone, Copy)]

@@ -5,11 +5,9 @@
 //! long whatever the size of a set; keys the budget did not cover come back marked for another
 //! call.
 
-use redis::Value;
-
 use crate::config::ScoreUnit;
 use crate::store::reply::{ReplyError, float, int, members, scored};
-use crate::store::{Node, Packed, SendPacked, all_ok};
+use crate::store::{Node, Packed, SendPacked, Value, all_ok};
 
 /// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.
 const CHUNK: usize = 500;

@@ -17,7 +17,7 @@
 use super::Cutoff;
 use crate::Error;
 use crate::store::reply::{ReplyError, is_moved, number, time_from_parts};
-use crate::store::resp::{Item, Reader};
+use crate::store::resp::{ErrorLine, Item, Reader};
 use crate::store::{Node, Packed};
 use crate::sweep::events::ROSTER_LIMIT;
 use crate::sweep::events::Roster;
@@ -61,9 +61,17 @@ pub(crate) async fn evict(
     oldest: bool,
     roster: usize,
 ) -> Result<(f64, Vec<TxKey>), Error> {
+    let batch = batch(groups, cutoff.below.as_bytes(), oldest, roster);
+    // The replies are read in place: a roster's members go straight into its JSON.
+    let raw = con.send_packed_raw(batch).await?;
+    read_replies(&raw, groups, oldest, roster)
+}
+
+/// `TIME`, then one `MULTI`/`EXEC` per group with three or four reads per key: ZRANGE of the
+/// members below `below` (a cutoff such as `(1764460000.5`), their removal, the roster's ZRANGE
+/// of up to `roster` members, and with `oldest` the lowest one.
+fn batch(groups: &[Vec<&[u8]>], below: &[u8], oldest: bool, roster: usize) -> Packed {
     let roster_first = format!("-{roster}");
-    let below = cutoff.below.as_bytes();
-    let keys: usize = groups.iter().map(Vec::len).sum();
     let per_key = if oldest { 4 } else { 3 };
     // Three or four commands per key, each naming it; two carry the cutoff. Generous, so that the
     // batch is never copied as it grows: 170 bytes of fixed words, up to 10 of framing per
@@ -88,11 +96,20 @@ pub(crate) async fn evict(
         }
         batch.command(&[b"EXEC"]);
     }
-    // The replies are read in place: a roster's members go straight into its JSON.
-    let raw = con.send_packed_raw(batch).await?;
-    let mut r = Reader::new(&raw);
+    batch
+}
+
+/// What the replies `raw` to [`batch`] say: the eviction instant and what became of each key.
+fn read_replies(
+    raw: &[u8],
+    groups: &[Vec<&[u8]>],
+    oldest: bool,
+    roster: usize,
+) -> Result<(f64, Vec<TxKey>), Error> {
+    let per_key = if oldest { 4 } else { 3 };
+    let mut r = Reader::new(raw);
     let now = read_time(&mut r)?;
-    let mut out = Vec::with_capacity(keys);
+    let mut out = Vec::with_capacity(groups.iter().map(Vec::len).sum());
     // The roster arrives oldest first; its members wait here to be written newest first.
     let mut ascending = Vec::with_capacity(ROSTER_LIMIT);
     for keys in groups {
@@ -126,7 +143,7 @@ pub(crate) async fn evict(
                 }
             }
             Item::Error(e) => {
-                tracing::debug!(error = %e.details().unwrap_or(e.code()), keys = keys.len(), "transaction refused: its slot moved");
+                tracing::debug!(error = %e, keys = keys.len(), "transaction refused: its slot moved");
                 out.extend(keys.iter().map(|_| TxKey::Moved));
             }
             _ => return Err(ReplyError::new("EXEC did not answer an array").into()),
@@ -138,12 +155,7 @@ pub(crate) async fn evict(
 /// MULTI itself was refused (an ACL changed since the preflight), so the commands after it ran
 /// one by one and EXEC failed. Whatever they removed cannot be announced exactly (nothing held the
 /// read and the removal together): count it and say so, rather than report that nothing happened.
-fn multi_refused(
-    r: &mut Reader<'_>,
-    keys: usize,
-    per_key: usize,
-    refusal: redis::ServerError,
-) -> Error {
+fn multi_refused(r: &mut Reader<'_>, keys: usize, per_key: usize, refusal: ErrorLine<'_>) -> Error {
     let mut removed = 0;
     let mut read = || -> redis::RedisResult<()> {
         for _ in 0..keys {
@@ -161,8 +173,7 @@ fn multi_refused(
     let _ = read();
     if removed > 0 {
         return ReplyError::new(format!(
-            "MULTI was refused ({}), so the transaction's commands ran one by one: {removed} members were removed outside a transaction and cannot be announced",
-            refusal.details().unwrap_or(refusal.code())
+            "MULTI was refused ({refusal}), so the transaction's commands ran one by one: {removed} members were removed outside a transaction and cannot be announced"
         ))
         .into();
     }
@@ -288,4 +299,221 @@ fn read_key<'a>(
         card,
         oldest,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C1: &[u8] = b"presence:c1:online";
+    const C2: &[u8] = b"presence:c2:online";
+    const C3: &[u8] = b"presence:c3:online";
+    const C4: &[u8] = b"presence:c4:online";
+    const S1: &[u8] = b"presence:s1:online";
+
+    /// The fixtures' requests and replies (`tests/fixtures/resp/capture.py`).
+    macro_rules! fixture {
+        ($path:literal) => {
+            include_bytes!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/resp/",
+                $path
+            ))
+            .as_slice()
+        };
+    }
+
+    const SERVERS: [(&str, [&[u8]; 3]); 2] = [
+        (
+            "Redis 7.0",
+            [
+                fixture!("redis-7.0/evict.reply"),
+                fixture!("redis-7.0/wrongtype.reply"),
+                fixture!("redis-7.0/noperm.reply"),
+            ],
+        ),
+        (
+            "Valkey 9.1",
+            [
+                fixture!("valkey-9.1/evict.reply"),
+                fixture!("valkey-9.1/wrongtype.reply"),
+                fixture!("valkey-9.1/noperm.reply"),
+            ],
+        ),
+    ];
+
+    fn evict_groups() -> Vec<Vec<&'static [u8]>> {
+        vec![vec![C1, C2], vec![C3, C4]]
+    }
+
+    fn done(removed: &[(&str, f64)], roster: &[&str], oldest: Option<f64>) -> String {
+        let evicted = Evicted {
+            removed: removed
+                .iter()
+                .map(|(m, s)| (m.as_bytes().to_vec(), *s))
+                .collect(),
+            roster: Roster::of(
+                &roster
+                    .iter()
+                    .map(|m| m.as_bytes().to_vec())
+                    .collect::<Vec<_>>(),
+            ),
+            card: Some(roster.len() as u64),
+            oldest,
+        };
+        format!("{:?}", TxKey::Done(evicted))
+    }
+
+    fn read(raw: &[u8], groups: &[Vec<&[u8]>]) -> Result<(f64, Vec<String>), Error> {
+        let (now, keys) = read_replies(raw, groups, true, 100)?;
+        Ok((now, keys.iter().map(|k| format!("{k:?}")).collect()))
+    }
+
+    /// The fixtures were captured with the very bytes the sweeper sends.
+    #[test]
+    fn the_fixtures_hold_the_transactions_the_sweeper_sends() {
+        let sent = |groups: &[Vec<&[u8]>]| batch(groups, b"(1000", true, 100).into_bytes();
+        assert_eq!(sent(&evict_groups()), fixture!("evict.request"));
+        assert_eq!(sent(&[vec![C1, S1]]), fixture!("wrongtype.request"));
+        assert_eq!(sent(&[vec![C2]]), fixture!("noperm.request"));
+    }
+
+    #[test]
+    fn exec_replies_of_redis_and_valkey_read_alike() {
+        for (server, [evict, wrongtype, noperm]) in SERVERS {
+            let (now, keys) = read(evict, &evict_groups()).unwrap();
+            assert!(now > 1.7e9, "{server}: TIME {now}");
+            assert_eq!(
+                keys,
+                [
+                    done(&[("u1", 100.0), ("u2", 150.0)], &["u4", "u3"], Some(2000.0)),
+                    done(&[("z1", 50.0)], &["a"], Some(5000.0)),
+                    done(&[], &["b"], Some(4000.0)),
+                    done(&[], &[], None),
+                ],
+                "{server}"
+            );
+            let (_, keys) = read(wrongtype, &[vec![C1, S1]]).unwrap();
+            let c1 = done(&[("u1", 100.0), ("u2", 150.0)], &["u4", "u3"], Some(2000.0));
+            assert_eq!(keys, [c1, "NotZset".to_string()], "{server}");
+            // A refused command: EXECABORT, nothing removed, and the check says why.
+            match read(noperm, &[vec![C2]]) {
+                Err(Error::Permission { detail, .. }) => {
+                    assert!(detail.starts_with("NOPERM"), "{server}: {detail}");
+                }
+                other => panic!("{server}: {other:?}"),
+            }
+        }
+    }
+
+    /// Whatever the cut, a reply that is not whole is an error, never a panic nor a result.
+    #[test]
+    fn a_cut_reply_is_an_error() {
+        let (_, [evict, ..]) = SERVERS[0];
+        for cut in 0..evict.len() {
+            assert!(
+                read(&evict[..cut], &evict_groups()).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    fn reply(parts: &[&str]) -> Vec<u8> {
+        parts.concat().into_bytes()
+    }
+
+    const TIME: &str = "*2\r\n$10\r\n1764460046\r\n$6\r\n500000\r\n";
+    const QUEUED3: &str = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n";
+
+    #[test]
+    fn the_eviction_instant_is_time() {
+        let raw = reply(&[TIME, QUEUED3, "*3\r\n*0\r\n:0\r\n*0\r\n"]);
+        let (now, keys) = read_replies(&raw, &[vec![C1]], false, 100).unwrap();
+        assert_eq!((now, keys.len()), (1_764_460_046.5, 1));
+        let raw = reply(&[":1\r\n", QUEUED3, "*3\r\n*0\r\n:0\r\n*0\r\n"]);
+        assert!(read_replies(&raw, &[vec![C1]], false, 100).is_err());
+    }
+
+    #[test]
+    fn a_full_roster_leaves_the_count_to_zcard() {
+        let raw = reply(&[
+            TIME,
+            QUEUED3,
+            "*3\r\n*0\r\n:0\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+        ]);
+        let (_, keys) = read_replies(&raw, &[vec![C1]], false, 2).unwrap();
+        let [TxKey::Done(evicted)] = keys.as_slice() else {
+            panic!("{keys:?}");
+        };
+        assert_eq!((evicted.card, evicted.roster.len()), (None, 2));
+        let (_, keys) = read_replies(&raw, &[vec![C1]], false, 3).unwrap();
+        let [TxKey::Done(evicted)] = keys.as_slice() else {
+            panic!("{keys:?}");
+        };
+        assert_eq!(evicted.card, Some(2));
+    }
+
+    #[test]
+    fn a_slot_that_moved_leaves_its_keys_to_their_new_node() {
+        let raw = reply(&[
+            TIME,
+            "+OK\r\n-MOVED 1 127.0.0.1:7001\r\n-MOVED 1 127.0.0.1:7001\r\n",
+            "-MOVED 1 127.0.0.1:7001\r\n-EXECABORT Transaction discarded\r\n",
+        ]);
+        let (_, keys) = read_replies(&raw, &[vec![C1]], false, 100).unwrap();
+        assert!(matches!(keys.as_slice(), [TxKey::Moved]), "{keys:?}");
+    }
+
+    #[test]
+    fn a_refusal_inside_the_transaction_fails_it() {
+        let raw = reply(&[
+            TIME,
+            "+OK\r\n+QUEUED\r\n-READONLY You can't write against a read only replica.\r\n",
+            "+QUEUED\r\n-EXECABORT Transaction discarded\r\n",
+        ]);
+        let e = read_replies(&raw, &[vec![C1]], false, 100).unwrap_err();
+        assert!(e.to_string().contains("READONLY"), "{e}");
+    }
+
+    /// MULTI refused: the commands ran one by one, so what they removed cannot be announced.
+    #[test]
+    fn a_refused_multi_reports_what_ran_outside_it() {
+        let raw = reply(&[
+            TIME,
+            "-NOPERM no MULTI for you\r\n*0\r\n:2\r\n*0\r\n-ERR EXEC without MULTI\r\n",
+        ]);
+        let e = read_replies(&raw, &[vec![C1]], false, 100).unwrap_err();
+        assert!(e.to_string().contains("2 members were removed"), "{e}");
+        let raw = reply(&[
+            TIME,
+            "-NOPERM no MULTI for you\r\n*0\r\n:0\r\n*0\r\n-ERR EXEC without MULTI\r\n",
+        ]);
+        let e = read_replies(&raw, &[vec![C1]], false, 100).unwrap_err();
+        assert!(matches!(e, Error::Permission { .. }), "{e}");
+    }
+
+    #[test]
+    fn replies_that_disagree_are_errors() {
+        // Two members read, one removed.
+        let raw = reply(&[
+            TIME,
+            QUEUED3,
+            "*3\r\n*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n:1\r\n*0\r\n",
+        ]);
+        assert!(read_replies(&raw, &[vec![C1]], false, 100).is_err());
+        // Removed, but the reads failed: those members cannot be announced.
+        let raw = reply(&[TIME, QUEUED3, "*3\r\n-ERR oops\r\n:1\r\n-ERR oops\r\n"]);
+        let e = read_replies(&raw, &[vec![C1]], false, 100).unwrap_err();
+        assert!(e.to_string().contains("cannot be announced"), "{e}");
+        // EXEC's array of the wrong length.
+        let raw = reply(&[TIME, QUEUED3, "*2\r\n*0\r\n:0\r\n"]);
+        assert!(read_replies(&raw, &[vec![C1]], false, 100).is_err());
+        // A score that is not a number.
+        let raw = reply(&[
+            TIME,
+            QUEUED3,
+            "*3\r\n*2\r\n$1\r\na\r\n$1\r\nx\r\n:1\r\n*0\r\n",
+        ]);
+        assert!(read_replies(&raw, &[vec![C1]], false, 100).is_err());
+    }
 }

@@ -126,10 +126,8 @@ impl Pass {
             error,
             partial: empty(),
         })?;
-        let routed = store.connection();
         let ctx = CheckCtx {
             store,
-            routed: &routed,
             observer,
             cancel,
             witnesses: &[],

@@ -12,15 +12,17 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::config::{Config, ConfigError};
 use crate::error::Trouble;
+use crate::serve::StartError;
 use crate::serve::health::Health;
 use crate::serve::http;
 use crate::serve::logging::LogStats;
 use crate::serve::metrics::Metrics;
+use crate::serve::reports::DaemonReports;
 use crate::serve::systemd::Notifier;
 use crate::serve::web_config::CurrentWeb;
 use crate::store::Store;
 use crate::store::backoff::Backoff;
-use crate::tracking::engine::Engine;
+use crate::tracking::engine::{self, Engine};
 
 /// How long shutdown waits for work in flight; below the 5 s an orchestrator is promised.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
@@ -61,7 +63,7 @@ impl Daemon {
     /// password file needs no restart; a reload that changes `[redis]` (a rotated password)
     /// reconnects. On `cancel` readiness drops, no new eviction starts, calls in flight finish
     /// and publish their events (up to [`DRAIN_TIMEOUT`]), then the server stops.
-    pub async fn run(self, cancel: CancellationToken) -> Result<(), Error> {
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), StartError> {
         let Self {
             mut config,
             listener,
@@ -108,7 +110,7 @@ impl Daemon {
             }
         }
         notifier.stopping();
-        stop_server(server, http_stop).await?;
+        stop_server(server, http_stop).await;
         // The last word: a log that ends without it is a process that died.
         tracing::info!("stopped");
         Ok(())
@@ -222,7 +224,7 @@ async fn serve(
     config: &mut Config,
     ctx: &mut Ctx<'_>,
     cancel: &CancellationToken,
-) -> Result<Next, Error> {
+) -> Result<Next, StartError> {
     // This connection's work stops on shutdown, or to reconnect.
     let stop = cancel.child_token();
     let probe = tokio::spawn(probe_redis(
@@ -231,14 +233,12 @@ async fn serve(
         ctx.health.clone(),
         stop.clone(),
     ));
-    let mut engine = Engine::new(
-        store,
-        config,
-        ctx.metrics.clone(),
-        ctx.health.clone(),
-        ctx.notifier.clone(),
-        stop.clone(),
-    );
+    let reports = Arc::new(DaemonReports {
+        metrics: ctx.metrics.clone(),
+        health: ctx.health.clone(),
+    });
+    let alive_every = engine::alive_every(ctx.notifier.watchdog_period());
+    let mut engine = Engine::new(store, config, reports, alive_every, stop.clone());
     engine.apply(config).await?;
     let status = |n: usize| format!("sweeping ({n} sweeps)");
     ctx.notifier.ready(&status(engine.sweep_count()));
@@ -265,7 +265,7 @@ async fn serve(
                 }
                 ctx.notifier.ready(&status(engine.sweep_count()));
             }
-            () = engine.step() => {}
+            () = engine.step() => watchdog(ctx),
         }
     };
     match next {
@@ -288,6 +288,17 @@ async fn serve(
     engine.retire();
     let _ = probe.await;
     Ok(next)
+}
+
+/// Pings the systemd watchdog if every loop turned recently and none is stuck: the pings come
+/// from the work loops' turning, not from a timer of their own.
+fn watchdog(ctx: &Ctx<'_>) {
+    if let Some(period) = ctx.notifier.watchdog_period()
+        && ctx.health.loops_alive_within(period / 2)
+        && ctx.health.liveness().is_ok()
+    {
+        ctx.notifier.watchdog();
+    }
 }
 
 /// Reads the configuration again; `None` (logged and counted) if it is rejected. `[http]` and
@@ -339,10 +350,9 @@ fn redis_down(e: &Error) -> String {
     }
 }
 
-async fn stop_server(server: JoinHandle<()>, stop: CancellationToken) -> Result<(), Error> {
+async fn stop_server(server: JoinHandle<()>, stop: CancellationToken) {
     stop.cancel();
     let _ = server.await;
-    Ok(())
 }
 
 /// A pass that shows no progress for this long is stuck: every Redis call it makes is bounded by

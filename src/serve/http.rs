@@ -25,7 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
+use crate::serve::StartError;
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 use crate::serve::pinned;
@@ -59,11 +59,13 @@ pub struct State {
 }
 
 /// Binds the server's address.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr).await.map_err(|cause| Error::Io {
-        context: format!("cannot listen on {addr} (http.listen)"),
-        cause,
-    })
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|cause| StartError::Io {
+            context: format!("cannot listen on {addr} (http.listen)"),
+            cause,
+        })
 }
 
 /// Serves until `cancel` fires, then lets open requests finish (briefly) and returns.

@@ -8,6 +8,10 @@ pub mod http;
 pub mod logging;
 pub(crate) mod metrics;
 pub(crate) mod pinned;
+pub(crate) mod reports;
 pub mod signals;
+mod start;
 pub mod systemd;
 pub mod web_config;
+
+pub use start::StartError;

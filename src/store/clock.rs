@@ -3,17 +3,16 @@
 
 use tokio::time::{Duration, Instant};
 
-use crate::store::{Packed, SendPacked, all_ok};
+use redis::aio::ConnectionLike;
 
-/// Redis's clock now, in Unix seconds, by one `TIME` round trip.
+/// Redis's clock now, in Unix seconds, by one `TIME` round trip on a redis-rs connection (the
+/// tools'; the data path reads `TIME` in its own pipelines).
 pub(crate) async fn redis_time<C>(con: &mut C) -> Result<f64, crate::Error>
 where
-    C: SendPacked + Send,
+    C: ConnectionLike + Send,
 {
-    let mut batch = Packed::default();
-    batch.command(&[b"TIME"]);
-    let replies = all_ok(con.send_packed(batch).await?)?;
-    Ok(crate::store::reply::time(replies.first())?)
+    let reply: redis::Value = redis::cmd("TIME").query_async(con).await?;
+    Ok(crate::store::reply::parse_time(&reply).ok_or_else(crate::store::reply::not_a_time)?)
 }
 
 /// Redis's clock, as last read, and when.

@@ -2,7 +2,6 @@
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use std::sync::Arc;
@@ -21,28 +20,6 @@ pub enum Conn {
     Direct(ConnectionManager),
     /// A Redis Cluster.
     Cluster(ClusterConnection),
-}
-
-impl Conn {
-    /// Sends `cmd` to the primary owning `key`'s slot, for commands whose routing the cluster
-    /// client does not know (`SPUBLISH` routes by its channel).
-    pub(crate) async fn query_for_key(
-        &mut self,
-        cmd: Cmd,
-        key: &[u8],
-    ) -> redis::RedisResult<Value> {
-        match self {
-            Self::Direct(c) => c.req_packed_command(&cmd).await,
-            Self::Cluster(c) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                c.route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                )
-                .await
-            }
-        }
-    }
 }
 
 impl ConnectionLike for Conn {

@@ -5,8 +5,10 @@
 //!   primary of the data path of a pass.
 //! - `sentinel`: following the primary across failovers.
 //! - `packed`: the data path's commands, encoded once as RESP.
-//! - `resp`: reading replies in place, as bytes.
-//! - `wire`: the data path's own pipelined connection to each node, with a fast reply reader.
+//! - `resp`: the data path's one RESP2 decoder: replies framed, read in place, or as values
+//!   ([`Value`], error replies included).
+//! - `wire`: the data path's own pipelined connection to each node, publishing included.
+//! - `slots`: a cluster's slot map, for sharded publishing over those connections.
 //! - `version`: which server answers (Redis or Valkey) and whether it is new enough.
 //! - `name`: the names connections give themselves (`CLIENT SETNAME`).
 //! - `subscriber`: the notification path's own pub/sub connection, bounded in memory.
@@ -19,6 +21,7 @@ pub(crate) mod packed;
 pub(crate) mod reply;
 pub(crate) mod resp;
 mod sentinel;
+mod slots;
 pub(crate) mod subscriber;
 mod tls;
 mod version;
@@ -34,14 +37,16 @@ use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 pub use self::conn::Conn;
 pub(crate) use self::conn::{Node, NodeId};
 pub use self::name::Opener;
 use self::name::Purpose;
 pub(crate) use self::packed::{Packed, SendPacked, all_ok};
+pub(crate) use self::resp::{ServerError, Value};
 use self::sentinel::SentinelBackend;
+use self::slots::SlotMap;
 use self::subscriber::Subscriber;
 pub(crate) use self::wire::is_unsent;
 #[cfg(test)]
@@ -58,6 +63,8 @@ pub struct Store {
     cfg: Arc<RedisConfig>,
     /// The data path's connections, by server address; replaced when one fails.
     wires: Arc<Mutex<HashMap<String, Wire>>>,
+    /// In a cluster, which primary served which slot when the topology was last read.
+    slots: Arc<Mutex<Arc<SlotMap>>>,
     /// How the data path reaches TLS servers, where the configuration has any.
     tls: Option<Arc<rustls::ClientConfig>>,
     /// Whose connections these are, for their names.
@@ -106,6 +113,7 @@ impl Store {
                 backend: Arc::new(backend),
                 cfg: Arc::new(cfg.clone()),
                 wires: Arc::default(),
+                slots: Arc::default(),
                 tls,
                 opener,
                 renaming: Arc::new(AtomicBool::new(true)),
@@ -162,11 +170,13 @@ impl Store {
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
                     )
                     .await?;
+                let map = SlotMap::from_reply(&slots);
                 let mut nodes = Vec::new();
-                for (host, port) in primaries(&slots) {
+                for (host, port) in map.primaries() {
                     let client = self.node_client(&host, port)?;
                     nodes.push((Node::cluster_primary(host, port), client));
                 }
+                *self.slots.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
                 nodes
             }
         };
@@ -311,19 +321,16 @@ impl Store {
             let node = self.nodes().await?.remove(0);
             return self.dedicated(&node).await;
         };
-        let mut con = c.clone();
-        let slot: i64 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query_async(&mut con)
-            .await?;
-        let slots = con
+        let slot = slots::slot(key);
+        let slots = c
+            .clone()
             .route_command(
                 redis::cmd("CLUSTER").arg("SLOTS").to_owned(),
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
             .await?;
-        let (host, port) = owner(&slots, slot).ok_or_else(|| {
+        let map = SlotMap::from_reply(&slots);
+        let (host, port) = map.owner(slot).cloned().ok_or_else(|| {
             Error::Redis(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "no primary serves the slot",
@@ -385,13 +392,14 @@ impl Store {
     async fn require_version(&self) -> Result<(), redis::RedisError> {
         let mut con = self.connection();
         // In a cluster INFO goes to every primary and answers a map of their replies.
-        let info: Value = match redis::cmd("INFO").arg("server").query_async(&mut con).await {
+        let info: redis::Value = match redis::cmd("INFO").arg("server").query_async(&mut con).await
+        {
             Ok(info) => info,
             Err(e) if e.code() == Some("NOPERM") => return Ok(()),
             Err(e) => return Err(e),
         };
         let texts: Vec<String> = match info {
-            Value::Map(nodes) => nodes
+            redis::Value::Map(nodes) => nodes
                 .into_iter()
                 .filter_map(|(_, v)| redis::from_redis_value::<String>(v).ok())
                 .collect(),
@@ -563,101 +571,4 @@ async fn cluster(
         }
     }
     builder.build()?.get_async_connection().await
-}
-
-/// The primary serving `slot` in a `CLUSTER SLOTS` reply.
-fn owner(slots: &Value, slot: i64) -> Option<(String, u16)> {
-    let Value::Array(ranges) = slots else {
-        return None;
-    };
-    ranges.iter().find_map(|range| {
-        let Value::Array(fields) = range else {
-            return None;
-        };
-        let (Some(Value::Int(lo)), Some(Value::Int(hi))) = (fields.first(), fields.get(1)) else {
-            return None;
-        };
-        if !(*lo..=*hi).contains(&slot) {
-            return None;
-        }
-        primaries(&Value::Array(vec![range.clone()])).pop()
-    })
-}
-
-/// The distinct primaries of a `CLUSTER SLOTS` reply, as (host, port).
-fn primaries(slots: &Value) -> Vec<(String, u16)> {
-    let mut out: Vec<(String, u16)> = Vec::new();
-    let Value::Array(ranges) = slots else {
-        return out;
-    };
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            continue;
-        };
-        // [start, end, [host, port, id, ...], replicas...]
-        let Some(Value::Array(primary)) = fields.get(2) else {
-            continue;
-        };
-        let host = match primary.first() {
-            Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
-            Some(Value::SimpleString(h)) => h.clone(),
-            _ => continue,
-        };
-        let port = match primary.get(1) {
-            Some(Value::Int(p)) => u16::try_from(*p).ok(),
-            _ => None,
-        };
-        if let Some(port) = port
-            && !out.iter().any(|(h, p)| *h == host && *p == port)
-        {
-            out.push((host, port));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn primaries_of_cluster_slots() {
-        let node =
-            |host: &str, port: i64| Value::Array(vec![bulk(host), Value::Int(port), bulk("id")]);
-        let reply = Value::Array(vec![
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(5460),
-                node("10.0.0.1", 7000),
-                node("10.0.0.4", 7003),
-            ]),
-            Value::Array(vec![
-                Value::Int(5461),
-                Value::Int(10922),
-                node("10.0.0.2", 7001),
-            ]),
-            Value::Array(vec![
-                Value::Int(10923),
-                Value::Int(12000),
-                node("10.0.0.3", 7002),
-            ]),
-            Value::Array(vec![
-                Value::Int(12001),
-                Value::Int(16383),
-                node("10.0.0.3", 7002),
-            ]),
-        ]);
-        assert_eq!(
-            primaries(&reply),
-            vec![
-                ("10.0.0.1".to_string(), 7000),
-                ("10.0.0.2".to_string(), 7001),
-                ("10.0.0.3".to_string(), 7002)
-            ]
-        );
-    }
 }

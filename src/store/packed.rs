@@ -3,13 +3,13 @@
 //! A pass sends a few commands per key, and building them as redis-rs `Cmd`s (two allocations
 //! each, then packed again into the pipeline's own buffer) cost the sweeper more than Redis spent
 //! running some of them. A [`Packed`] batch is written straight into its final form and handed to
-//! the node's wire as it is; only the cluster's routed publishing rebuilds a redis-rs pipeline
-//! from it.
+//! a node's wire as it is (a cluster's sharded publishing splits one among the nodes by slot:
+//! `slots`).
 
-use redis::aio::ConnectionLike;
-use redis::{RedisError, RedisFuture, Value};
+use redis::{RedisError, RedisFuture};
 
-use super::{Conn, Node};
+use super::Node;
+use super::resp::Value;
 
 /// Commands encoded as RESP arrays of bulk strings, in the order they are sent.
 #[derive(Debug, Default, Clone)]
@@ -78,16 +78,18 @@ impl Packed {
         self.commands == 0
     }
 
-    pub(super) fn into_bytes(self) -> Vec<u8> {
+    /// The encoded commands.
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
         self.bytes
     }
 
-    /// The commands, each as its arguments.
-    pub(crate) fn commands(&self) -> Vec<Vec<&[u8]>> {
+    /// Each command's bytes and its arguments, in order.
+    pub(crate) fn commands(&self) -> Vec<(&[u8], Vec<&[u8]>)> {
         let mut commands = Vec::with_capacity(self.commands);
         let mut at = 0;
         // Our own encoding, so its shape is known: a count, then that many bulk strings.
         for _ in 0..self.commands {
+            let start = at;
             let argc = self.number_at(&mut at);
             let mut args = Vec::with_capacity(argc);
             for _ in 0..argc {
@@ -95,22 +97,16 @@ impl Packed {
                 args.push(&self.bytes[at..at + len]);
                 at += len + 2;
             }
-            commands.push(args);
+            commands.push((&self.bytes[start..at], args));
         }
         commands
     }
 
-    /// The same commands as a redis-rs pipeline, for connections that only take those.
-    fn pipeline(&self) -> redis::Pipeline {
-        let mut pipe = redis::pipe();
-        for args in self.commands() {
-            let mut cmd = redis::Cmd::new();
-            for arg in args {
-                cmd.arg(arg);
-            }
-            pipe.add_command(cmd);
-        }
-        pipe
+    /// Appends a command as [`Packed::commands`] gave it.
+    pub(crate) fn encoded(&mut self, command: &[u8]) -> &mut Self {
+        self.bytes.extend_from_slice(command);
+        self.commands += 1;
+        self
     }
 
     /// The number of the header line at `*at`, moving `*at` past it.
@@ -152,24 +148,6 @@ impl Node {
         let wire = self.wire().cloned();
         Box::pin(async move { wire?.send_raw(batch.into_bytes(), n).await })
     }
-}
-
-/// Through redis-rs, for the cluster's routed publishing.
-impl SendPacked for Conn {
-    fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>> {
-        Box::pin(async move { by_pipeline(self, &batch).await })
-    }
-}
-
-async fn by_pipeline<C: ConnectionLike + Send>(
-    con: &mut C,
-    batch: &Packed,
-) -> redis::RedisResult<Vec<Value>> {
-    if batch.is_empty() {
-        return Ok(Vec::new());
-    }
-    let pipe = batch.pipeline();
-    con.req_packed_commands(&pipe, 0, batch.len()).await
 }
 
 /// The replies, or the first error reply as an error: for batches in which any refusal means
@@ -219,7 +197,7 @@ mod tests {
     }
 
     #[test]
-    fn encodes_resp_and_rebuilds_the_same_pipeline() {
+    fn encodes_resp_and_splits_into_its_commands() {
         let mut batch = Packed::default();
         batch
             .command(&[b"ZCOUNT", b"presence:c1:online", b"-inf", b"(17.5"])
@@ -236,14 +214,23 @@ mod tests {
             .arg("ch")
             .arg("{\"a\":\"x\r\ny\"}")
             .cmd("TIME");
+        let commands = batch.commands();
         assert_eq!(
-            batch.commands()[1],
+            commands[1].1,
             [&b"PUBLISH"[..], b"ch", b"{\"a\":\"x\r\ny\"}"]
         );
-        assert_eq!(batch.clone().into_bytes(), expected.get_packed_pipeline());
-        assert_eq!(
-            batch.pipeline().get_packed_pipeline(),
-            expected.get_packed_pipeline()
-        );
+        // Split and joined again, in another order: the same commands.
+        let mut again = Packed::default();
+        for (bytes, _) in commands.iter().rev() {
+            again.encoded(bytes);
+        }
+        let mut reversed = Packed::default();
+        reversed
+            .command(&[b"TIME"])
+            .command(&[b"PUBLISH", b"ch", b"{\"a\":\"x\r\ny\"}"])
+            .command(&[b"ZCOUNT", b"presence:c1:online", b"-inf", b"(17.5"]);
+        assert_eq!(again.len(), 3);
+        assert_eq!(again.into_bytes(), reversed.into_bytes());
+        assert_eq!(batch.into_bytes(), expected.get_packed_pipeline());
     }
 }

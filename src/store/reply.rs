@@ -1,20 +1,11 @@
-//! What Redis answers, below every user of it (the store, eviction, discovery, the error type):
-//! the error for a reply of the wrong shape, the cluster redirection codes, Redis `TIME`, and the
-//! small conversions of reply values. It depends on nothing of the crate.
+//! What Redis answers, below every user of it (the store, eviction, discovery): the cluster
+//! redirection codes, ACL refusals, Redis `TIME`, and the small conversions of the data path's
+//! reply values. It depends only on the decoder's [`Value`]; its error types are the crate's
+//! ([`ReplyError`]).
 
-use redis::Value;
+use super::resp::Value;
 
-/// A reply did not have the expected shape.
-#[derive(Debug, thiserror::Error)]
-#[error("unexpected reply from Redis: {0}")]
-pub struct ReplyError(String);
-
-impl ReplyError {
-    /// A reply error saying what was wrong.
-    pub(crate) fn new(what: impl Into<String>) -> Self {
-        Self(what.into())
-    }
-}
+pub(crate) use crate::error::{ReplyError, refusal_reason};
 
 /// Whether an error code means the key lives on another node now (it moved, or is moving):
 /// that node's walk finds it.
@@ -28,22 +19,12 @@ pub(crate) fn refusal(reply: &Value) -> Option<String> {
     let Value::ServerError(e) = reply else {
         return None;
     };
-    if e.code() != "NOPERM" {
-        return None;
-    }
-    Some(refusal_reason(e.details().unwrap_or_default()))
+    refused(e.code(), e.details())
 }
 
-/// A NOPERM refusal's reason as `NOPERM <details>`, without the key or channel Redis quotes
-/// (Redis 7.2 and later: "... access the 'presence:c42:online' key"). Everything after an
-/// opening quote up to the closing one goes: a name that holds a quote itself loses its tail
-/// too.
-pub(crate) fn refusal_reason(details: &str) -> String {
-    let mut reason = String::from("NOPERM ");
-    for (i, part) in details.split('\'').enumerate() {
-        reason.push_str(if i % 2 == 0 { part } else { "'…'" });
-    }
-    reason
+/// [`refusal`] of an error reply's code and details, whoever decoded it.
+pub(crate) fn refused(code: &str, details: Option<&str>) -> Option<String> {
+    (code == "NOPERM").then(|| refusal_reason(details.unwrap_or_default()))
 }
 
 /// Redis `TIME` from its two parts (seconds, microseconds) as Unix seconds.
@@ -53,7 +34,17 @@ pub(crate) fn time_from_parts(secs: f64, micros: f64) -> f64 {
 
 /// A `TIME` reply as Unix seconds, or the error saying it was none.
 pub(crate) fn time(reply: Option<&Value>) -> Result<f64, ReplyError> {
-    reply.and_then(parse_time).ok_or_else(not_a_time)
+    let parts = match reply {
+        Some(Value::Array(parts)) => parts.as_slice(),
+        _ => return Err(not_a_time()),
+    };
+    let [secs, micros] = parts else {
+        return Err(not_a_time());
+    };
+    match (int(secs), int(micros)) {
+        (Some(secs), Some(micros)) => Ok(time_from_parts(secs as f64, micros as f64)),
+        _ => Err(not_a_time()),
+    }
 }
 
 /// The error for a `TIME` reply of another shape.
@@ -61,15 +52,10 @@ pub(crate) fn not_a_time() -> ReplyError {
     ReplyError::new("TIME is not a time")
 }
 
-/// Reads a Redis `TIME` reply as Unix seconds.
-pub(crate) fn parse_time(v: &Value) -> Option<f64> {
-    let Value::Array(parts) = v else {
-        return None;
-    };
-    let [secs, micros] = parts.as_slice() else {
-        return None;
-    };
-    Some(time_from_parts(int(secs)? as f64, int(micros)? as f64))
+/// Reads a Redis `TIME` reply of a redis-rs connection (not the data path's) as Unix seconds.
+pub(crate) fn parse_time(v: &redis::Value) -> Option<f64> {
+    let (secs, micros): (u64, u64) = redis::from_redis_value_ref(v).ok()?;
+    Some(time_from_parts(secs as f64, micros as f64))
 }
 
 /// An integer reply (or a bulk or status string holding one).
@@ -86,10 +72,14 @@ pub(crate) fn int(v: &Value) -> Option<u64> {
 pub(crate) fn float(v: &Value) -> Option<f64> {
     match v {
         Value::BulkString(b) => number(b),
-        Value::Double(d) => Some(*d),
         Value::Int(n) => Some(*n as f64),
         _ => None,
     }
+}
+
+/// A text reply (a bulk or status string), as UTF-8.
+pub(crate) fn text(v: Value) -> Option<String> {
+    String::from_utf8(bytes(v)?).ok()
 }
 
 /// A number as Redis writes it in a reply.
@@ -154,7 +144,8 @@ mod tests {
     fn a_refusal_leaves_out_the_names_redis_quotes() {
         let refused = |details: &str| {
             let line = format!("-NOPERM {details}\r\n");
-            refusal(&redis::parse_redis_value(line.as_bytes()).unwrap())
+            let reply = super::super::resp::Reader::new(line.as_bytes()).value();
+            refusal(&reply.unwrap().unwrap())
         };
         assert_eq!(
             refused("User u has no permissions to access the 'presence:c42:online' key").as_deref(),
@@ -175,8 +166,14 @@ mod tests {
     #[test]
     fn time_reply() {
         let v = Value::Array(vec![bulk("1764460046"), bulk("500000")]);
+        assert_eq!(time(Some(&v)).unwrap(), 1_764_460_046.5);
+        assert!(time(Some(&Value::Nil)).is_err());
+        assert!(time(None).is_err());
+        let v = redis::Value::Array(vec![
+            redis::Value::BulkString(b"1764460046".to_vec()),
+            redis::Value::BulkString(b"500000".to_vec()),
+        ]);
         assert_eq!(parse_time(&v), Some(1_764_460_046.5));
-        assert_eq!(parse_time(&Value::Nil), None);
     }
 
     #[test]

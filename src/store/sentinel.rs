@@ -6,7 +6,7 @@ use std::sync::RwLock;
 
 use redis::aio::ConnectionManager;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, IntoConnectionInfo, ServerErrorKind, Value};
+use redis::{ConnectionAddr, IntoConnectionInfo, Value};
 use tokio::sync::Mutex;
 
 use super::{install_crypto_provider, manager};
@@ -92,7 +92,8 @@ impl SentinelBackend {
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || e.is_timeout()
-                    || e.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly)
+                    // By its code: a refusal on the data path comes with no redis-rs kind.
+                    || e.code() == Some("READONLY")
             }
             _ => false,
         };

@@ -24,7 +24,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::packed::Packed;
-use super::resp::{Item, Reader, protocol, reply_len};
+use super::resp::{Item, Reader, ServerError, protocol, reply_len};
 use super::wire::{self, Io, Target};
 
 /// Bytes asked of the socket at a time: about 400 keyspace messages of presence keys.
@@ -52,7 +52,7 @@ pub enum Push<'a> {
     /// The answer to a `PING`.
     Pong,
     /// An error reply (a refused `PSUBSCRIBE`).
-    Error(redis::ServerError),
+    Error(ServerError),
     /// Anything else (an unsubscription, a plain `message`): of no use here.
     Other,
 }
@@ -138,7 +138,7 @@ fn push(frame: &[u8]) -> io::Result<Push<'_>> {
     let mut r = Reader::new(frame);
     let n = match r.item().map_err(io::Error::other)? {
         Item::Array(n) if n >= 1 => n,
-        Item::Error(e) => return Ok(Push::Error(e)),
+        Item::Error(e) => return Ok(Push::Error(e.owned())),
         // Outside subscribed mode a PING answers a status.
         Item::Status(b"PONG") => return Ok(Push::Pong),
         _ => return Ok(Push::Other),

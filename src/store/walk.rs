@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::Error;
 use crate::config::pattern::KeyPattern;
 use crate::store::reply::ReplyError;
-use crate::store::{Packed, SendPacked, all_ok};
+use crate::store::{Packed, SendPacked, Value, all_ok};
 
 /// One SCAN page and Redis's clock when it was read.
 #[derive(Debug, Clone, Default)]
@@ -109,8 +109,7 @@ where
             let short = || ReplyError::new("SCAN and TIME did not both answer");
             let page = replies.next().ok_or_else(short)?;
             let time = replies.next().ok_or_else(short)?;
-            let (next, keys): (u64, Vec<Vec<u8>>) =
-                redis::from_redis_value(page).map_err(|e| ReplyError::new(format!("SCAN: {e}")))?;
+            let (next, keys) = scan_page(page)?;
             let time = crate::store::reply::time(Some(&time))?;
             Ok(Some((
                 Page { keys, time },
@@ -122,6 +121,17 @@ where
             )))
         }
     })
+}
+
+/// A SCAN reply: the next cursor (0 when the walk is over) and the keys of the page.
+fn scan_page(page: Value) -> Result<(u64, Vec<Vec<u8>>), ReplyError> {
+    let bad = || ReplyError::new("SCAN did not answer a cursor and its keys");
+    let Value::Array(page) = page else {
+        return Err(bad());
+    };
+    let [cursor, keys] = <[Value; 2]>::try_from(page).map_err(|_| bad())?;
+    let cursor = crate::store::reply::int(&cursor).ok_or_else(bad)?;
+    Ok((cursor, crate::store::reply::members(keys)?))
 }
 
 /// `scan.max_keys_per_second` for one walk: pages are asked for no faster than the rate allows

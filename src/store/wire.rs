@@ -1,15 +1,15 @@
-//! The data path's own connection to one server: pipelined requests over one socket, with a
-//! hand-written RESP2 reader.
+//! The data path's own connection to one server: pipelined requests over one socket, read with
+//! the crate's own RESP2 decoder (`resp`).
 //!
 //! Why not redis-rs's connection: profiling a pass showed more than half of the sweeper's CPU in
 //! its general-purpose reply parser, and a pass is nothing but replies (a SCAN page of a thousand
-//! keys, a count per key, a transaction's members). This reader walks the bytes once to find
-//! where a reply ends, then builds it with exact-size allocations. Commands are encoded by hand
-//! (`packed`), and replies are still [`redis::Value`]s, so everything above sees the same types.
+//! keys, a count per key, a transaction's members). Here a reply is decoded once into a
+//! [`Value`] with exact-size allocations, or handed over as bytes for a caller that reads it in
+//! place; commands are encoded by hand (`packed`).
 //!
 //! Scope: the data path, over plain TCP, TLS (tokio-rustls, with the certificates redis-rs would
-//! use: see `tls`) and unix sockets. Every other use of Redis keeps redis-rs's connections
-//! (leases, preflight, cluster routing and sharded publishing), but pub/sub (keyspace
+//! use: see `tls`) and unix sockets, publishing included. Every other use of Redis keeps
+//! redis-rs's connections (leases, preflight, the cluster's topology), but pub/sub (keyspace
 //! notifications, `simulate`'s events), which has its own bounded reader on this module's
 //! sockets (`subscriber`).
 
@@ -20,13 +20,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+use redis::{ConnectionAddr, ConnectionInfo, RedisResult};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::packed::{Packed, all_ok};
-use super::resp::{Framer, MAX_DEPTH, header, line, protocol, server_error};
+use super::resp::{Framer, Reader, Value, protocol, reply_len};
 
 /// Read buffer size; a reply bigger than this simply grows it.
 const READ_CHUNK: usize = 64 * 1024;
@@ -104,7 +104,7 @@ impl std::fmt::Display for Target {
 
 /// What a request gets back.
 enum Answer {
-    /// The replies, parsed.
+    /// The replies, decoded.
     Values(Vec<Value>),
     /// The replies' RESP bytes, as they came, for a caller that reads them itself.
     Raw(Vec<u8>),
@@ -297,7 +297,7 @@ impl Hello {
     /// Fails on an error reply to anything but the name.
     fn check(mut replies: Vec<Value>) -> RedisResult<()> {
         if let Some(Value::ServerError(e)) = replies.pop() {
-            tracing::debug!(error = %redis::RedisError::from(e), "could not name a connection (CLIENT SETNAME)");
+            tracing::debug!(error = %e, "could not name a connection (CLIENT SETNAME)");
         }
         all_ok(replies).map(drop)
     }
@@ -318,9 +318,10 @@ pub(super) async fn greeted(
         let mut input = BytesMut::with_capacity(1024);
         let mut replies = Vec::with_capacity(hello.count);
         while replies.len() < hello.count {
-            match parse(&input, 0, 0)? {
-                Some((value, len)) => {
-                    replies.push(value);
+            match reply_len(&input, 0)? {
+                Some(len) => {
+                    let value = Reader::new(&input[..len]).value()?;
+                    replies.push(value.ok_or_else(|| protocol("a whole reply read as cut"))?);
                     input.advance(len);
                 }
                 None if stream.read_buf(&mut input).await? == 0 => return Err(closed().into()),
@@ -453,10 +454,10 @@ async fn write_gathered(stream: &mut Box<dyn Io>, chunks: &[Vec<u8>]) -> io::Res
 
 /// Parses every complete reply in `input` and hands it to its request.
 ///
-/// Replies for values are parsed optimistically: most are complete when they are first looked
+/// Replies for values are decoded optimistically: most are complete when they are first looked
 /// at. A raw reply, and one that was not complete, is first walked by the `framer`, which
 /// resumes where it stopped as more arrives, so a big reply arriving in many reads is walked
-/// once and parsed once.
+/// once and decoded once.
 fn deliver(
     input: &mut BytesMut,
     pending: &mut VecDeque<Pending>,
@@ -478,13 +479,15 @@ fn deliver(
                 if framer.walking() && framer.reply_end(input)?.is_none() {
                     return Ok(());
                 }
-                let Some((value, len)) = parse(input, 0, 0)? else {
+                let mut reader = Reader::new(input);
+                let Some(value) = reader.value()? else {
                     // Walk what has come, so that the next read resumes after it.
                     if framer.reply_end(input)?.is_some() {
                         return Err(protocol("a reply both whole and cut"));
                     }
                     return Ok(());
                 };
+                let len = reader.position();
                 front.values.push(value);
                 input.advance(len);
             }
@@ -497,177 +500,13 @@ fn deliver(
     Ok(())
 }
 
-/// The reply starting at `at` and where it ends; `None` if it has not all arrived yet.
-fn parse(buf: &[u8], at: usize, depth: usize) -> io::Result<Option<(Value, usize)>> {
-    if depth > MAX_DEPTH {
-        return Err(protocol("replies nested too deep"));
-    }
-    let Some(&kind) = buf.get(at) else {
-        return Ok(None);
-    };
-    if matches!(kind, b'+' | b'-') {
-        let Some((head, next)) = line(buf, at + 1) else {
-            return Ok(None);
-        };
-        let value = match (kind, head) {
-            (b'+', b"OK") => Value::Okay,
-            (b'+', _) => Value::SimpleString(String::from_utf8_lossy(head).into_owned()),
-            _ => server_error(&buf[at..next]),
-        };
-        return Ok(Some((value, next)));
-    }
-    let Some((n, next)) = header(buf, at + 1)? else {
-        return Ok(None);
-    };
-    let parsed = match kind {
-        b':' => (Value::Int(n), next),
-        b'$' | b'*' if n < 0 => (Value::Nil, next),
-        b'$' => {
-            let end = next + n as usize;
-            if buf.len() < end + 2 {
-                return Ok(None);
-            }
-            if &buf[end..end + 2] != b"\r\n" {
-                return Err(protocol("a bulk string without its CRLF"));
-            }
-            (Value::BulkString(buf[next..end].to_vec()), end + 2)
-        }
-        b'*' => {
-            // Every element takes at least 3 bytes: a length from the wire cannot make us
-            // reserve more than what has arrived.
-            let room = (buf.len() - next) / 3;
-            let mut items = Vec::with_capacity((n as usize).min(room));
-            let mut at = next;
-            for _ in 0..n {
-                let Some((item, end)) = parse(buf, at, depth + 1)? else {
-                    return Ok(None);
-                };
-                items.push(item);
-                at = end;
-            }
-            (Value::Array(items), at)
-        }
-        other => {
-            return Err(protocol(&format!(
-                "unexpected reply type byte {:?}",
-                other as char
-            )));
-        }
-    };
-    Ok(Some(parsed))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::resp::reply_len;
     use super::*;
 
-    fn whole(input: &[u8]) -> Value {
-        let len = reply_len(input, 0).unwrap().expect("complete");
-        assert_eq!(len, input.len(), "consumes exactly the reply");
-        let (value, end) = parse(input, 0, 0).unwrap().expect("complete");
-        assert_eq!(end, input.len(), "parse agrees with the walk");
-        value
-    }
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn parses_every_resp2_type() {
-        assert_eq!(whole(b"+OK\r\n"), Value::Okay);
-        assert_eq!(whole(b"+QUEUED\r\n"), Value::SimpleString("QUEUED".into()));
-        assert_eq!(whole(b":-42\r\n"), Value::Int(-42));
-        assert_eq!(whole(b":9223372036854775807\r\n"), Value::Int(i64::MAX));
-        assert_eq!(whole(b":-9223372036854775808\r\n"), Value::Int(i64::MIN));
-        assert_eq!(whole(b"$5\r\na\r\nbc\r\n"), bulk("a\r\nbc"));
-        assert_eq!(whole(b"$0\r\n\r\n"), bulk(""));
-        assert_eq!(whole(b"$-1\r\n"), Value::Nil);
-        assert_eq!(whole(b"*-1\r\n"), Value::Nil);
-        assert_eq!(whole(b"*0\r\n"), Value::Array(vec![]));
-        assert_eq!(
-            whole(b"*2\r\n*2\r\n$1\r\nu\r\n$4\r\n1.50\r\n:3\r\n"),
-            Value::Array(vec![
-                Value::Array(vec![bulk("u"), bulk("1.50")]),
-                Value::Int(3)
-            ])
-        );
-    }
-
-    #[test]
-    fn error_replies_keep_their_code() {
-        let Value::ServerError(e) = whole(b"-MOVED 3999 127.0.0.1:6381\r\n") else {
-            panic!("not an error");
-        };
-        assert_eq!(e.code(), "MOVED");
-        let Value::ServerError(e) = whole(b"-NOPERM no permissions\r\n") else {
-            panic!("not an error");
-        };
-        assert_eq!(e.code(), "NOPERM");
-    }
-
-    #[test]
-    fn an_incomplete_reply_waits_at_every_cut() {
-        let full = b"*3\r\n$3\r\nabc\r\n:7\r\n*1\r\n$2\r\nxy\r\n";
-        for cut in 0..full.len() {
-            assert_eq!(reply_len(&full[..cut], 0).unwrap(), None, "cut at {cut}");
-            assert_eq!(parse(&full[..cut], 0, 0).unwrap(), None, "cut at {cut}");
-        }
-        assert_eq!(reply_len(full, 0).unwrap(), Some(full.len()));
-    }
-
-    /// The framer resumes where it stopped, byte after byte, and ends where the whole walk does.
-    #[test]
-    fn a_reply_arriving_byte_by_byte_is_framed_once_whole() {
-        let replies: [&[u8]; 6] = [
-            b"*3\r\n$3\r\nabc\r\n:7\r\n*1\r\n$2\r\nxy\r\n",
-            b"*2\r\n*2\r\n*0\r\n*-1\r\n$-1\r\n",
-            b"*2\r\n+QUEUED\r\n-ERR no\r\n",
-            b"$12\r\nab\r\ncd\r\n\r\nef\r\n",
-            b":-9223372036854775808\r\n",
-            b"*1\r\n*1\r\n*1\r\n:1\r\n",
-        ];
-        for full in replies {
-            let mut framer = Framer::default();
-            let mut buf = Vec::new();
-            for (i, &b) in full.iter().enumerate() {
-                buf.push(b);
-                let end = framer.reply_end(&buf).unwrap();
-                if i + 1 < full.len() {
-                    assert_eq!(end, None, "{full:?} cut after {}", i + 1);
-                } else {
-                    assert_eq!(end, Some(full.len()), "{full:?}");
-                }
-            }
-            assert!(!framer.walking(), "starts over for the next reply");
-            // The next reply behind it in the same buffer is framed from the start again.
-            buf.extend_from_slice(b":1\r\n");
-            assert_eq!(framer.reply_end(&buf).unwrap(), Some(full.len()));
-        }
-        let deep = "*1\r\n".repeat(MAX_DEPTH + 2);
-        assert!(Framer::default().reply_end(deep.as_bytes()).is_err());
-        assert!(Framer::default().reply_end(b"$2\r\nabcd\r\n").is_err());
-        assert!(Framer::default().reply_end(b"*1\r\n?\r\n").is_err());
-    }
-
-    #[test]
-    fn garbage_is_a_protocol_error() {
-        assert!(reply_len(b"?what\r\n", 0).is_err());
-        assert!(reply_len(b"$x\r\n", 0).is_err());
-        assert!(reply_len(b":9223372036854775808\r\n", 0).is_err());
-        assert!(reply_len(b":\r\n", 0).is_err());
-        assert!(reply_len(b"$2\r\nabcd\r\n", 0).is_err());
-        let deep = "*1\r\n".repeat(MAX_DEPTH + 2);
-        assert!(reply_len(deep.as_bytes(), 0).is_err());
-        for garbage in [
-            &b"?what\r\n"[..],
-            b"$2\r\nabcd\r\n",
-            b":1x\r\n",
-            deep.as_bytes(),
-        ] {
-            assert!(parse(garbage, 0, 0).is_err());
-        }
+    /// The one reply `bytes` holds, as a value.
+    fn decoded(bytes: &[u8]) -> Value {
+        Reader::new(bytes).value().unwrap().expect("whole")
     }
 
     fn pending(count: usize, raw: bool) -> (Pending, oneshot::Receiver<io::Result<Answer>>) {
@@ -704,8 +543,7 @@ mod tests {
                     input.extend_from_slice(piece);
                     deliver(&mut input, &mut pending, &mut framer).unwrap();
                 }
-                let (v, _) = parse(reply, 0, 0).unwrap().unwrap();
-                assert_eq!(values(&mut a_rx), vec![v], "cuts {cut} {cut2}");
+                assert_eq!(values(&mut a_rx), vec![decoded(reply)], "cuts {cut} {cut2}");
                 match b_rx.try_recv().expect("answered").expect("no error") {
                     Answer::Raw(raw) => assert_eq!(raw, reply, "cuts {cut} {cut2}"),
                     Answer::Values(_) => panic!("values answer to a request for bytes"),
@@ -739,6 +577,82 @@ mod tests {
             deliver(&mut input, &mut pending, &mut framer).is_err(),
             "nobody asked"
         );
+    }
+
+    fn raw(rx: &mut oneshot::Receiver<io::Result<Answer>>) -> Vec<u8> {
+        match rx.try_recv().expect("answered").expect("no error") {
+            Answer::Raw(raw) => raw,
+            Answer::Values(_) => panic!("values answer to a request for bytes"),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Replies cut anywhere, one request each (every other one raw), reach their requests
+        /// whole and in order.
+        #[test]
+        fn generated_replies_cut_anywhere_reach_their_requests(
+            replies in proptest::collection::vec(super::super::resp::tests::arb_value(), 1..5),
+            cuts in proptest::collection::vec(proptest::prelude::any::<proptest::sample::Index>(), 0..5),
+        ) {
+            let mut bytes = Vec::new();
+            let mut requests = VecDeque::new();
+            let mut answers = Vec::new();
+            for (i, v) in replies.iter().enumerate() {
+                let start = bytes.len();
+                super::super::resp::tests::encode(v, &mut bytes);
+                let (p, rx) = pending(1, i % 2 == 1);
+                requests.push_back(p);
+                answers.push((rx, start..bytes.len()));
+            }
+            let mut cuts: Vec<usize> = cuts.iter().map(|i| i.index(bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut framer = Framer::default();
+            let mut input = BytesMut::new();
+            let mut from = 0;
+            for to in cuts.into_iter().chain([bytes.len()]) {
+                input.extend_from_slice(&bytes[from..to]);
+                from = to;
+                deliver(&mut input, &mut requests, &mut framer).unwrap();
+            }
+            proptest::prop_assert!(input.is_empty() && requests.is_empty());
+            for (i, ((mut rx, range), v)) in answers.into_iter().zip(&replies).enumerate() {
+                if i % 2 == 1 {
+                    proptest::prop_assert_eq!(raw(&mut rx), bytes[range].to_vec());
+                } else {
+                    proptest::prop_assert_eq!(values(&mut rx), vec![v.clone()]);
+                }
+            }
+        }
+    }
+
+    /// A header announcing a huge reply reserves nothing for it: the input grows only with what
+    /// arrives (the driver's reads), and delivering waits.
+    #[test]
+    fn a_hostile_header_reserves_nothing() {
+        use super::super::resp::tests::allocated;
+        for head in [
+            &b"$1073741824\r\nsome of it"[..],
+            b"*2147483647\r\n:1\r\n:2\r\n",
+            b"*1\r\n$1073741824\r\n",
+        ] {
+            for raw in [false, true] {
+                let (p, mut rx) = pending(1, raw);
+                let mut pending = VecDeque::from([p]);
+                let mut framer = Framer::default();
+                let mut input = BytesMut::with_capacity(READ_CHUNK);
+                input.extend_from_slice(head);
+                let before = allocated();
+                for _ in 0..3 {
+                    deliver(&mut input, &mut pending, &mut framer).unwrap();
+                }
+                let used = allocated() - before;
+                assert!(used < 1024, "{head:?}: {used} bytes");
+                assert_eq!(input.capacity(), READ_CHUNK);
+                assert!(rx.try_recv().is_err(), "still waiting");
+            }
+        }
     }
 
     /// A server that answers the connection's PING and then goes silent, as a paused server or

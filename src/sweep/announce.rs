@@ -168,9 +168,9 @@ impl Sweep {
 
     /// Publishes `batch`; a failure is counted as events lost (the members are gone).
     ///
-    /// In a cluster a PUBLISH reaches the subscribers of every node whichever node takes it, so
-    /// it goes to any live one; a sharded message must reach the owner of its channel's slot, so
-    /// each SPUBLISH is routed on its own.
+    /// Over the node's own connection, right behind the eviction: in a cluster a PUBLISH reaches
+    /// the subscribers of every node whichever node takes it. A sharded message must reach the
+    /// owner of its channel's slot, so there each SPUBLISH goes over its owner's connection.
     async fn publish(
         &self,
         node: &mut Node,
@@ -179,31 +179,13 @@ impl Sweep {
         counts: &mut Counts,
     ) -> Result<(), Error> {
         let n = batch.len() as u64;
-        let result: Result<(), redis::RedisError> =
-            if self.sharded_pubsub && node.needs_slot_groups() {
-                let sends = batch.commands().into_iter().map(|args| {
-                    let mut con = ctx.routed.clone();
-                    let mut cmd = redis::Cmd::new();
-                    for arg in &args {
-                        cmd.arg(*arg);
-                    }
-                    let channel = args.get(1).copied().unwrap_or_default();
-                    async move { con.query_for_key(cmd, channel).await.map(drop) }
-                });
-                futures_util::future::join_all(sends)
-                    .await
-                    .into_iter()
-                    .collect()
-            } else {
-                let replies = if node.needs_slot_groups() {
-                    // Any live node will do, and the one the keys came from may just have died
-                    // (its transaction was redirected to the promoted replica).
-                    ctx.routed.clone().send_packed(batch).await
-                } else {
-                    node.send_packed(batch).await
-                };
-                replies.and_then(all_ok).map(drop)
-            };
+        let replies = if self.sharded_pubsub && node.needs_slot_groups() {
+            // SPUBLISH's channel is its second argument.
+            ctx.store.send_by_slot(batch, 1).await
+        } else {
+            node.send_packed(batch).await
+        };
+        let result = replies.and_then(all_ok).map(drop);
         match result {
             Ok(()) => {
                 counts.events_published += n;

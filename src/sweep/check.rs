@@ -15,7 +15,7 @@ use crate::Error;
 use crate::config::ScoreUnit;
 use crate::evict::Cutoff;
 use crate::evict::read::{self, KeyStatus, Read};
-use crate::store::{Conn, Node, Store};
+use crate::store::{Node, Store};
 use crate::sweep::storm::Admit;
 use crate::sweep::units::Mismatch;
 
@@ -106,9 +106,6 @@ impl Purpose {
 pub(crate) struct CheckCtx<'a> {
     /// For the preflight's connections of its own.
     pub(crate) store: &'a Store,
-    /// The store's routed connection: in a cluster it follows keys whose slot moved, and
-    /// publishes.
-    pub(crate) routed: &'a Conn,
     pub(crate) observer: &'a dyn Observer,
     /// No new eviction starts once it fires.
     pub(crate) cancel: &'a CancellationToken,

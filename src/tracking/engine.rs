@@ -14,21 +14,16 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
 use crate::config::{
     Config, CoordinationConfig, EventsConfig, EvictConfig, NotificationMode, SweepConfig,
 };
-use crate::serve::health::{Health, LoopHealth};
-use crate::serve::metrics::SweepMetrics;
-use crate::serve::metrics::{Metrics, Totals};
-use crate::serve::systemd::Notifier;
 use crate::store::{NodeId, Store};
 use crate::sweep::Sweep;
-use crate::sweep::units::UnitAlarm;
 use crate::tracking::index::Capacity;
 use crate::tracking::lease::Lease;
-use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary};
-use crate::tracking::schedule::{CronClock, CronJob, Ticker};
+use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
+use crate::tracking::report::{Beat, Reports, SweepReport, Totals};
+use crate::tracking::schedule::{CronClock, CronJob, ScheduleError, Ticker};
 use crate::tracking::summary::Summary;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
@@ -79,8 +74,7 @@ struct Entry {
 struct PrimaryHandle {
     commands: mpsc::Sender<Command>,
     task: JoinHandle<()>,
-    subscribed: Arc<AtomicBool>,
-    last_answer: Arc<LastAnswer>,
+    shared: Arc<Shared>,
     stop: CancellationToken,
 }
 
@@ -95,9 +89,7 @@ pub(crate) struct Engine {
     store: Store,
     settings: Arc<primary::Settings>,
     capacity: Arc<Capacity>,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    notifier: Arc<Notifier>,
+    reports: Arc<dyn Reports>,
     cancel: CancellationToken,
     sweeps: BTreeMap<String, Entry>,
     /// Sweep loops told to stop, finishing what they do (releasing a lease).
@@ -114,29 +106,28 @@ pub(crate) struct Engine {
     /// replica's takeover, slots moved to it).
     topology_known: bool,
     turn: tokio::time::Interval,
-    loop_health: LoopHealth,
+    beat: Arc<dyn Beat>,
     /// What the log says of the sweeps' work, and when.
     summary: Summary,
 }
 
 impl Engine {
-    /// An engine with nothing running yet; [`Engine::apply`] starts the sweeps.
+    /// An engine with nothing running yet; [`Engine::apply`] starts the sweeps. Every loop
+    /// turns at least every `alive_every` (see [`alive_every`]).
     pub(crate) fn new(
         store: Store,
         config: &Config,
-        metrics: Arc<Metrics>,
-        health: Arc<Health>,
-        notifier: Arc<Notifier>,
+        reports: Arc<dyn Reports>,
+        alive_every: Duration,
         cancel: CancellationToken,
     ) -> Self {
         let (outbox, inbox) = mpsc::channel(64);
         let mut topology = tokio::time::interval(TOPOLOGY_EVERY);
         topology.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let alive_every = alive_every(&notifier);
         let mut turn = tokio::time::interval(TURN_EVERY.min(alive_every));
         turn.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let tracking = &config.tracking;
-        metrics.set_notifications_expected(
+        reports.notifications_expected(
             tracking.notifications == NotificationMode::On
                 || (tracking.notifications == NotificationMode::Auto
                     && tracking.configure_notifications),
@@ -144,11 +135,9 @@ impl Engine {
         Self {
             settings: Arc::new(settings_of(config, alive_every)),
             capacity: Capacity::new(tracking.max_keys),
-            loop_health: health.register_loop("engine"),
+            beat: reports.watch_loop("engine"),
             store,
-            metrics,
-            health,
-            notifier,
+            reports,
             cancel,
             sweeps: BTreeMap::new(),
             retiring: Vec::new(),
@@ -168,7 +157,7 @@ impl Engine {
     /// Makes the running sweeps match `config`: unchanged ones carry on untouched (their
     /// indexes too), changed ones are replaced, removed ones stop, new ones start. Settings
     /// that every primary's loop works by (`[scan]`, `[evict]`, `[tracking]`) restart the loops.
-    pub(crate) async fn apply(&mut self, config: &Config) -> Result<(), Error> {
+    pub(crate) async fn apply(&mut self, config: &Config) -> Result<(), ScheduleError> {
         let settings = settings_of(config, self.settings.alive_every);
         if *self.settings != settings {
             self.settings = Arc::new(settings);
@@ -191,8 +180,7 @@ impl Engine {
             }
             self.retiring.push(old.schedule);
             if !wanted.iter().any(|w| w.sweep.name == name) {
-                self.metrics.forget_sweep(&name);
-                self.health.forget_sweep(&name);
+                self.reports.forget_sweep(&name);
                 tracing::info!(sweep = %name, "sweep removed");
             }
         }
@@ -209,21 +197,24 @@ impl Engine {
         Ok(())
     }
 
-    async fn start_sweep(&mut self, settings: SweepSettings) -> Result<Entry, Error> {
+    async fn start_sweep(&mut self, settings: SweepSettings) -> Result<Entry, ScheduleError> {
         let config = &settings.sweep;
         let ticker = Ticker::start(&config.schedule, &mut self.cron).await?;
         let cron_job = ticker.cron_job();
-        let metrics = self.metrics.sweep(config);
+        let handles = self.reports.sweep(config);
         let sweep = Arc::new(Sweep::with_settings(
             config,
             &settings.evict,
             &settings.events,
             settings.sharded_pubsub,
-            metrics.guard(),
-            unit_alarm(&self.health, &config.name, &metrics),
+            handles.guard,
+            handles.units,
         ));
-        let job = Arc::new(Job { sweep, metrics });
-        self.health.sweep(&config.name);
+        let report = handles.report;
+        let job = Arc::new(Job {
+            sweep,
+            report: report.clone(),
+        });
         let lease = settings.coordination.lease.then(|| {
             (
                 Lease::new(
@@ -231,7 +222,7 @@ impl Engine {
                     &config.name,
                     settings.coordination.lease_ttl,
                 ),
-                self.metrics.lease_gauge(&config.name),
+                report,
             )
         });
         let retire = self.cancel.child_token();
@@ -241,9 +232,9 @@ impl Engine {
             lease,
             store: self.store.clone(),
             outbox: self.outbox.clone(),
-            health: self
-                .health
-                .register_loop(&format!("schedule {}", config.name)),
+            beat: self
+                .reports
+                .watch_loop(&format!("schedule {}", config.name)),
             alive_every: self.settings.alive_every,
             retire: retire.clone(),
         }));
@@ -290,15 +281,14 @@ impl Engine {
             Next::Msg(Msg::Lease(name, held)) => {
                 if let Some(entry) = self.sweeps.get_mut(&name) {
                     entry.active = held;
-                    self.health.standby(&name, !held);
+                    entry.job.report.standby(!held);
                     self.broadcast_jobs().await;
                 }
             }
             Next::Topology => self.refresh_topology().await,
             Next::Turn => self.turn(),
         }
-        self.loop_health.alive();
-        self.watchdog();
+        self.beat.alive();
     }
 
     /// The sweeps' intervals (the time between walks), from whether every primary uses
@@ -308,13 +298,13 @@ impl Engine {
             && self
                 .primaries
                 .values()
-                .all(|p| p.subscribed.load(Ordering::Relaxed));
-        for (name, entry) in &self.sweeps {
+                .all(|p| p.shared.subscribed.load(Ordering::Relaxed));
+        for entry in self.sweeps.values() {
             let interval = match everywhere {
                 true => self.settings.tracking.reconcile_interval,
                 false => entry.settings.sweep.schedule.interval().unwrap_or_default(),
             };
-            self.metrics.set_interval(name, interval);
+            entry.job.report.interval(interval);
         }
         self.retiring.retain(|task| !task.is_finished());
         let now = tokio::time::Instant::now();
@@ -327,7 +317,7 @@ impl Engine {
     /// An info line as soon as a sweep evicts a large burst (counts only: never an id).
     fn bursts(&mut self, now: tokio::time::Instant) {
         for (name, entry) in &self.sweeps {
-            let evicted = entry.job.metrics.totals().evicted;
+            let evicted = entry.job.report.totals().evicted;
             if let Some((burst, over)) = self.summary.burst(name, evicted, now) {
                 tracing::info!(
                     sweep = %name,
@@ -345,7 +335,7 @@ impl Engine {
         let subscribed = self
             .primaries
             .values()
-            .filter(|p| p.subscribed.load(Ordering::Relaxed))
+            .filter(|p| p.shared.subscribed.load(Ordering::Relaxed))
             .count();
         let minutes = covered.as_secs_f64() / 60.0;
         let period = match minutes.round() as u64 {
@@ -353,7 +343,7 @@ impl Engine {
             n => format!("{n} minutes"),
         };
         for (name, entry) in &self.sweeps {
-            let totals = entry.job.metrics.totals();
+            let totals = entry.job.report.totals();
             let done: Totals = self.summary.since_last(name, totals);
             tracing::info!(
                 sweep = %name,
@@ -374,16 +364,6 @@ impl Engine {
         }
         let sweeps = &self.sweeps;
         self.summary.retain(|name| sweeps.contains_key(name));
-    }
-
-    /// Pings the systemd watchdog if every loop turned recently and none is stuck.
-    fn watchdog(&self) {
-        if let Some(period) = self.notifier.watchdog_period()
-            && self.health.loops_alive_within(period / 2)
-            && self.health.liveness().is_ok()
-        {
-            self.notifier.watchdog();
-        }
     }
 
     /// The jobs every primary runs now.
@@ -422,9 +402,10 @@ impl Engine {
             .collect();
         // Primaries that left while not answering failed over: the apps could not write to
         // their keys since then, and the loops that take those keys over never saw it.
+        let now = tokio::time::Instant::now();
         let inherited_outage = gone
             .iter()
-            .filter_map(|id| self.primaries[id].last_answer.stalled_since())
+            .filter_map(|id| self.primaries[id].shared.last_answer.stalled_since(now))
             .reduce(f64::min);
         for id in gone {
             let p = self.primaries.remove(&id).expect("listed above");
@@ -441,18 +422,19 @@ impl Engine {
             let (commands, inbox) = mpsc::channel(64);
             let _ = commands.try_send(Command::Jobs(jobs.clone()));
             let stop = self.cancel.child_token();
-            let subscribed = Arc::new(AtomicBool::new(false));
-            let last_answer = Arc::new(LastAnswer::default());
+            let shared = Arc::new(Shared {
+                subscribed: AtomicBool::new(false),
+                suspect: self.suspect.clone(),
+                last_answer: LastAnswer::default(),
+            });
             let primary = Primary {
+                report: self.reports.node(&id),
+                beat: self.reports.watch_loop(&format!("primary {id}")),
                 node,
                 store: self.store.clone(),
                 settings: self.settings.clone(),
                 capacity: self.capacity.clone(),
-                metrics: self.metrics.clone(),
-                health: self.health.clone(),
-                subscribed: subscribed.clone(),
-                suspect: self.suspect.clone(),
-                last_answer: last_answer.clone(),
+                shared: shared.clone(),
                 inherited_outage,
                 takes_over: self.topology_known,
             };
@@ -463,13 +445,13 @@ impl Engine {
                 PrimaryHandle {
                     commands,
                     task,
-                    subscribed,
-                    last_answer,
+                    shared,
                     stop,
                 },
             );
         }
-        self.health.set_nodes(self.primaries.keys().cloned());
+        self.reports
+            .primaries(self.primaries.keys().cloned().collect());
         self.topology_known = true;
     }
 
@@ -515,7 +497,7 @@ impl Engine {
 
     /// The engine's own loop is done.
     pub(crate) fn retire(&self) {
-        self.loop_health.retire();
+        self.beat.retire();
     }
 }
 
@@ -529,12 +511,10 @@ fn settings_of(config: &Config, alive_every: Duration) -> primary::Settings {
     }
 }
 
-/// How often every loop turns at least: a quarter of the systemd watchdog's period, so that a
+/// How often every loop turns at least, with a watchdog of `period`: a quarter of it, so that a
 /// wedged loop stops the pings in time, and at most [`primary::ALIVE_EVERY`].
-fn alive_every(notifier: &Notifier) -> Duration {
-    notifier
-        .watchdog_period()
-        .map_or(primary::ALIVE_EVERY, |p| (p / 4).min(primary::ALIVE_EVERY))
+pub(crate) fn alive_every(watchdog: Option<Duration>) -> Duration {
+    watchdog.map_or(primary::ALIVE_EVERY, |p| (p / 4).min(primary::ALIVE_EVERY))
 }
 
 /// One sweep's schedule loop (the "schedule <sweep>" loop health watches): it turns the
@@ -542,10 +522,10 @@ fn alive_every(notifier: &Notifier) -> Duration {
 struct ScheduleLoop {
     name: String,
     ticker: Ticker,
-    lease: Option<(Lease, prometheus::IntGauge)>,
+    lease: Option<(Lease, Arc<dyn SweepReport>)>,
     store: Store,
     outbox: mpsc::Sender<Msg>,
-    health: LoopHealth,
+    beat: Arc<dyn Beat>,
     alive_every: Duration,
     /// Ends the loop (the sweep was removed or changed); shutdown cancels it too.
     retire: CancellationToken,
@@ -565,11 +545,11 @@ async fn run_schedule(mut c: ScheduleLoop) {
             }
             () = async { tokio::time::sleep_until(next_lease_attempt.expect("guarded")).await },
                 if next_lease_attempt.is_some() => {
-                let (lease, gauge) = c.lease.as_ref().expect("guarded");
+                let (lease, report) = c.lease.as_ref().expect("guarded");
                 if let Err(e) = lease.try_hold(&mut c.store.connection()).await {
                     tracing::warn!(sweep = %c.name, error = %e, "could not take or renew the lease");
                 }
-                gauge.set(i64::from(lease.held()));
+                report.lease(lease.held());
                 if lease.held() != held {
                     held = lease.held();
                     let _ = c.outbox.send(Msg::Lease(c.name.clone(), held)).await;
@@ -578,20 +558,11 @@ async fn run_schedule(mut c: ScheduleLoop) {
             }
             _ = alive.tick() => {}
         }
-        c.health.alive();
+        c.beat.alive();
     }
-    if let Some((lease, gauge)) = &c.lease {
+    if let Some((lease, report)) = &c.lease {
         lease.release(&mut c.store.connection()).await;
-        gauge.set(0);
+        report.lease(false);
     }
-    c.health.retire();
-}
-
-/// Where sweep `name` reports a wrong `score_unit`: its gauge, and `/readyz`.
-fn unit_alarm(health: &Arc<Health>, name: &str, metrics: &SweepMetrics) -> UnitAlarm {
-    let (health, name) = (health.clone(), name.to_owned());
-    UnitAlarm {
-        gauge: metrics.score_unit_mismatch(),
-        readiness: Arc::new(move |why| health.set_misconfigured(&name, why)),
-    }
+    c.beat.retire();
 }

@@ -17,11 +17,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use redis::Value;
-
 use crate::Error;
 use crate::store::subscriber::{Push, Subscriber};
-use crate::store::{Packed, SendPacked, all_ok};
+use crate::store::{Packed, SendPacked, ServerError, Value, all_ok, reply};
 
 /// What a primary's `notify-keyspace-events` allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,12 +90,10 @@ pub(crate) fn config_refusal(code: &str, detail: &str) -> Option<&'static str> {
 
 /// The value of a one-parameter `CONFIG GET` reply (a flat pair, or a map).
 fn config_value(v: Value) -> Option<String> {
-    let value = match v {
-        Value::Array(mut pair) if pair.len() == 2 => pair.pop()?,
-        Value::Map(mut pairs) if pairs.len() == 1 => pairs.pop()?.1,
-        _ => return None,
-    };
-    redis::from_redis_value::<String>(value).ok()
+    match v {
+        Value::Array(mut pair) if pair.len() == 2 => reply::text(pair.pop()?),
+        _ => None,
+    }
 }
 
 /// Turns on what the daemon needs, keeping the server's other flags (the operator opted in with
@@ -178,7 +174,7 @@ enum Read {
     Notice(Notice),
     Subscribed,
     Pong,
-    Refused(redis::ServerError),
+    Refused(ServerError),
     /// A message to ignore (the sweeper's own removals, events that change nothing).
     Nothing,
 }

@@ -8,5 +8,6 @@ pub(crate) mod index;
 pub(crate) mod keyspace;
 pub(crate) mod lease;
 pub(crate) mod primary;
+pub(crate) mod report;
 pub(crate) mod schedule;
 pub(crate) mod summary;

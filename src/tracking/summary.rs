@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::serve::metrics::Totals;
+use crate::tracking::report::Totals;
 
 /// When the first summary comes, after start.
 pub(crate) const FIRST_SUMMARY: Duration = Duration::from_secs(60);

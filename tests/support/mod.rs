@@ -725,7 +725,7 @@ pub struct InProcessDaemon {
     /// Held so that the daemon's reload channel stays open: a closed one would read as "no more
     /// reloads", which is not what a test means.
     _reload: tokio::sync::mpsc::Sender<()>,
-    pub task: Option<tokio::task::JoinHandle<Result<(), presence_sweeper::Error>>>,
+    pub task: Option<tokio::task::JoinHandle<Result<(), presence_sweeper::serve::StartError>>>,
 }
 
 impl InProcessDaemon {

@@ -22,6 +22,7 @@ use crate::serve::logging::LogStats;
 use crate::store::NodeId;
 use crate::sweep::Observer;
 use crate::sweep::storm::GuardMetrics;
+use crate::tracking::report::{NodeFigures, Totals};
 
 const NAMESPACE: &str = "presence_sweeper";
 
@@ -573,35 +574,6 @@ pub struct SweepMetrics {
     nodes: Arc<Mutex<BTreeMap<NodeId, NodeFigures>>>,
     guard: GuardMetrics,
     score_unit_mismatch: prometheus::IntGauge,
-}
-
-/// One primary's share of a sweep's gauges.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct NodeFigures {
-    /// Keys found by its last walk.
-    pub(crate) keys: u64,
-    /// Members of its keys, as of their last checks.
-    pub(crate) members: u64,
-    /// Keys in its index.
-    pub(crate) tracked: u64,
-    /// Keys its last walk could not track.
-    pub(crate) untracked: u64,
-    /// Unix time of its last successful walk; 0 before the first.
-    pub(crate) last_success: f64,
-}
-
-/// A sweep's running totals, for the periodic summary in the log.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Totals {
-    pub(crate) evicted: u64,
-    pub(crate) published: u64,
-    pub(crate) lost: u64,
-    pub(crate) unconfirmed: u64,
-    pub(crate) checks: u64,
-    pub(crate) walks: u64,
-    pub(crate) failed_walks: u64,
-    pub(crate) tracked: i64,
-    pub(crate) members: i64,
 }
 
 impl SweepMetrics {

@@ -10,9 +10,7 @@
 //! Its keyspace notification (`zincrby` on `__keyspace@<db>__:<key>`) is a sorted-set event
 //! written about every second: proof that notifications flow from that primary.
 
-use redis::Value;
-
-use crate::store::reply;
+use crate::store::{Value, reply};
 
 /// Every canary key starts so (the ACL needs `~presence-sweeper:canary:*` and `+zincrby`).
 pub(crate) const PREFIX: &str = "presence-sweeper:canary:";
@@ -103,7 +101,6 @@ impl Reading {
 pub(crate) fn run_id(info: &Value) -> Option<String> {
     let text = match info {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::VerbatimString { text, .. } => text.clone(),
         Value::SimpleString(s) => s.clone(),
         _ => return None,
     };
@@ -141,7 +138,7 @@ mod tests {
             Reading::from_reply(&Value::BulkString(b"42".to_vec())),
             Reading::Count(42)
         );
-        assert_eq!(Reading::from_reply(&Value::Double(1.0)), Reading::Count(1));
+        assert_eq!(Reading::from_reply(&Value::Int(1)), Reading::Count(1));
         assert_eq!(Reading::from_reply(&Value::Nil), Reading::Unknown);
         let info =
             Value::BulkString(b"# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n".to_vec());

@@ -1,5 +1,5 @@
 //! One primary's work: a deadline index per sweep, the keyspace notifications that feed it, and
-//! the walks that reconcile it, all going through the one evictor ([`Sweep::check`]).
+//! the walks that reconcile it, all going through the one evictor ([`crate::sweep::Sweep::check`]).
 //!
 //! ```text
 //!  deadline index (key -> oldest + ttl) --due---> check (read, evict atomically, announce)
@@ -9,28 +9,40 @@
 //!         sweep's schedule without notifications) --track-/
 //! ```
 //!
-//! One task runs the loop; checks, walk pages and subscription work are futures it polls, so no
-//! state is shared. A key is checked when its deadline comes (a few milliseconds after, so that
-//! Redis's clock has passed it too), and at once when it is new. Checks are batched per sweep
-//! (`evict.batch_keys`), `evict.pipeline_depth` in flight at a time.
+//! The parts decide and do no I/O: `coordinator` (the rules that tie the others together:
+//! failures, looking the primary up again, when to walk, "nothing is evicted while liveness is
+//! in doubt"), `liveness` (Redis's clock, outages, resets and the credit, read from a
+//! `canary`), `notifications` (the subscription), `walks` (when to walk), `deadlines` (when a
+//! key is due, batching) and `sweeps` / `tracked` (each sweep's index and the walk's queues).
+//! Their I/O is beside them: `ops` (what the futures share, the check, the look at the primary),
+//! `liveness_io`, `notifications_io`, `walks_io`.
+//!
+//! This loop only selects events and applies what the parts decide. One task runs it; checks,
+//! walk pages and subscription work are futures it polls, so no state is shared. A key is
+//! checked when its deadline comes (a few milliseconds after, so that Redis's clock has passed it
+//! too), and at once when it is new. Checks are batched per sweep (`evict.batch_keys`),
+//! `evict.pipeline_depth` in flight at a time.
 //!
 //! The loop knows Redis's clock from the `TIME` every check and every SCAN page carries: its
 //! estimate of Redis's "now" is the last `TIME` read plus the time since, which lags the true
 //! instant by the reply's travel, so a cutoff computed from it is never ahead of Redis.
 
-mod answers;
 mod canary;
-mod checks;
+mod coordinator;
+mod deadlines;
 mod liveness;
+mod liveness_io;
 mod notifications;
-mod notified;
+mod notifications_io;
 mod ops;
+mod sweeps;
+#[cfg(test)]
+mod testing;
 mod tracked;
-mod walking;
 mod walks;
+mod walks_io;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -42,27 +54,26 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::{EvictConfig, NotificationMode, ScanConfig, TrackingConfig};
-use crate::error::Trouble;
-use crate::serve::health::{Health, LoopHealth};
-use crate::serve::metrics::{Metrics, SweepMetrics};
 use crate::store::walk::Page;
-use crate::store::{Node, NodeId, Store};
-use crate::sweep::{Checked, Sweep};
-use crate::tracking::index::{Capacity, NEVER, Ticket, Track};
-use crate::tracking::keyspace::{Change, Notice, Subscription};
+use crate::store::{Node, Store};
+use crate::sweep::Checked;
+use crate::tracking::index::{Capacity, Ticket};
+use crate::tracking::keyspace::{Notice, Subscription};
+use crate::tracking::report::{Beat, NodeReport};
 
-use checks::{Checks, Look};
-use liveness::Liveness;
-use notifications::{Io as SubIo, Notifications, Outcome};
-use ops::{Done, Io};
-use tracked::Tracked;
-use walks::{Walk, WalkKind, Walks};
+pub(crate) use coordinator::{LastAnswer, Shared};
+pub(crate) use tracked::Job;
+
+use coordinator::{Action, Coordinator, Setup, Turn};
+use deadlines::Batching;
+use notifications::{Outcome, Polled};
+use ops::{Done, Ops, Walked};
+use sweeps::Sweeps;
+use tracked::{Tick, WalkEnd, WalkWork};
+use walks::{Start, Walk, WalkKind};
 
 /// Notices taken at once when they have already arrived.
 const NOTICE_BATCH: usize = 256;
-/// After an error is logged at error level, the same loop's next errors within this long are
-/// logged at debug level only, so a flapping Redis does not flood the log.
-const LOG_EVERY: Duration = Duration::from_secs(10);
 /// The loop turns at least this often, idle or not: its turning is what the systemd watchdog
 /// and liveness watch.
 pub(crate) const ALIVE_EVERY: Duration = Duration::from_secs(5);
@@ -80,18 +91,6 @@ pub(crate) struct Settings {
     pub(crate) alive_every: Duration,
 }
 
-/// A sweep as the loops run it, shared by every primary.
-pub(crate) struct Job {
-    pub(crate) sweep: Arc<Sweep>,
-    pub(crate) metrics: SweepMetrics,
-}
-
-impl Job {
-    fn name(&self) -> &str {
-        &self.sweep.config().name
-    }
-}
-
 /// What a primary's loop is told.
 pub(crate) enum Command {
     /// The sweeps to run here from now on: a reload changed them, or a lease was won or lost.
@@ -107,15 +106,10 @@ pub(crate) struct Primary {
     pub(crate) store: Store,
     pub(crate) settings: Arc<Settings>,
     pub(crate) capacity: Arc<Capacity>,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) health: Arc<Health>,
-    /// Set while notifications are in use here (the engine reads it for the sweeps' intervals).
-    pub(crate) subscribed: Arc<AtomicBool>,
-    /// Told when work fails here: the topology may have changed (a failover).
-    pub(crate) suspect: Arc<tokio::sync::Notify>,
-    /// Where the loop records Redis's last answer, so that a loop replacing this one after a
-    /// failover knows since when the apps could not write.
-    pub(crate) last_answer: Arc<LastAnswer>,
+    pub(crate) report: Box<dyn NodeReport>,
+    pub(crate) beat: Arc<dyn Beat>,
+    /// What the engine learns from this loop.
+    pub(crate) shared: Arc<Shared>,
     /// This loop replaces primaries that stopped answering at this instant (Redis's clock): a
     /// failover. Its first answer ends that outage, and the credit follows.
     pub(crate) inherited_outage: Option<f64>,
@@ -125,87 +119,45 @@ pub(crate) struct Primary {
     pub(crate) takes_over: bool,
 }
 
-/// Redis's last answer to a primary's loop: when (local instant) and its clock then.
-#[derive(Debug, Default)]
-pub(crate) struct LastAnswer(std::sync::Mutex<Option<(Instant, f64)>>);
-
-impl LastAnswer {
-    fn set(&self, at: Instant, redis: f64) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, redis));
-    }
-
-    /// Redis's clock at the last answer, if that is longer ago than an outage takes to show.
-    pub(crate) fn stalled_since(&self) -> Option<f64> {
-        let last = *self.0.lock().unwrap_or_else(|e| e.into_inner());
-        last.filter(|(at, _)| at.elapsed() > liveness::STALL)
-            .map(|(_, redis)| redis)
-    }
-}
-
 impl Primary {
     /// Runs until `cancel` fires, then lets the checks in flight finish (their events are
     /// published) and returns.
     pub(crate) async fn run(self, commands: mpsc::Receiver<Command>, cancel: CancellationToken) {
-        let id = self.node.id().clone();
         let now = Instant::now();
-        let loop_health = Arc::new(self.health.register_loop(&format!("primary {id}")));
+        let id = self.node.id().clone();
         let mode = self.settings.tracking.notifications;
+        let setup = Setup {
+            node: id.clone(),
+            reconcile_interval: self.settings.tracking.reconcile_interval,
+            notifications_off: mode == NotificationMode::Off,
+            notifications_expected: mode == NotificationMode::On,
+            inherited_outage: self.inherited_outage,
+            takes_over: self.takes_over,
+        };
         let mut run = Run {
-            outages: self.metrics.outages(&id),
-            gauge: self.metrics.notifications_gauge(&id),
-            config_refused: self.metrics.config_refused_gauge(&id),
-            checks: Checks {
+            coord: Coordinator::new(now, setup, self.report, self.shared),
+            sweeps: Sweeps::new(id, self.node.db(), self.capacity, self.beat.clone()),
+            batching: Batching {
                 batch: self.settings.evict.batch_keys,
                 depth: self.settings.evict.pipeline_depth,
             },
-            walks: Walks::new(now, self.settings.tracking.reconcile_interval),
-            notifications: Notifications::new(
-                now,
-                mode == NotificationMode::Off,
-                mode == NotificationMode::On,
-            ),
-            liveness: {
-                let mut liveness = Liveness::new(now, self.inherited_outage);
-                if self.takes_over {
-                    liveness.on_moved();
-                }
-                liveness
-            },
-            io: Io {
-                routed: self.store.connection(),
+            ops: Ops {
                 store: self.store,
                 node: self.node,
                 settings: self.settings,
                 cancel,
             },
-            id,
-            capacity: self.capacity,
-            metrics: self.metrics,
-            health: self.health,
-            loop_health,
+            beat: self.beat,
             commands,
-            jobs: Vec::new(),
-            next_epoch: 0,
             in_flight: FuturesUnordered::new(),
             walk: None,
-            subscribed_flag: self.subscribed,
-            suspect: self.suspect,
             canary_key: None,
-            planned_wake: None,
-            last_error_log: None,
-            failure: None,
-            last_answer: self.last_answer,
-            refresh_after: now,
         };
         run.main().await;
         run.drain().await;
-        run.metrics.forget_node(&run.id);
-        run.health.set_refused(&run.id, None);
-        for t in &run.jobs {
-            t.job.metrics.forget_node(&run.id);
-            t.job.sweep.guard().forget(&run.id);
-        }
-        run.loop_health.retire();
+        run.sweeps.forget();
+        run.coord.forget();
+        run.beat.retire();
     }
 }
 
@@ -220,66 +172,41 @@ enum Event {
     Cancelled,
 }
 
-/// The loop: it selects events and applies what its parts (`checks`, `walks`,
-/// `notifications`, `liveness`) decide.
+/// The loop: it selects events and applies what its parts decide.
 struct Run {
-    id: NodeId,
-    io: Io,
-    capacity: Arc<Capacity>,
-    metrics: Arc<Metrics>,
-    health: Arc<Health>,
-    loop_health: Arc<LoopHealth>,
+    coord: Coordinator<Subscription>,
+    sweeps: Sweeps,
+    batching: Batching,
+    ops: Ops,
+    beat: Arc<dyn Beat>,
     commands: mpsc::Receiver<Command>,
-    jobs: Vec<Tracked>,
-    next_epoch: u64,
     in_flight: FuturesUnordered<BoxFuture<'static, Done>>,
-    checks: Checks,
-    walks: Walks,
     walk: Option<Walk>,
-    notifications: Notifications<Subscription>,
-    /// Shares whether notifications are in use with the engine (for the sweeps' intervals).
-    subscribed_flag: Arc<AtomicBool>,
-    gauge: prometheus::IntGauge,
-    /// 1 while the server refuses `CONFIG`.
-    config_refused: prometheus::IntGauge,
-    suspect: Arc<tokio::sync::Notify>,
-    liveness: Liveness,
-    /// Shares Redis's last answer with the engine.
-    last_answer: Arc<LastAnswer>,
-    outages: prometheus::IntCounter,
     /// The canary's key here, once known (see [`canary`]).
     canary_key: Option<Vec<u8>>,
-    /// When the loop's timer was last asked to fire: a turn far later was a pause of the
-    /// daemon.
-    planned_wake: Option<Instant>,
-    last_error_log: Option<Instant>,
-    /// A failure since the last look at the primary: behind Sentinel it may have moved.
-    failure: Option<Error>,
-    refresh_after: Instant,
 }
 
 impl Run {
     async fn main(&mut self) {
         loop {
-            self.maybe_refresh_node().await;
             self.start_work();
-            self.loop_health.alive();
+            self.beat.alive();
             let event = self.next_event().await;
-            self.paused();
+            let now = Instant::now();
+            self.coord.on_turn(now);
             match event {
                 Event::Cancelled | Event::Command(None) => return,
-                Event::Command(Some(c)) => self.command(c),
-                Event::Done(done) => self.done(done),
-                Event::Page(page) => self.page(page),
+                Event::Command(Some(c)) => self.command(now, c),
+                Event::Done(done) => self.done(now, done),
+                Event::Page(page) => self.page(now, page),
                 Event::Notice(Some(n)) => {
-                    self.notice(n);
+                    self.notice(now, &n);
                     self.notices_waiting();
                 }
-                Event::Notice(None) => self.subscription_lost("the connection closed"),
-                Event::Subscription(o) => {
-                    let report = self.notifications.on_outcome(Instant::now(), o);
-                    self.apply(report);
-                }
+                Event::Notice(None) => self
+                    .coord
+                    .on_subscription_lost(now, "the connection closed"),
+                Event::Subscription(o) => self.coord.on_subscription(now, o),
                 Event::Timer => {}
             }
         }
@@ -288,10 +215,13 @@ impl Run {
     /// Waits for whatever comes first.
     async fn next_event(&mut self) -> Event {
         let now = Instant::now();
-        let wake = self.next_wake(now);
-        self.planned_wake = Some(wake);
-        let room = self.checks.room(self.in_flight.len());
-        let queued_ok = self.checks.room_for_page(self.queued());
+        let room = self.batching.room(self.in_flight.len());
+        let due = self.sweeps.next_due().filter(|_| room);
+        let walk = self.walk.as_ref().map(|w| w.paced_until(now));
+        let wake = self
+            .coord
+            .next_wake(now, self.ops.settings.alive_every, due, walk);
+        let queued_ok = self.batching.room_for_page(self.sweeps.queued());
         let walk_wants_page = self
             .walk
             .as_ref()
@@ -300,20 +230,20 @@ impl Run {
             commands,
             in_flight,
             walk,
-            notifications,
-            io,
+            coord,
+            ops,
             ..
         } = self;
         let subscription = async {
-            match notifications.io() {
-                SubIo::Op(op) => Event::Subscription(op.await),
-                SubIo::Active(sub) => Event::Notice(sub.next().await),
-                SubIo::Nothing => std::future::pending().await,
+            match coord.subscription() {
+                Polled::Op(op) => Event::Subscription(op.await),
+                Polled::Active(sub) => Event::Notice(sub.next().await),
+                Polled::Nothing => std::future::pending().await,
             }
         };
         tokio::select! {
             biased;
-            () = io.cancel.cancelled() => Event::Cancelled,
+            () = ops.cancel.cancelled() => Event::Cancelled,
             c = commands.recv() => Event::Command(c),
             Some(done) = in_flight.next(), if !in_flight.is_empty() => Event::Done(done),
             e = subscription => e,
@@ -322,176 +252,95 @@ impl Run {
         }
     }
 
-    /// The earliest instant something is due: a deadline, a timer of the loop.
-    fn next_wake(&self, now: Instant) -> Instant {
-        let mut wake = now + self.io.settings.alive_every;
-        let mut at = |t: Instant| wake = wake.min(t);
-        if self.checks.room(self.in_flight.len())
-            && self.liveness.judging()
-            && let Some(clock) = self.liveness.clock()
-            && let Some(due) = self.jobs.iter().filter_map(|t| t.index.next_due()).min()
-        {
-            at(clock.local(Checks::wake_ms(due)));
-        }
-        // Walks start only when none runs: their timers would only spin meanwhile.
-        match &self.walk {
-            None => at(self.walks.next_wake(self.notifications.walk_waits(now))),
-            Some(w) => w.paced_until(now).into_iter().for_each(&mut at),
-        }
-        self.notifications.next_wake().into_iter().for_each(&mut at);
-        self.liveness.next_wake().into_iter().for_each(&mut at);
-        wake
-    }
-
-    /// Keys queued by the walk in flight, waiting for a check or a read.
-    fn queued(&self) -> usize {
-        self.jobs.iter().map(Tracked::queued).sum()
-    }
-
-    /// Starts whatever is due: subscription work, walks, checks, probes.
+    /// Starts whatever is due: what the coordinator asks, checks, the walk's work.
     fn start_work(&mut self) {
         let now = Instant::now();
-        if self.walk.is_none() && self.walks.reconcile_due(now) {
-            self.notifications.want_recheck();
-        }
-        let patterns: Vec<String> = self.jobs.iter().map(|t| t.channel.clone()).collect();
-        let io = &self.io;
-        self.notifications
-            .poll(now, |op| io.subscription(op, patterns.clone()));
-        if let Some(report) = self.notifications.judge(now) {
-            self.apply(report);
-        }
-        if self.walk.is_none() && self.walks.due(now, self.notifications.walk_waits(now)) {
-            self.start_walk(WalkKind::Reconcile);
-        }
+        let stopping = self.ops.cancel.is_cancelled();
+        let turn = Turn {
+            walking: self.walk.is_some(),
+            sweeps: self.sweeps.len(),
+            node_changed: self.ops.node.is_broken() || self.ops.store.moved(&self.ops.node),
+            stopping,
+        };
+        let patterns = self.sweeps.channels();
+        let ops = &self.ops;
+        self.coord
+            .turn(now, turn, |op| ops.subscription(op, patterns.clone()));
+        self.apply_actions(now);
         self.dispatch_checks();
         self.dispatch_walk_work();
-        if !self.io.cancel.is_cancelled() {
-            self.poll_liveness(now);
+        if let Some(clock) = self.coord.clock() {
+            self.sweeps.holding(clock.now());
         }
-        if let Some(clock) = self.liveness.clock() {
-            // A hold whose time is up ends even if no check asks the guard.
-            for t in &self.jobs {
-                t.job.sweep.guard().holding(clock.now());
+    }
+
+    fn apply_actions(&mut self, now: Instant) {
+        for action in self.coord.take_actions() {
+            match action {
+                Action::Probe => self.in_flight.push(self.ops.probe(self.canary_key.clone())),
+                Action::ProvePermissions => {
+                    let sweeps = self.sweeps.iter().map(|t| t.job.sweep.clone()).collect();
+                    self.in_flight.push(self.ops.prove_permissions(sweeps));
+                }
+                Action::Refresh(failure) => self.in_flight.push(self.ops.refresh(failure)),
+                Action::Walk(start) => self.start_walk(now, start),
+                Action::Unnoticed => self.sweeps.set_unnoticed(),
             }
         }
     }
 
-    fn command(&mut self, command: Command) {
+    fn command(&mut self, now: Instant, command: Command) {
         match command {
-            Command::Jobs(jobs) => self.set_jobs(jobs),
+            Command::Jobs(jobs) => {
+                if self.sweeps.set(jobs) {
+                    self.coord.on_sweeps_changed(now);
+                }
+            }
             Command::Tick(name) => {
-                let active = self.notifications.in_use();
-                let Some(t) = self.jobs.iter_mut().find(|t| t.job.name() == name) else {
-                    return;
-                };
-                // With notifications a walk adds nothing between reconciliations, unless some
-                // keys could not be tracked.
-                if active && t.synced && t.untracked == 0 {
-                    return;
+                let walk = self.walk.as_ref().map(|w| w.started);
+                match self.sweeps.tick(&name, now, self.coord.in_use(), walk) {
+                    Tick::Skip => {}
+                    Tick::Running { overrun } => {
+                        tracing::debug!(sweep = %name, node = %self.sweeps.node(), overrun, "a walk is still running; skipping this tick");
+                    }
+                    Tick::Walk => {
+                        let stopping = self.ops.cancel.is_cancelled();
+                        self.coord.start_walk(now, WalkKind::Discover, !stopping);
+                    }
                 }
-                let now = Instant::now();
-                let previous = t.last_tick.replace(now);
-                if let Some(walk) = &self.walk {
-                    // A walk serves every sweep: one started since this sweep's previous tick
-                    // (another sweep's tick, met at the same moment) is this tick's walk. Only
-                    // a walk older than that is late.
-                    let overrun = previous.is_some_and(|p| walk.started < p);
-                    t.job.metrics.tick(overrun);
-                    tracing::debug!(sweep = %name, node = %self.id, overrun, "a walk is still running; skipping this tick");
-                    return;
-                }
-                t.job.metrics.tick(false);
-                self.start_walk(WalkKind::Discover);
             }
         }
     }
 
-    /// Makes the sweeps run here match `jobs`: unchanged ones keep their index; new and changed
-    /// ones start empty, and a walk finds their keys.
-    fn set_jobs(&mut self, jobs: Vec<Arc<Job>>) {
-        let mut kept = Vec::with_capacity(jobs.len());
-        let mut old: Vec<Tracked> = std::mem::take(&mut self.jobs);
-        let mut added = false;
-        for job in jobs {
-            match old.iter().position(|t| Arc::ptr_eq(&t.job, &job)) {
-                Some(i) => kept.push(old.swap_remove(i)),
-                None => {
-                    added = true;
-                    self.next_epoch += 1;
-                    kept.push(Tracked::new(
-                        job,
-                        self.next_epoch,
-                        self.io.node.db(),
-                        self.capacity.clone(),
-                        self.loop_health.clone(),
-                    ));
-                }
-            }
-        }
-        let removed = !old.is_empty();
-        for t in old {
-            t.job.metrics.forget_node(&self.id);
-            t.job.sweep.guard().forget(&self.id);
-        }
-        self.jobs = kept;
-        if added || removed {
-            let now = Instant::now();
-            self.walks.want_sync(now);
-            // The subscription's patterns follow the sweeps: subscribe again (an attempt in
-            // flight was for the sweeps as they were).
-            let report = self.notifications.restart(now);
-            self.apply(report);
-        }
-    }
-
-    /// Hands due keys to checks, a batch per sweep, while there is room in flight.
+    /// Hands due keys to checks, a batch per sweep, while there is room in flight and liveness
+    /// allows a verdict.
     fn dispatch_checks(&mut self) {
-        let Some(clock) = self.liveness.clock() else {
+        let Some(clock) = self.coord.clock() else {
             return;
         };
-        if self.io.cancel.is_cancelled() {
+        if self.ops.cancel.is_cancelled() {
             return;
         }
         let now_ms = clock.now_ms();
-        let mut taken = Vec::with_capacity(self.checks.batch);
-        loop {
-            let mut any = false;
-            for i in 0..self.jobs.len() {
-                if !self.checks.room(self.in_flight.len()) {
-                    return;
-                }
-                if !Checks::ripe(self.jobs[i].index.next_due(), now_ms) {
-                    continue;
-                }
-                let at = Instant::now();
-                let ttl = self.jobs[i].job.sweep.config().ttl.as_secs_f64();
-                let Some(judge) = self.liveness.judge_at(at) else {
+        let read_time = clock.at.elapsed() > deadlines::CLOCK_REFRESH;
+        let mut any = true;
+        while any {
+            any = false;
+            for i in 0..self.sweeps.len() {
+                let t = self.sweeps.get_mut(i);
+                let ttl = t.job.sweep.config().ttl.as_secs_f64();
+                let room = self.batching.room(self.in_flight.len());
+                let Some(verdict) = self.coord.verdict(Instant::now(), ttl).filter(|_| room) else {
                     return;
                 };
-                taken.clear();
-                self.jobs[i]
-                    .index
-                    .take_due(Checks::due_by(now_ms), self.checks.batch, &mut taken);
-                if taken.is_empty() {
+                let Some((tickets, keys)) = t.due_batch(now_ms, self.batching.batch) else {
                     continue;
-                }
+                };
                 any = true;
-                let t = &self.jobs[i];
-                let pattern = &t.job.sweep.config().pattern;
-                let (tickets, keys): (Vec<Ticket>, Vec<Vec<u8>>) = taken
-                    .drain(..)
-                    .map(|(ticket, id)| (ticket, pattern.key(&id)))
-                    .unzip();
-                let read_time = clock.at.elapsed() > checks::CLOCK_REFRESH;
-                let opts = checks::deadline_opts(
-                    judge,
-                    read_time,
-                    self.liveness.held_back(at, judge),
-                    self.liveness.spare_until(at, ttl),
-                );
                 let epoch = t.epoch;
-                let check = self.io.check(t, keys, opts);
+                let check = self
+                    .ops
+                    .check(t, keys, deadlines::deadline_opts(verdict, read_time));
                 self.in_flight.push(Box::pin(async move {
                     Done::Checked {
                         epoch,
@@ -500,224 +349,277 @@ impl Run {
                     }
                 }));
             }
-            if !any {
-                return;
-            }
         }
     }
 
-    fn done(&mut self, done: Done) {
-        self.loop_health.progress();
-        let now = Instant::now();
+    fn done(&mut self, now: Instant, done: Done) {
+        self.beat.progress();
         match done {
-            Done::Permitted(Ok(())) => {
-                tracing::info!(node = %self.id, "the Redis user may now run everything the checks need");
-                self.liveness.on_proof(now, true);
-                self.health.set_refused(&self.id, None);
+            Done::Permitted(permitted) => self.coord.on_permitted(now, permitted),
+            Done::Probe(probe) => {
+                let evidence = probe.map(|p| {
+                    self.canary_key = p.key;
+                    p.evidence
+                });
+                self.coord.on_probe(now, evidence);
             }
-            Done::Permitted(Err(e)) => {
-                self.liveness.on_proof(now, false);
-                self.note_refusal(&e);
-            }
-            Done::Probe(Ok(probed)) => self.probed(now, probed),
-            Done::Probe(Err(e)) => {
-                self.liveness.on_probe(now, Err(()));
-                self.log_error("Redis did not answer TIME", &e);
-                self.failed(e);
+            Done::Refreshed(refreshed, node) => {
+                if let Some(node) = node {
+                    self.ops.node = node;
+                }
+                self.coord.on_refreshed(now, refreshed);
             }
             Done::Checked {
                 epoch,
                 tickets,
                 checked,
-            } => self.checked(epoch, tickets, checked),
-            Done::Direct { epoch, checked } => self.direct_checked(epoch, checked),
-            Done::Verified { epoch, ids, reads } => self.verified(epoch, ids, reads),
-            Done::Unseen { epoch, ids, reads } => self.unseen_read(epoch, ids, reads),
+            } => self.checked(now, epoch, tickets, checked),
+            Done::Walked { epoch, walked } => self.walked(now, epoch, walked),
         }
-        self.finish_walk_if_done();
+        self.finish_walk_if_done(now);
     }
 
-    fn checked(&mut self, epoch: u64, tickets: Vec<Ticket>, checked: Checked) {
-        if checked.error.is_none() {
-            self.replied(checked.time);
-        } else if let Some(time) = checked.time {
-            self.liveness.observe_time(Instant::now(), time);
+    fn checked(&mut self, now: Instant, epoch: u64, tickets: Vec<Ticket>, checked: Checked) {
+        match (&checked.error, checked.time) {
+            (None, time) => self.coord.on_reply(now, time),
+            (Some(_), Some(time)) => self.coord.on_time(now, time),
+            (Some(_), None) => {}
         }
-        let credit = self.liveness.credit();
-        let now_ms = self.liveness.clock().map_or(0, |c| c.now_ms());
-        let Some(t) = self.jobs.iter_mut().find(|t| t.epoch == epoch) else {
-            return;
-        };
-        let ttl_ms = t.job.sweep.config().ttl.as_millis() as u64;
-        // Members an outage kept from heartbeating are looked at again when their credit ends;
-        // members the storm guard holds, when the hold ends.
-        let credit_until = credit.map(|c| c.until(ttl_ms as f64 / 1000.0));
-        let spared_until = checks::spared_until(credit_until, checked.hold_until, now_ms);
-        let written_by = now_ms + ttl_ms;
-        for (k, (ticket, state)) in tickets.into_iter().zip(&checked.states).enumerate() {
-            let expires_in = checked.expires_in.get(k).copied().flatten();
-            match checks::next_look(state, now_ms, ttl_ms, spared_until, expires_in) {
-                Look::Forget => t.index.checked(ticket, None, written_by),
-                Look::At { next, card } => t.index.checked(ticket, Some((next, card)), written_by),
-                Look::Retry(at) => t.index.retry(ticket, at),
-            }
+        let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
+        let credit = |ttl: f64| self.coord.credit_until(ttl);
+        let node = self.sweeps.node().clone();
+        if let Some(t) = self.sweeps.by_epoch(epoch) {
+            let credit_until = credit(t.job.sweep.config().ttl.as_secs_f64());
+            t.checked(&node, tickets, &checked, now_ms, credit_until);
         }
-        t.job
-            .metrics
-            .deadline_checks(checked.states.len() as u64, checked.error.is_some());
-        t.index_changed(&self.id);
         if let Some(e) = checked.error {
-            self.log_error("a check failed; its keys are checked again", &e);
-            self.failed(e);
+            self.coord
+                .on_failure(now, "a check failed; its keys are checked again", e);
         }
     }
 
-    /// A refusal of the credentials or of a command (an ACL) is not an outage: it is counted by
-    /// kind, and a refused command makes `/readyz` name it until the permissions are proven.
-    fn note_refusal(&mut self, e: &Error) {
-        let trouble = e.trouble();
-        match trouble {
-            Trouble::Permission => {
-                self.metrics.redis_failure(trouble);
-                self.health.set_refused(&self.id, Some(e.to_string()));
-                self.liveness.on_refusal(Instant::now());
-            }
-            Trouble::Credentials => self.metrics.redis_failure(trouble),
-            Trouble::Unreachable | Trouble::Timeout | Trouble::Other => {}
+    fn notice(&mut self, now: Instant, n: &Notice) {
+        self.coord.on_notice(now);
+        let redis_now = self.coord.clock().map(|c| c.at(now));
+        if let Some(sweep) = self.sweeps.notice(n, redis_now) {
+            tracing::warn!(
+                sweep = %sweep,
+                node = %self.sweeps.node(),
+                max_keys = self.ops.settings.tracking.max_keys,
+                "tracking.max_keys reached: new keys are checked by walks on the sweep's schedule"
+            );
         }
     }
 
-    /// After a failure: Redis may have restarted (keys gone, or created anew), so the index is
-    /// reconciled once Redis answers again; and behind Sentinel the primary may have moved.
-    fn failed(&mut self, e: Error) {
-        self.note_refusal(&e);
-        self.liveness.on_failure();
-        self.suspect.notify_one();
-        self.walks.want_sync(Instant::now() + checks::RETRY);
-        self.failure = Some(e);
-    }
-
-    fn notice(&mut self, n: Notice) {
-        if let Some(report) = self.notifications.on_notice(Instant::now()) {
-            self.apply(report);
-        }
-        let clock = self.liveness.clock();
-        let Some(t) = self
-            .jobs
-            .iter_mut()
-            .find(|t| t.channel.as_bytes() == n.pattern)
-        else {
-            return;
-        };
-        let Some(id) = t.job.sweep.config().pattern.conversation_id(&n.key) else {
-            return;
-        };
-        match n.change {
-            Change::Written => {
-                if let Some(clock) = &clock {
-                    t.job.sweep.guard().heartbeat(clock.now());
+    /// Takes the notices that have already arrived, up to a batch, without a turn of the loop
+    /// for each: under a flood of writes the loop keeps up with the subscription, whose
+    /// messages otherwise wait in memory.
+    fn notices_waiting(&mut self) {
+        use futures_util::FutureExt as _;
+        for _ in 0..NOTICE_BATCH {
+            let now = Instant::now();
+            let Polled::Active(sub) = self.coord.subscription() else {
+                return;
+            };
+            match sub.next().now_or_never() {
+                Some(Some(n)) => self.notice(now, &n),
+                Some(None) => {
+                    return self
+                        .coord
+                        .on_subscription_lost(now, "the connection closed");
                 }
-                let now_ms = clock.map(|c| c.now_ms());
-                // A score written now is due by now + ttl; before the first reply there is no
-                // clock to say when now is, and the first walk reads every key anyway.
-                let by = now_ms.map_or(NEVER, |now| {
-                    now + t.job.sweep.config().ttl.as_millis() as u64
-                });
-                if !t.index.written(id, by)
-                    && t.index.track(id, now_ms.unwrap_or(0)) == Track::Full
-                    && t.untracked == 0
-                {
-                    // Left to walks on the schedule, like any key a walk could not track: from
-                    // now on ticks walk again. The next walk counts such keys; a notice cannot
-                    // tell a key it refused before from a new one.
-                    tracing::warn!(
-                        sweep = %t.job.name(),
-                        node = %self.id,
-                        max_keys = self.io.settings.tracking.max_keys,
-                        "tracking.max_keys reached: new keys are checked by walks on the sweep's schedule"
-                    );
-                    t.untracked = 1;
-                    t.job.metrics.node_figures(&self.id, |f| f.untracked = 1);
-                }
-            }
-            Change::Deleted => {
-                t.index.deleted(id);
-                t.index_changed(&self.id);
-            }
-            Change::Removed => {}
-        }
-    }
-
-    /// After a failure, the primary is looked up again (behind Sentinel it may have moved: a
-    /// READONLY reply, a lost connection), and so it is when the store has followed a failover
-    /// on its own; a data-path connection that broke is replaced. At most once per
-    /// [`checks::RETRY`].
-    async fn maybe_refresh_node(&mut self) {
-        let io = &self.io;
-        if self.refresh_after > Instant::now()
-            || (self.failure.is_none() && !io.node.is_broken() && !io.store.moved(&io.node))
-        {
-            return;
-        }
-        self.refresh_after = Instant::now() + checks::RETRY;
-        // A connection that broke may have been to a Redis that restarted: nothing is judged
-        // on its replacement until a probe shows whether the data was kept.
-        self.liveness.on_failure();
-        let failure = self.failure.take();
-        let refreshed = tokio::select! {
-            () = io.cancel.cancelled() => return,
-            r = async {
-                if let Some(e) = &failure {
-                    io.store.recover(e).await;
-                }
-                io.store.node(&self.id).await
-            } => r,
-        };
-        match refreshed {
-            Ok(Some(node)) => {
-                if node.server() != self.io.node.server() {
-                    tracing::info!(node = %self.id, server = %node.server(), "the primary moved; following it");
-                    self.liveness.on_moved();
-                    let report = self.notifications.restart(Instant::now());
-                    self.apply(report);
-                    self.walks.want_sync_soon();
-                }
-                self.io.node = node;
-            }
-            Ok(None) => {
-                tracing::debug!(node = %self.id, "no longer a primary; waiting to be stopped");
-            }
-            Err(e) => {
-                self.log_error("cannot reach the primary", &e);
-                self.failure = Some(e);
+                None => return,
             }
         }
-    }
-
-    fn log_error(&mut self, what: &str, e: &Error) {
-        let now = Instant::now();
-        if self
-            .last_error_log
-            .is_some_and(|at| now.duration_since(at) < LOG_EVERY)
-        {
-            tracing::debug!(node = %self.id, error = %e, "{what}");
-            return;
-        }
-        self.last_error_log = Some(now);
-        tracing::error!(node = %self.id, error = %e, "{what}");
     }
 
     /// After cancellation: the checks in flight finish and their events are published.
     async fn drain(&mut self) {
         while let Some(done) = self.in_flight.next().await {
-            self.done(done);
+            self.done(Instant::now(), done);
         }
         if let Some(walk) = self.walk.take() {
-            for t in &self.jobs {
+            for t in self.sweeps.iter() {
                 if walk.epochs.contains(&t.epoch) {
-                    t.job.metrics.walk_interrupted(t.walk_scanned);
+                    t.walk_interrupted();
                 }
             }
+        }
+    }
+}
+
+/// The walk in flight, as the loop drives it.
+impl Run {
+    fn start_walk(&mut self, now: Instant, start: Start) {
+        let pages = self
+            .ops
+            .pages(self.sweeps.iter().map(|t| &t.job.sweep.config().pattern));
+        let rate = match self.ops.settings.scan.max_keys_per_second {
+            0 => None,
+            rate => Some(f64::from(rate)),
+        };
+        self.sweeps.walk_started();
+        self.beat.busy(true);
+        let subscription = (self.coord.in_use(), self.coord.generation());
+        let epochs = self.sweeps.epochs();
+        self.walk = Some(Walk::new(now, start, pages, epochs, rate, subscription));
+        tracing::debug!(node = %self.sweeps.node(), kind = ?start.kind, "walk started");
+    }
+
+    fn page(&mut self, now: Instant, page: Option<Result<Page, Error>>) {
+        let Some(walk) = &mut self.walk else {
+            return;
+        };
+        match page {
+            None => {
+                walk.scan_done = true;
+                self.sweeps.scan_done(&walk.epochs);
+            }
+            Some(Err(e)) => walk.fail(e),
+            Some(Ok(page)) => {
+                walk.pace.page(page.keys.len());
+                let (kind, count_missed) = (walk.kind, walk.count_missed);
+                let epochs = walk.epochs.clone();
+                self.beat.progress();
+                self.coord.on_reply(now, Some(page.time));
+                let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
+                self.sweeps
+                    .route(&page, &epochs, kind, count_missed, now_ms);
+            }
+        }
+        self.finish_walk_if_done(now);
+    }
+
+    /// Hands the walk's queued work to checks and reads, while there is room in flight.
+    fn dispatch_walk_work(&mut self) {
+        let Some(walk) = &self.walk else {
+            return;
+        };
+        if self.ops.cancel.is_cancelled() || walk.error.is_some() {
+            return;
+        }
+        let scan_done = walk.scan_done;
+        for i in 0..self.sweeps.len() {
+            while self.batching.room(self.in_flight.len()) {
+                let Some(future) = self.walk_future(i, scan_done) else {
+                    break;
+                };
+                self.in_flight.push(future);
+                if let Some(w) = &mut self.walk {
+                    w.future_started();
+                }
+            }
+        }
+        self.finish_walk_if_done(Instant::now());
+    }
+
+    /// The next check or read of keys the walk queued for sweep `i`, if a batch is ready.
+    fn walk_future(&mut self, i: usize, scan_done: bool) -> Option<BoxFuture<'static, Done>> {
+        let t = self.sweeps.get_mut(i);
+        let ttl = t.job.sweep.config().ttl.as_secs_f64();
+        // Nothing is evicted while liveness is in doubt: the keys wait for its verdict.
+        let verdict = self.coord.verdict(Instant::now(), ttl);
+        let epoch = t.epoch;
+        let job = t.job.clone();
+        let pattern = &job.sweep.config().pattern;
+        Some(
+            match t.walk_work(self.batching.batch, scan_done, verdict)? {
+                WalkWork::Direct { keys, page_time } => {
+                    let verdict = verdict.expect("direct work only with a verdict");
+                    let check = self
+                        .ops
+                        .check(t, keys, deadlines::walk_opts(verdict, page_time));
+                    Box::pin(async move {
+                        let walked = Walked::Direct(check.await);
+                        Done::Walked { epoch, walked }
+                    })
+                }
+                WalkWork::Verify { ids } => {
+                    let keys = ids.iter().map(|id| pattern.key(id)).collect();
+                    self.ops.verify(epoch, ids, keys)
+                }
+                WalkWork::Unseen { ids } => {
+                    let keys = ids.iter().map(|id| pattern.key(id)).collect();
+                    self.ops.unseen(epoch, ids, keys)
+                }
+            },
+        )
+    }
+
+    fn finish_walk_if_done(&mut self, now: Instant) {
+        if !self
+            .walk
+            .as_ref()
+            .is_some_and(|w| w.over(self.sweeps.queued()))
+        {
+            return;
+        }
+        let walk = self.walk.take().expect("checked above");
+        self.beat.busy(false);
+        let in_use = self.coord.in_use();
+        let end = WalkEnd {
+            how: walk.ending(self.ops.cancel.is_cancelled()),
+            duration: now.saturating_duration_since(walk.started),
+            all_noticed: walk.all_noticed(in_use, self.coord.generation()),
+            notifications: in_use,
+            max_keys: self.ops.settings.tracking.max_keys,
+            unix_now: crate::store::clock::unix_now(),
+        };
+        let node = self.sweeps.node().clone();
+        for i in 0..self.sweeps.len() {
+            let t = self.sweeps.get_mut(i);
+            if walk.epochs.contains(&t.epoch) {
+                t.walk_ended(&node, end).log(t.job.name(), &node, &end);
+            }
+        }
+        match walk.error {
+            Some(e) => self.coord.on_walk_failed(now, e),
+            None => tracing::debug!(
+                node = %node,
+                kind = ?walk.kind,
+                keys = walk.pace.scanned(),
+                duration_ms = end.duration.as_millis() as u64,
+                "walk finished"
+            ),
+        }
+    }
+
+    /// A future of the walk in flight finished: what it found goes to its sweep, and a
+    /// failure fails the walk (it ends once its other futures have).
+    fn walked(&mut self, now: Instant, epoch: u64, walked: Walked) {
+        let node = self.sweeps.node().clone();
+        let error = match walked {
+            Walked::Direct(checked) => {
+                if checked.error.is_none() {
+                    self.coord.on_reply(now, checked.time);
+                }
+                if let Some(t) = self.sweeps.by_epoch(epoch) {
+                    t.direct_checked(&node, checked.counts.members);
+                }
+                checked.error
+            }
+            Walked::Verified(_, Err(e)) | Walked::Unseen(_, Err(e)) => Some(e),
+            Walked::Verified(ids, Ok(reads)) => {
+                self.coord.on_reply(now, reads.time);
+                if let Some(t) = self.sweeps.by_epoch(epoch) {
+                    t.verified(&node, &ids, reads);
+                }
+                None
+            }
+            Walked::Unseen(ids, Ok(reads)) => {
+                self.coord.on_reply(now, reads.time);
+                if let Some(t) = self.sweeps.by_epoch(epoch) {
+                    let keys = t.unseen_read(&node, &ids, reads);
+                    if keys > 0 {
+                        tracing::debug!(sweep = %t.job.name(), %node, keys, "forgot keys the walk did not find: they are gone");
+                    }
+                }
+                None
+            }
+        };
+        if let Some(w) = &mut self.walk {
+            w.future_done();
+            error.into_iter().for_each(|e| w.fail(e));
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::stream::BoxStream;
 use tokio::time::Instant;
 
+use super::tracked::WalkEnding;
 use crate::Error;
 use crate::store::walk::{Pace, Page};
 
@@ -190,6 +191,16 @@ impl Walk {
     /// Whether the walk is over, with `queued` keys still waiting for its checks and reads.
     pub(crate) fn over(&self, queued: usize) -> bool {
         self.in_flight == 0 && (self.error.is_some() || (self.scan_done && queued == 0))
+    }
+
+    /// How the walk ended, once [`Walk::over`]: shutdown (`stopping`) cut it short, or it
+    /// failed, or it covered the keyspace.
+    pub(crate) fn ending(&self, stopping: bool) -> WalkEnding {
+        match (&self.error, stopping) {
+            (_, true) => WalkEnding::Cancelled,
+            (Some(_), false) => WalkEnding::Failed,
+            (None, false) => WalkEnding::Done,
+        }
     }
 
     /// A reconciliation that read every key, under one subscription from start to end: from

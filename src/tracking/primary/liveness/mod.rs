@@ -96,6 +96,18 @@ pub(crate) struct Evidence {
     pub(crate) run_id: Option<String>,
 }
 
+/// How a check at one instant may judge staleness: the one query the loop asks before it
+/// sends a check.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Verdict {
+    /// The instant staleness is judged at (Redis's clock, Unix seconds).
+    pub(crate) judge_at: f64,
+    /// Whether that instant is held back behind Redis's clock (Redis is not answering).
+    pub(crate) held_back: bool,
+    /// Every member is spared until then (Redis's clock): an outage's or a reset's credit.
+    pub(crate) spare_until: Option<f64>,
+}
+
 /// What to send Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Action {
@@ -368,6 +380,17 @@ impl Liveness {
     /// awaits a probe's verdict.
     pub(crate) fn judging(&self) -> bool {
         !self.doubt && self.clock.is_some() && self.last_reply.is_some()
+    }
+
+    /// How a check at `at` of a sweep of window `ttl` (seconds) may judge: `None` while not
+    /// [`judging`](Self::judging), and then nothing may be evicted.
+    pub(crate) fn verdict(&self, at: Instant, ttl: f64) -> Option<Verdict> {
+        let judge_at = self.judge_at(at)?;
+        Some(Verdict {
+            judge_at,
+            held_back: self.held_back(at, judge_at),
+            spare_until: self.spare_until(at, ttl),
+        })
     }
 
     /// The instant a check of a sweep of window `ttl` judges staleness at: Redis's "now", but

@@ -420,3 +420,37 @@ async fn the_canary_is_written_every_second_however_busy() {
     }
     assert_eq!(l.poll(Instant::now()), Some(Action::Probe));
 }
+
+#[test]
+fn the_verdict_is_the_judging_instant_the_hold_back_and_the_credit_in_one() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    assert_eq!(
+        l.verdict(t0, 45.0),
+        Some(Verdict {
+            judge_at: 1000.0,
+            held_back: false,
+            spare_until: None
+        })
+    );
+    let back = t0 + secs(10);
+    l.on_reply(back, Some(1010.0)).expect("an outage");
+    let v = l.verdict(back, 45.0).expect("judging");
+    assert_eq!((v.judge_at, v.spare_until), (1010.0, Some(1055.0)));
+}
+
+#[test]
+fn no_verdict_while_in_doubt() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    l.on_failure();
+    assert_eq!(l.verdict(t0, 45.0), None);
+    let silent = t0 + secs(10);
+    l.on_probe(t0, probe(1000.0, Some(8), "a"));
+    let v = l.verdict(silent, 45.0).expect("judging");
+    assert!(
+        v.held_back,
+        "judged no later than STALL past the last answer"
+    );
+    assert_eq!(v.judge_at, 1000.0 + STALL.as_secs_f64());
+}

@@ -95,7 +95,7 @@ enum Stage<S> {
 }
 
 /// What the loop polls for the subscription.
-pub(crate) enum Io<'a, S> {
+pub(crate) enum Polled<'a, S> {
     Op(&'a mut Pending<S>),
     Active(&'a mut S),
     Nothing,
@@ -248,11 +248,11 @@ impl<S> Notifications<S> {
     }
 
     /// What the loop polls: the operation in flight, or the subscription's messages.
-    pub(crate) fn io(&mut self) -> Io<'_, S> {
+    pub(crate) fn polled(&mut self) -> Polled<'_, S> {
         match &mut self.stage {
-            Stage::Busy { op, .. } => Io::Op(op),
-            Stage::Active(sub) => Io::Active(sub),
-            _ => Io::Nothing,
+            Stage::Busy { op, .. } => Polled::Op(op),
+            Stage::Active(sub) => Polled::Active(sub),
+            _ => Polled::Nothing,
         }
     }
 

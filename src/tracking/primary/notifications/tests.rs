@@ -55,7 +55,7 @@ fn a_subscription_asks_for_a_walk_at_once() {
     assert!(r.unnoticed && n.in_use());
     assert_eq!(r.say, Some(Say::InUse));
     assert!(!n.walk_waits(t0));
-    assert!(matches!(n.io(), Io::Active(1)));
+    assert!(matches!(n.polled(), Polled::Active(1)));
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn the_subscription_is_pinged_on_its_pace() {
     assert_eq!(n.next_wake(), Some(t0 + SUBSCRIPTION_PING));
     assert!(poll(&mut n, t0 + ms(10)).is_empty());
     assert_eq!(poll(&mut n, t0 + SUBSCRIPTION_PING), ["ping"]);
-    assert!(matches!(n.io(), Io::Op(_)));
+    assert!(matches!(n.polled(), Polled::Op(_)));
     let r = n.on_outcome(t0 + SUBSCRIPTION_PING, Outcome::Kept(Box::new(7)));
     assert!(r.in_use.is_none() && !r.unnoticed);
     assert!(n.in_use(), "in use throughout the ping");
@@ -243,7 +243,7 @@ fn a_restart_drops_the_operation_in_flight_and_subscribes_at_once() {
     assert_eq!(poll(&mut n, t0 + SUBSCRIPTION_PING), ["ping"]);
     let r = n.restart(t0 + SUBSCRIPTION_PING);
     assert!(r.unnoticed && r.in_use == Some(false));
-    assert!(matches!(n.io(), Io::Nothing));
+    assert!(matches!(n.polled(), Polled::Nothing));
     assert_eq!(poll(&mut n, t0 + SUBSCRIPTION_PING), ["subscribe"]);
 }
 
@@ -265,7 +265,10 @@ fn config_refused_subscribes_and_a_notice_proves_them_on() {
     assert_eq!(r.config_refused, Some(true), "the refusal is reported");
     assert!(matches!(r.say, Some(Say::Warn(_))));
     assert_eq!(r.in_use, Some(false), "not in use before a notice");
-    assert!(matches!(n.io(), Io::Active(7)), "subscribed all the same");
+    assert!(
+        matches!(n.polled(), Polled::Active(7)),
+        "subscribed all the same"
+    );
     let r = n.on_notice(t0 + ms(300)).expect("a change");
     assert_eq!(r.in_use, Some(true));
     assert_eq!(r.catch_up, Some(CatchUp::Now));
@@ -312,7 +315,7 @@ fn silence_past_the_bound_ends_their_use_and_a_notice_brings_it_back() {
     assert!(r.unnoticed);
     assert!(matches!(r.say, Some(Say::Warn(_))));
     assert!(n.judge(last + SILENT * 2).is_none(), "said once");
-    assert!(matches!(n.io(), Io::Active(_)), "still listening");
+    assert!(matches!(n.polled(), Polled::Active(_)), "still listening");
     let r = n.on_notice(last + SILENT * 3).expect("back");
     assert_eq!(r.in_use, Some(true));
     assert_eq!(r.catch_up, Some(CatchUp::Now));
@@ -355,7 +358,7 @@ fn switched_off_is_seen_by_a_look_and_switched_on_by_a_notice() {
         why.starts_with("notify-keyspace-events was changed to \"\""),
         "{why}"
     );
-    assert!(matches!(n.io(), Io::Active(_)), "still listening");
+    assert!(matches!(n.polled(), Polled::Active(_)), "still listening");
     // Looked at again while off: no new line.
     assert_eq!(poll(&mut n, t0 + QUIET * 2), ["recheck"]);
     let r = n.on_outcome(t0 + QUIET * 2, Outcome::Looked(Box::new(7), off));

@@ -1,9 +1,10 @@
-//! The deadline checks' rules: which keys are due, how they are batched, how many go in flight,
-//! and when a checked key is looked at again. No I/O: the loop takes due keys from the index
-//! with these numbers and applies what [`next_look`] says to each checked key.
+//! Deadlines: which keys are due, how they are batched, how many checks go in flight, and when
+//! a checked key is looked at again. No I/O: the loop takes due keys from the index with these
+//! numbers and applies what [`next_look`] says to each checked key.
 
 use std::time::Duration;
 
+use super::liveness::Verdict;
 use crate::sweep::{CheckOpts, KeyState, Purpose};
 use crate::tracking::index::NEVER;
 
@@ -26,14 +27,15 @@ pub(crate) const WITNESSES: usize = 16;
 /// deadline, but it may vanish without a notification (a restart), and must not stay tracked.
 const PINNED_RECHECK_MS: u64 = 3_600_000;
 
-/// `evict.batch_keys` and `evict.pipeline_depth`, as the checks use them.
+/// `evict.batch_keys` and `evict.pipeline_depth`: how many keys go in one check, and how many
+/// checks and reads are in flight at once.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Checks {
+pub(crate) struct Batching {
     pub(crate) batch: usize,
     pub(crate) depth: usize,
 }
 
-impl Checks {
+impl Batching {
     /// Whether another future may go in flight, with `in_flight` there already.
     pub(crate) fn room(&self, in_flight: usize) -> bool {
         in_flight < self.depth
@@ -62,30 +64,29 @@ impl Checks {
     }
 }
 
-/// The options of a check of tracked keys at their deadlines, judged at `judge_at`. With
-/// [`walk_opts`], the only places the loop builds [`CheckOpts`].
-pub(crate) fn deadline_opts(
-    judge_at: f64,
-    read_time: bool,
-    held_back: bool,
-    spare_until: Option<f64>,
-) -> CheckOpts {
+/// The options of a check of tracked keys at their deadlines, as `verdict` allows; it reads
+/// Redis's clock anew if `read_time`. With [`walk_opts`], the only places the loop builds
+/// [`CheckOpts`].
+pub(crate) fn deadline_opts(verdict: Verdict, read_time: bool) -> CheckOpts {
     CheckOpts {
-        judge_at,
-        spare_until,
+        judge_at: verdict.judge_at,
+        spare_until: verdict.spare_until,
         purpose: Purpose::Deadline {
             read_time,
-            held_back,
+            held_back: verdict.held_back,
         },
     }
 }
 
-/// The options of a check of keys a walk found but could not track, judged at `judge_at`.
-pub(crate) fn walk_opts(judge_at: f64, held_back: bool, spare_until: Option<f64>) -> CheckOpts {
+/// The options of a check of keys a walk found at Redis's `page_time` but could not track, as
+/// `verdict` allows: judged no later than the page was read.
+pub(crate) fn walk_opts(verdict: Verdict, page_time: f64) -> CheckOpts {
     CheckOpts {
-        judge_at,
-        spare_until,
-        purpose: Purpose::Walk { held_back },
+        judge_at: verdict.judge_at.min(page_time),
+        spare_until: verdict.spare_until,
+        purpose: Purpose::Walk {
+            held_back: verdict.held_back,
+        },
     }
 }
 
@@ -185,6 +186,39 @@ mod tests {
     }
 
     #[test]
+    fn a_deadline_check_judges_as_the_verdict_says() {
+        let verdict = Verdict {
+            judge_at: 1000.0,
+            held_back: true,
+            spare_until: Some(1040.0),
+        };
+        let opts = deadline_opts(verdict, true);
+        assert_eq!((opts.judge_at, opts.spare_until), (1000.0, Some(1040.0)));
+        assert!(matches!(
+            opts.purpose,
+            Purpose::Deadline {
+                read_time: true,
+                held_back: true
+            }
+        ));
+    }
+
+    #[test]
+    fn a_walk_check_judges_no_later_than_its_page_was_read() {
+        let verdict = Verdict {
+            judge_at: 1000.0,
+            held_back: false,
+            spare_until: None,
+        };
+        assert_eq!(walk_opts(verdict, 999.5).judge_at, 999.5);
+        assert_eq!(walk_opts(verdict, 1001.0).judge_at, 1000.0);
+        assert!(matches!(
+            walk_opts(verdict, 1001.0).purpose,
+            Purpose::Walk { held_back: false }
+        ));
+    }
+
+    #[test]
     fn deadlines_from_scores() {
         assert_eq!(deadline_ms(1_764_460_000.25, 45_000), 1_764_460_045_250);
         assert_eq!(deadline_ms(f64::NEG_INFINITY, 45_000), 0);
@@ -194,20 +228,20 @@ mod tests {
 
     #[test]
     fn a_batch_waits_for_its_window_and_takes_keys_past_the_margin() {
-        assert!(!Checks::ripe(None, NOW));
+        assert!(!Batching::ripe(None, NOW));
         assert!(
-            !Checks::ripe(Some(NOW), NOW),
+            !Batching::ripe(Some(NOW), NOW),
             "keys due together go together"
         );
-        assert!(Checks::ripe(Some(NOW - BATCH_WINDOW_MS), NOW));
-        assert_eq!(Checks::wake_ms(NOW), NOW + BATCH_WINDOW_MS);
-        assert_eq!(Checks::due_by(NOW), NOW - DEADLINE_MARGIN_MS);
-        assert_eq!(Checks::wake_ms(u64::MAX), u64::MAX);
+        assert!(Batching::ripe(Some(NOW - BATCH_WINDOW_MS), NOW));
+        assert_eq!(Batching::wake_ms(NOW), NOW + BATCH_WINDOW_MS);
+        assert_eq!(Batching::due_by(NOW), NOW - DEADLINE_MARGIN_MS);
+        assert_eq!(Batching::wake_ms(u64::MAX), u64::MAX);
     }
 
     #[test]
     fn in_flight_and_queued_work_is_bounded() {
-        let c = Checks {
+        let c = Batching {
             batch: 10,
             depth: 2,
         };

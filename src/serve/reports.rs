@@ -1,0 +1,196 @@
+//! Where tracking's reports go in the daemon: its Prometheus metrics and its health state (what
+//! `/readyz` and `/healthz` say). Tracking only knows the handles ([`Reports`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::{IntCounter, IntGauge};
+
+use crate::config::SweepConfig;
+use crate::error::Trouble;
+use crate::serve::health::{Health, LoopHealth};
+use crate::serve::metrics::{Metrics, SweepMetrics};
+use crate::store::NodeId;
+use crate::sweep::Observer;
+use crate::sweep::units::UnitAlarm;
+use crate::tracking::report::{
+    Beat, NodeFigures, NodeReport, Reports, SweepHandles, SweepReport, Totals,
+};
+
+/// The daemon's metrics and health, as tracking reports to them.
+pub(crate) struct DaemonReports {
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) health: Arc<Health>,
+}
+
+impl Reports for DaemonReports {
+    fn sweep(&self, config: &SweepConfig) -> SweepHandles {
+        let metrics = self.metrics.sweep(config);
+        self.health.sweep(&config.name);
+        let (health, name) = (self.health.clone(), config.name.clone());
+        let units = UnitAlarm {
+            gauge: metrics.score_unit_mismatch(),
+            readiness: Arc::new(move |why| health.set_misconfigured(&name, why)),
+        };
+        let guard = metrics.guard();
+        let report = Arc::new(SweepHandle {
+            lease: std::sync::OnceLock::new(),
+            name: config.name.clone(),
+            all: self.metrics.clone(),
+            health: self.health.clone(),
+            metrics,
+        });
+        SweepHandles {
+            report,
+            guard,
+            units,
+        }
+    }
+
+    fn forget_sweep(&self, name: &str) {
+        self.metrics.forget_sweep(name);
+        self.health.forget_sweep(name);
+    }
+
+    fn notifications_expected(&self, expected: bool) {
+        self.metrics.set_notifications_expected(expected);
+    }
+
+    fn primaries(&self, nodes: Vec<NodeId>) {
+        self.health.set_nodes(nodes);
+    }
+
+    fn node(&self, node: &NodeId) -> Box<dyn NodeReport> {
+        Box::new(NodeHandle {
+            notifications: self.metrics.notifications_gauge(node),
+            config_refused: self.metrics.config_refused_gauge(node),
+            outages: self.metrics.outages(node),
+            metrics: self.metrics.clone(),
+            health: self.health.clone(),
+            node: node.clone(),
+        })
+    }
+
+    fn watch_loop(&self, name: &str) -> Arc<dyn Beat> {
+        Arc::new(self.health.register_loop(name))
+    }
+}
+
+/// One sweep's series and readiness.
+struct SweepHandle {
+    name: String,
+    metrics: SweepMetrics,
+    /// Only sweeps with a lease have the series: created at their first attempt.
+    lease: std::sync::OnceLock<IntGauge>,
+    all: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+impl Observer for SweepHandle {
+    fn key_checked(&self, cardinality: u64) {
+        self.metrics.key_checked(cardinality);
+    }
+    fn member_evicted(&self, lag_seconds: f64) {
+        self.metrics.member_evicted(lag_seconds);
+    }
+    fn published(&self, events: u64) {
+        self.metrics.published(events);
+    }
+    fn events_failed(&self, events: u64) {
+        self.metrics.events_failed(events);
+    }
+    fn events_unconfirmed(&self, events: u64) {
+        self.metrics.events_unconfirmed(events);
+    }
+}
+
+impl SweepReport for SweepHandle {
+    fn walk_succeeded(&self, keys_scanned: u64, duration: Duration) {
+        self.metrics.walk_succeeded(keys_scanned, duration);
+    }
+    fn walk_failed(&self, keys_scanned: u64, duration: Duration) {
+        self.metrics.walk_failed(keys_scanned, duration);
+    }
+    fn walk_interrupted(&self, keys_scanned: u64) {
+        self.metrics.walk_interrupted(keys_scanned);
+    }
+    fn node_figures(&self, node: &NodeId, figures: &mut dyn FnMut(&mut NodeFigures)) {
+        self.metrics.node_figures(node, figures);
+    }
+    fn forget_node(&self, node: &NodeId) {
+        self.metrics.forget_node(node);
+    }
+    fn walked(&self, node: &NodeId) -> bool {
+        self.health.walked(&self.name, node)
+    }
+    fn tick(&self, overrun: bool) {
+        self.metrics.tick(overrun);
+    }
+    fn missed_notifications(&self, keys: u64) {
+        self.metrics.missed_notifications(keys);
+    }
+    fn deadline_checks(&self, keys: u64, failed: bool) {
+        self.metrics.deadline_checks(keys, failed);
+    }
+    fn totals(&self) -> Totals {
+        self.metrics.totals()
+    }
+    fn interval(&self, interval: Duration) {
+        self.all.set_interval(&self.name, interval);
+    }
+    fn lease(&self, held: bool) {
+        self.lease
+            .get_or_init(|| self.all.lease_gauge(&self.name))
+            .set(i64::from(held));
+    }
+    fn standby(&self, standby: bool) {
+        self.health.standby(&self.name, standby);
+    }
+}
+
+/// One primary's series and readiness.
+struct NodeHandle {
+    node: NodeId,
+    notifications: IntGauge,
+    config_refused: IntGauge,
+    outages: IntCounter,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+impl NodeReport for NodeHandle {
+    fn outage(&self) {
+        self.outages.inc();
+    }
+    fn notifications(&self, in_use: bool) {
+        self.notifications.set(i64::from(in_use));
+    }
+    fn config_refused(&self, refused: bool) {
+        self.config_refused.set(i64::from(refused));
+    }
+    fn refused(&self, why: Option<String>) {
+        self.health.set_refused(&self.node, why);
+    }
+    fn failure(&self, trouble: Trouble) {
+        self.metrics.redis_failure(trouble);
+    }
+    fn forget(&self) {
+        self.metrics.forget_node(&self.node);
+        self.health.set_refused(&self.node, None);
+    }
+}
+
+impl Beat for LoopHealth {
+    fn alive(&self) {
+        LoopHealth::alive(self);
+    }
+    fn busy(&self, busy: bool) {
+        LoopHealth::busy(self, busy);
+    }
+    fn progress(&self) {
+        LoopHealth::progress(self);
+    }
+    fn retire(&self) {
+        LoopHealth::retire(self);
+    }
+}

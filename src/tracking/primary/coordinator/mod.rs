@@ -1,0 +1,536 @@
+//! The rules that tie one primary's parts together, with no I/O: what a failure does, when the
+//! primary is looked up again, when a walk starts, what a lost subscription does, and that
+//! nothing is evicted while liveness is in doubt. It owns the parts that decide from time and
+//! events (`liveness`, `walks`, `notifications`), takes what happened with the local instant it
+//! happened at, and queues [`Action`]s for the loop, which only selects events and applies
+//! them ([`Coordinator::take_actions`]). What it concludes is logged here and reported through
+//! the primary's [`NodeReport`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::deadlines::{self, Batching};
+use super::liveness::{self, Evidence, Liveness, Outage, Verdict};
+use super::notifications::{CatchUp, Notifications, Op, Outcome, Pending, Polled, Report, Say};
+use super::walks::{Start, WalkKind, Walks};
+use crate::Error;
+use crate::error::Trouble;
+use crate::store::NodeId;
+use crate::store::clock::RedisClock;
+use crate::tracking::report::NodeReport;
+
+/// After an error is logged at error level, the same loop's next errors within this long are
+/// logged at debug level only, so a flapping Redis does not flood the log.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What the loop is asked to do.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Send the liveness probe (`TIME`, the canary, the `run_id`).
+    Probe,
+    /// Prove every sweep's permissions (after a refusal).
+    ProvePermissions,
+    /// Look the primary up again, recovering the store from this failure first (behind
+    /// Sentinel the primary may have moved).
+    Refresh(Option<Error>),
+    /// Start a walk.
+    Walk(Start),
+    /// Writes may have gone unnoticed: every index reads its keys at the next reconciliation.
+    Unnoticed,
+}
+
+/// What the loop knows of its surroundings at a turn.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Turn {
+    /// A walk is in flight.
+    pub(crate) walking: bool,
+    /// How many sweeps run here: with none there is nothing to walk.
+    pub(crate) sweeps: usize,
+    /// The data path's connection to the primary broke, or the store followed a failover on
+    /// its own (the primary's server changed).
+    pub(crate) node_changed: bool,
+    /// Shutdown is under way: nothing new goes out but what finishes the work in flight.
+    pub(crate) stopping: bool,
+}
+
+/// What a look at the primary found.
+#[derive(Debug)]
+pub(crate) enum Refreshed {
+    /// The same server.
+    Same,
+    /// Another server serves this primary's keys now (a failover followed).
+    Moved(String),
+    /// This server is no longer a primary: the engine stops the loop.
+    NotPrimary,
+    Failed(Error),
+    /// Shutdown came first.
+    Cancelled,
+}
+
+/// What the engine learns from one primary's loop.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// Whether notifications are in use here (the engine sets the sweeps' intervals from it).
+    pub(crate) subscribed: AtomicBool,
+    /// Told when work fails here: the topology may have changed (a failover). One for every
+    /// primary: the engine looks at the topology once for all.
+    pub(crate) suspect: Arc<tokio::sync::Notify>,
+    /// Redis's last answer here.
+    pub(crate) last_answer: LastAnswer,
+}
+
+/// Redis's last answer to a primary's loop: when (local instant) and its clock then.
+#[derive(Debug, Default)]
+pub(crate) struct LastAnswer(std::sync::Mutex<Option<(Instant, f64)>>);
+
+impl LastAnswer {
+    fn set(&self, at: Instant, redis: f64) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((at, redis));
+    }
+
+    /// Redis's clock at the last answer, if that is longer ago than an outage takes to show
+    /// at `now`: a loop replacing this one after a failover knows since when the apps could
+    /// not write.
+    pub(crate) fn stalled_since(&self, now: Instant) -> Option<f64> {
+        let last = *self.0.lock().unwrap_or_else(|e| e.into_inner());
+        last.filter(|(at, _)| now.saturating_duration_since(*at) > liveness::STALL)
+            .map(|(_, redis)| redis)
+    }
+}
+
+/// How the loop starts.
+pub(crate) struct Setup {
+    pub(crate) node: NodeId,
+    pub(crate) reconcile_interval: Duration,
+    /// `tracking.notifications = "off"`.
+    pub(crate) notifications_off: bool,
+    /// `tracking.notifications = "on"`: their absence is worth a warning.
+    pub(crate) notifications_expected: bool,
+    /// This loop replaces primaries that stopped answering at this instant (Redis's clock).
+    pub(crate) inherited_outage: Option<f64>,
+    /// Its server took keys over (a failover): its first probe ends with a credit.
+    pub(crate) takes_over: bool,
+}
+
+/// Looks at the primary after a failure, at most once per [`deadlines::RETRY`].
+#[derive(Debug)]
+struct Refresh {
+    after: Instant,
+    in_flight: bool,
+}
+
+pub(crate) struct Coordinator<S> {
+    node: NodeId,
+    liveness: Liveness,
+    walks: Walks,
+    notifications: Notifications<S>,
+    report: Box<dyn NodeReport>,
+    shared: Arc<Shared>,
+    /// A failure since the last look at the primary: behind Sentinel it may have moved.
+    failure: Option<Error>,
+    refresh: Refresh,
+    /// When the loop's timer was last asked to fire: a turn far later was a pause.
+    planned_wake: Option<Instant>,
+    last_error_log: Option<Instant>,
+    actions: Vec<Action>,
+}
+
+impl<S> Coordinator<S> {
+    pub(crate) fn new(
+        at: Instant,
+        setup: Setup,
+        report: Box<dyn NodeReport>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        let mut liveness = Liveness::new(at, setup.inherited_outage);
+        if setup.takes_over {
+            liveness.on_moved();
+        }
+        Self {
+            node: setup.node,
+            liveness,
+            walks: Walks::new(at, setup.reconcile_interval),
+            notifications: Notifications::new(
+                at,
+                setup.notifications_off,
+                setup.notifications_expected,
+            ),
+            report,
+            shared,
+            failure: None,
+            refresh: Refresh {
+                after: at,
+                in_flight: false,
+            },
+            planned_wake: None,
+            last_error_log: None,
+            actions: Vec::new(),
+        }
+    }
+
+    /// What the loop is to do now, in order.
+    pub(crate) fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// Redis's clock as last read, if it was.
+    pub(crate) fn clock(&self) -> Option<RedisClock> {
+        self.liveness.clock()
+    }
+
+    /// How a check at `at` of a sweep of window `ttl` (seconds) may judge; `None`: nothing may
+    /// be evicted now (liveness is in doubt after a failure, a pause of the daemon, a move, or
+    /// while the primary is being looked up again).
+    pub(crate) fn verdict(&self, at: Instant, ttl: f64) -> Option<Verdict> {
+        if self.refresh.in_flight {
+            return None;
+        }
+        self.liveness.verdict(at, ttl)
+    }
+
+    /// Until when (Redis's clock) members of a sweep of window `ttl` are spared by the credit
+    /// of the last outage or reset, if it was granted.
+    pub(crate) fn credit_until(&self, ttl: f64) -> Option<f64> {
+        self.liveness.credit().map(|c| c.until(ttl))
+    }
+
+    /// Whether notifications are in use now.
+    pub(crate) fn in_use(&self) -> bool {
+        self.notifications.in_use()
+    }
+
+    /// Changes whenever a subscription is made or lost.
+    pub(crate) fn generation(&self) -> u64 {
+        self.notifications.generation()
+    }
+
+    /// What the loop polls for the subscription.
+    pub(crate) fn subscription(&mut self) -> Polled<'_, S> {
+        self.notifications.polled()
+    }
+
+    /// Decides what is due at `now`, queueing the actions: a look at the primary after a
+    /// failure, subscription work (its futures made by `start`), a walk, probes.
+    pub(crate) fn turn(
+        &mut self,
+        now: Instant,
+        turn: Turn,
+        start: impl FnMut(Op<S>) -> Pending<S>,
+    ) {
+        self.maybe_refresh(now, turn);
+        // A walk queued (by a tick) counts as one in flight: the loop starts it next.
+        let walking = turn.walking || self.actions.iter().any(|a| matches!(a, Action::Walk(_)));
+        if !walking && self.walks.reconcile_due(now) {
+            self.notifications.want_recheck();
+        }
+        self.notifications.poll(now, start);
+        if let Some(report) = self.notifications.judge(now) {
+            self.apply(now, report);
+        }
+        if !walking && self.walks.due(now, self.notifications.walk_waits(now)) {
+            let can_walk = turn.sweeps > 0 && !turn.stopping;
+            self.start_walk(now, WalkKind::Reconcile, can_walk);
+        }
+        // While the primary is looked up again nothing goes to it: as if the look were the
+        // only thing in flight.
+        if !turn.stopping && !self.refresh.in_flight {
+            while let Some(action) = self.liveness.poll(now) {
+                self.actions.push(match action {
+                    liveness::Action::Probe => Action::Probe,
+                    liveness::Action::ProvePermissions => Action::ProvePermissions,
+                });
+            }
+        }
+    }
+
+    /// A schedule tick (or the reconciliation) asks for a walk of `kind`: queued unless there
+    /// is nothing to walk.
+    pub(crate) fn start_walk(&mut self, at: Instant, kind: WalkKind, can_walk: bool) {
+        if !can_walk {
+            self.walks.nothing_to_walk();
+            return;
+        }
+        let start = self.walks.start(at, kind, self.notifications.in_use());
+        self.actions.push(Action::Walk(start));
+    }
+
+    /// After a failure, the primary is looked up again (behind Sentinel it may have moved),
+    /// and so it is when the store followed a failover on its own or the data path's
+    /// connection broke; at most once per [`deadlines::RETRY`], one look at a time.
+    fn maybe_refresh(&mut self, now: Instant, turn: Turn) {
+        let wanted = self.failure.is_some() || turn.node_changed;
+        if !wanted || turn.stopping || self.refresh.in_flight || self.refresh.after > now {
+            return;
+        }
+        self.refresh = Refresh {
+            after: now + deadlines::RETRY,
+            in_flight: true,
+        };
+        // A connection that broke may have been to a Redis that restarted: nothing is judged
+        // on its replacement until a probe shows whether the data was kept.
+        self.liveness.on_failure();
+        self.actions.push(Action::Refresh(self.failure.take()));
+    }
+
+    /// The look at the primary came back at `at`.
+    pub(crate) fn on_refreshed(&mut self, at: Instant, refreshed: Refreshed) {
+        self.refresh.in_flight = false;
+        match refreshed {
+            Refreshed::Same | Refreshed::Cancelled => {}
+            Refreshed::Moved(server) => {
+                tracing::info!(node = %self.node, %server, "the primary moved; following it");
+                self.liveness.on_moved();
+                let report = self.notifications.restart(at);
+                self.apply(at, report);
+                self.walks.want_sync_soon();
+            }
+            Refreshed::NotPrimary => {
+                tracing::debug!(node = %self.node, "no longer a primary; waiting to be stopped");
+            }
+            Refreshed::Failed(e) => {
+                self.log_error(at, "cannot reach the primary", &e);
+                self.failure = Some(e);
+            }
+        }
+    }
+
+    /// The loop turned at `at`. Far later than its timer asked means the daemon itself was
+    /// paused, which is neither an outage nor a reason for a credit.
+    pub(crate) fn on_turn(&mut self, at: Instant) {
+        let Some(planned) = self.planned_wake.take() else {
+            return;
+        };
+        if let Some(pause) = self.liveness.on_turn(planned, at) {
+            tracing::warn!(
+                node = %self.node,
+                seconds = format_args!("{:.1}", pause.as_secs_f64()),
+                "the daemon itself did not run for a while (paused or starved): not a Redis outage; checking Redis before judging"
+            );
+        }
+    }
+
+    /// The earliest instant something is due, given the deadline of the next key (`due`, ms
+    /// on Redis's clock; only when a check could go) and the walk in flight (`None`: none is;
+    /// `Some(paced)`: one is, its next page held back until `paced`). Remembered: a turn far
+    /// later than this was a pause of the daemon.
+    pub(crate) fn next_wake(
+        &mut self,
+        now: Instant,
+        alive_every: Duration,
+        due: Option<u64>,
+        walk: Option<Option<Instant>>,
+    ) -> Instant {
+        let mut wake = now + alive_every;
+        let mut at = |t: Instant| wake = wake.min(t);
+        if let Some(due) = due
+            && self.verdict(now, 0.0).is_some()
+            && let Some(clock) = self.liveness.clock()
+        {
+            at(clock.local(Batching::wake_ms(due)));
+        }
+        // Walks start only when none runs: their timers would only spin meanwhile.
+        match walk {
+            None => at(self.walks.next_wake(self.notifications.walk_waits(now))),
+            Some(paced) => paced.into_iter().for_each(&mut at),
+        }
+        self.notifications.next_wake().into_iter().for_each(&mut at);
+        if !self.refresh.in_flight {
+            self.liveness.next_wake().into_iter().for_each(&mut at);
+        }
+        if self.failure.is_some() && !self.refresh.in_flight {
+            at(self.refresh.after.max(now));
+        }
+        // A timer already due when the wait began fires at once: lateness counts from then.
+        self.planned_wake = Some(wake.max(now));
+        wake
+    }
+
+    /// Redis answered at `at` (with its clock, when the reply says).
+    pub(crate) fn on_reply(&mut self, at: Instant, time: Option<f64>) {
+        let outage = self.liveness.on_reply(at, time);
+        self.outage_ended(outage);
+    }
+
+    /// A reply that failed still carried Redis's clock.
+    pub(crate) fn on_time(&mut self, at: Instant, time: f64) {
+        self.liveness.observe_time(at, time);
+    }
+
+    /// The probe came back at `at`: what it shows of Redis's data, and of an outage it ends.
+    pub(crate) fn on_probe(&mut self, at: Instant, probe: Result<Evidence, Error>) {
+        let ev = match probe {
+            Ok(ev) => ev,
+            Err(e) => {
+                self.liveness.on_probe(at, Err(()));
+                return self.on_failure(at, "Redis did not answer TIME", e);
+            }
+        };
+        let seen = self.liveness.on_probe(at, Ok(ev));
+        if seen.canary_refused {
+            tracing::warn!(node = %self.node, "the Redis user may not ZINCRBY the canary (presence-sweeper:canary:*): a flush or a rewind of Redis's data is seen only when Redis restarts (its run_id)");
+        }
+        if let Some(reset) = seen.reset {
+            tracing::warn!(node = %self.node, reason = ?reset, "Redis's data was reset or rewound: every member it holds gets a full ttl from now");
+        }
+        self.outage_ended(seen.outage);
+    }
+
+    fn outage_ended(&mut self, outage: Option<Outage>) {
+        if let Some(outage) = outage {
+            self.report.outage();
+            tracing::warn!(
+                node = %self.node,
+                seconds = format_args!("{:.1}", outage.seconds),
+                "Redis did not answer for a while: every member it holds gets a full ttl from now"
+            );
+        }
+        if let Some((at, redis)) = self.liveness.last_reply() {
+            self.shared.last_answer.set(at, redis);
+        }
+    }
+
+    /// The permissions were proven again after a refusal (`Ok`), or are still refused.
+    pub(crate) fn on_permitted(&mut self, at: Instant, permitted: Result<(), Error>) {
+        match permitted {
+            Ok(()) => {
+                tracing::info!(node = %self.node, "the Redis user may now run everything the checks need");
+                self.liveness.on_proof(at, true);
+                self.report.refused(None);
+            }
+            Err(e) => {
+                self.liveness.on_proof(at, false);
+                self.note_refusal(at, &e);
+            }
+        }
+    }
+
+    /// Work failed at `at` (`what` says which): Redis may have restarted (keys gone, or created
+    /// anew), so nothing is judged until a probe shows whether it kept its data, and the index
+    /// is reconciled once Redis answers again; the engine looks at the topology, and the
+    /// primary is looked up again (behind Sentinel it may have moved).
+    pub(crate) fn on_failure(&mut self, at: Instant, what: &str, e: Error) {
+        self.log_error(at, what, &e);
+        self.note_refusal(at, &e);
+        self.liveness.on_failure();
+        self.shared.suspect.notify_one();
+        self.walks.want_sync(at + deadlines::RETRY);
+        self.failure = Some(e);
+    }
+
+    /// A refusal of the credentials or of a command (an ACL) is not an outage: it is counted by
+    /// kind, and a refused command makes readiness name it until the permissions are proven.
+    fn note_refusal(&mut self, at: Instant, e: &Error) {
+        let trouble = e.trouble();
+        match trouble {
+            Trouble::Permission => {
+                self.report.failure(trouble);
+                self.report.refused(Some(e.to_string()));
+                self.liveness.on_refusal(at);
+            }
+            Trouble::Credentials => self.report.failure(trouble),
+            Trouble::Unreachable | Trouble::Timeout | Trouble::Other => {}
+        }
+    }
+
+    /// Logs `e` at error level, or at debug level within [`LOG_EVERY`] of the last error.
+    fn log_error(&mut self, at: Instant, what: &str, e: &Error) {
+        if self
+            .last_error_log
+            .is_some_and(|last| at.saturating_duration_since(last) < LOG_EVERY)
+        {
+            tracing::debug!(node = %self.node, error = %e, "{what}");
+            return;
+        }
+        self.last_error_log = Some(at);
+        tracing::error!(node = %self.node, error = %e, "{what}");
+    }
+
+    /// The sweeps here changed (a reload, a lease won or lost): a walk finds the keys of new
+    /// ones, and the subscription's patterns follow (an attempt in flight was for the sweeps as
+    /// they were).
+    pub(crate) fn on_sweeps_changed(&mut self, at: Instant) {
+        self.walks.want_sync(at);
+        let report = self.notifications.restart(at);
+        self.apply(at, report);
+    }
+
+    /// A notice arrived at `at`: notifications flow.
+    pub(crate) fn on_notice(&mut self, at: Instant) {
+        if let Some(report) = self.notifications.on_notice(at) {
+            self.apply(at, report);
+        }
+    }
+
+    /// The subscription operation in flight came to `outcome` at `at`.
+    pub(crate) fn on_subscription(&mut self, at: Instant, outcome: Outcome<S>) {
+        let report = self.notifications.on_outcome(at, outcome);
+        self.apply(at, report);
+    }
+
+    /// The subscription's connection closed at `at`: often the first sign of a restart.
+    pub(crate) fn on_subscription_lost(&mut self, at: Instant, why: &str) {
+        tracing::warn!(node = %self.node, reason = why, "lost the keyspace-notification subscription; subscribing again, then a walk finds what was missed");
+        self.liveness.on_failure();
+        let report = self.notifications.on_lost(at);
+        self.apply(at, report);
+    }
+
+    /// A walk ended at `at`, failed with `error` if it did.
+    pub(crate) fn on_walk_failed(&mut self, at: Instant, error: Error) {
+        self.on_failure(at, "a walk failed; it is tried again", error);
+    }
+
+    /// Applies what a change of the subscription asks: the log, the gauges, the walks that
+    /// find what went unnoticed.
+    fn apply(&mut self, at: Instant, report: Report) {
+        let node = &self.node;
+        match report.say {
+            Some(Say::InUse) => {
+                tracing::info!(%node, "keyspace notifications in use");
+            }
+            Some(Say::Warn(why)) => {
+                tracing::warn!(%node, reason = %why, "keyspace notifications are not in use here: walks follow each sweep's schedule");
+            }
+            Some(Say::Info(why)) => {
+                tracing::info!(%node, reason = %why, "keyspace notifications are off here: walks follow each sweep's schedule");
+            }
+            Some(Say::Debug(why)) => {
+                tracing::debug!(%node, reason = %why, "keyspace notifications are still off here");
+            }
+            None => {}
+        }
+        if let Some(e) = report.failed {
+            self.log_error(
+                at,
+                "could not subscribe to keyspace notifications; retrying",
+                &e,
+            );
+        }
+        match report.catch_up {
+            Some(CatchUp::Now) => self.walks.want_sync(at),
+            Some(CatchUp::Soon) => self.walks.want_sync_soon(),
+            None => {}
+        }
+        if report.unnoticed {
+            self.actions.push(Action::Unnoticed);
+        }
+        if let Some(refused) = report.config_refused {
+            self.report.config_refused(refused);
+        }
+        if let Some(in_use) = report.in_use {
+            self.shared.subscribed.store(in_use, Ordering::Relaxed);
+            self.report.notifications(in_use);
+        }
+    }
+
+    /// The loop stops: this primary's series and refusal go.
+    pub(crate) fn forget(&self) {
+        self.report.forget();
+    }
+}
+
+#[cfg(test)]
+mod tests;
