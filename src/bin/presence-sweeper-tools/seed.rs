@@ -1,5 +1,5 @@
-//! `presence-sweeper seed`: fills a Redis on this machine with a synthetic presence keyspace, for
-//! benchmarks and demos.
+//! `presence-sweeper-tools seed`: fills a Redis on this machine with a synthetic presence
+//! keyspace, for benchmarks and demos.
 //!
 //! Speed comes from doing the work in Redis: `seed.lua` writes a chunk of keys per call with
 //! scores from Redis `TIME`, and a few calls are kept in flight so Redis never waits for us.

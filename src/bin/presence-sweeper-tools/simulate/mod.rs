@@ -1,6 +1,6 @@
-//! `presence-sweeper simulate`: live presence traffic against a Redis on this machine, to demo a
-//! sweeper running separately and to measure it: eviction lag, false evictions, duplicates and
-//! missed zombies.
+//! `presence-sweeper-tools simulate`: live presence traffic against a Redis on this machine, to
+//! demo a sweeper running separately and to measure it: eviction lag, false evictions,
+//! duplicates and missed zombies.
 //!
 //! Users heartbeat the way the README tells apps to (`heartbeat.lua`: score from Redis `TIME`,
 //! `ZADD GT`, key TTL refreshed), one script call per conversation with all its users, spread
