@@ -228,6 +228,33 @@ fn one_shot_sweep_prints_a_summary_per_sweep() {
     );
 }
 
+/// The daemon's binary carries no tool that writes synthetic data: those are in
+/// `presence-sweeper-tools`, which its help names.
+#[test]
+fn the_daemon_has_no_seed_or_simulate() {
+    for command in ["seed", "simulate"] {
+        let (code, stdout, stderr) =
+            run_binary(&["--redis-url", "redis://127.0.0.1:1/0", command], &[]);
+        assert_eq!(code, 2, "{command}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("unrecognized subcommand '{command}'")),
+            "{stderr}"
+        );
+    }
+    let (code, help, _) = run_binary(&["--help"], &[]);
+    assert_eq!(code, 0);
+    assert!(
+        help.contains("are in the `presence-sweeper-tools` binary"),
+        "{help}"
+    );
+    for command in ["run", "sweep", "check-config", "healthcheck", "stats"] {
+        assert!(
+            help.contains(&format!("\n  {command} ")),
+            "{command} in {help}"
+        );
+    }
+}
+
 #[test]
 fn named_sweep_must_exist() {
     let (code, _, stderr) = run_binary(

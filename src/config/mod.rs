@@ -44,6 +44,7 @@ pub use self::evict::EvictConfig;
 pub use self::http::HttpConfig;
 use self::layers::{EnvLayer, FileLayer, FlagLayer};
 pub use self::log::{LogConfig, LogFormat};
+pub use self::pattern::{CONVERSATION_ID, KeyPattern};
 pub use self::redis::{RedisConfig, RedisMode, TlsConfig};
 pub use self::scan::ScanConfig;
 pub use self::schedule::{Schedule, ScheduleError};

@@ -25,17 +25,6 @@ pub(crate) fn key(slot: Option<u16>) -> Vec<u8> {
     format!("{PREFIX}{{{tag}}}").into_bytes()
 }
 
-/// The keyspace-notification channel of the canary `key` in database `db`.
-#[allow(
-    dead_code,
-    reason = "for the notification subscription, which proves notifications flow with it"
-)]
-pub(crate) fn channel(db: i64, key: &[u8]) -> Vec<u8> {
-    let mut c = format!("__keyspace@{db}__:").into_bytes();
-    c.extend_from_slice(key);
-    c
-}
-
 /// The shortest decimal hash tag whose slot is `slot` (every slot has one below 100,000).
 fn tag_for(slot: u16) -> String {
     let slot = slot % SLOTS;
@@ -181,10 +170,6 @@ mod tests {
             assert!(k.starts_with(PREFIX));
         }
         assert_eq!(key(None), b"presence-sweeper:canary:{0}");
-        assert_eq!(
-            channel(3, b"presence-sweeper:canary:{0}"),
-            b"__keyspace@3__:presence-sweeper:canary:{0}"
-        );
     }
 
     #[test]
