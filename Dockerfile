@@ -5,11 +5,13 @@
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, against stub sources: this layer stays cached until the manifests change.
+# Only the daemon's binary is built: the image runs nothing else (`presence-sweeper-tools`, from
+# src/bin/, writes synthetic data for demos and benchmarks; `cargo install` has it).
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir src \
  && echo 'fn main() {}' > src/main.rs \
  && touch src/lib.rs \
- && cargo build --locked --release \
+ && cargo build --locked --release --bin presence-sweeper \
  && rm -rf src
 COPY build.rs ./
 COPY src ./src
@@ -18,7 +20,7 @@ COPY config ./config
 # e.g. --build-arg PRESENCE_SWEEPER_GIT_REVISION=$(git rev-parse --short=12 HEAD); else "unknown".
 ARG PRESENCE_SWEEPER_GIT_REVISION
 # Newer mtimes than the stub build's, so cargo rebuilds our crate (and only it).
-RUN touch src/main.rs src/lib.rs && cargo build --locked --release
+RUN touch src/main.rs src/lib.rs && cargo build --locked --release --bin presence-sweeper
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -6,7 +6,7 @@
             `presence-sweeper sweep`: the peak RSS (the daemon's VmHWM; the command's from
             wait4), the largest event, and how many of the 500 events a plain subscriber
             received under Redis's default pub/sub output-buffer limits.
-  soak      `presence-sweeper simulate` against a daemon for --soak-seconds while, at random
+  soak      `presence-sweeper-tools simulate` against a daemon for --soak-seconds while, at random
             moments and in random order (--seed), Redis is killed and restarted, Redis is
             paused (SIGSTOP) past the ttl, and the daemon itself is paused a ttl: false leaves,
             duplicates, missed zombies, users lost with Redis's data, per incident.
@@ -182,7 +182,7 @@ def soak(binary, seconds, seed=2):
         d = Daemon(cfg, redis, port)
         d.wait_ready()
         sim = subprocess.Popen(
-            common.sweeper(cfg, redis, "simulate", "--json", "--conversations", "2000", "--users", "10",
+            common.tools(cfg, redis, "simulate", "--json", "--conversations", "2000", "--users", "10",
                            "--heartbeat", "2s", "--vanish-rate", "0.2", "--duration", f"{seconds}s"),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         started = time.time()

@@ -17,7 +17,7 @@ In one run, on this machine:
      presence-sweeper on the same INSTRUCTIONS_KEYS-key keyspace, evicting then clean, and the
      sweeper's own;
   7. with --simulate, runs `presence-sweeper run` (online ttl 45 s) under
-     `presence-sweeper simulate` with 10,000 conversations x 20 users, for eviction lag.
+     `presence-sweeper-tools simulate` with 10,000 conversations x 20 users, for eviction lag.
 
 benches/steady.py measures the daemon in steady state (keys checked at their deadlines) instead.
 
@@ -52,7 +52,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ROOT, BIN, Redis, build, sweeper  # noqa: E402,F401
+from common import ROOT, BIN, Redis, build, sweeper, tools  # noqa: E402,F401
 
 BASELINE = os.path.join(ROOT, "benches", "baseline.py")
 REFERENCE = os.path.join(ROOT, "benches", "reference_lua.py")
@@ -122,7 +122,7 @@ def measure_pass(label, config, redis, keys_expected=None):
 
 def seed(config, redis, conversations, members, stale):
     env = dict(os.environ, PRESENCE_SWEEPER__REDIS__COMMAND_TIMEOUT="120s")  # one call per big key
-    out, wall, *_ = run(redis, sweeper(config, redis, "seed", "--conversations", str(conversations),
+    out, wall, *_ = run(redis, tools(config, redis, "seed", "--conversations", str(conversations),
                                        "--members", str(members), "--stale-fraction", str(stale)), env)
     print(f"  seeded: {out.strip()} ({wall:.1f} s)", flush=True)
     time.sleep(3)  # let Redis settle (freed script memory, expired temporaries)
@@ -159,7 +159,7 @@ def simulate(config_dir, redis):
                               stderr=subprocess.DEVNULL)
     try:
         time.sleep(1)
-        p = subprocess.run(sweeper(cfg, redis, "simulate", "--conversations", "10000", "--users", "20",
+        p = subprocess.run(tools(cfg, redis, "simulate", "--conversations", "10000", "--users", "20",
                                    "--duration", "2m", "--json"),
                            capture_output=True, text=True)
         if p.returncode not in (0, 1):
@@ -205,7 +205,7 @@ def instructions(config, work, keys, members, stale, py, compare=None, runs=3):
                 ("reference", lambda label: [py, REFERENCE, str(r.port), "presence:*:online", "3600"]),
                 ("ours", lambda label: sweeper(config, r, "sweep", "--sweep", "online"))):
             r.cli("FLUSHALL")
-            subprocess.run(sweeper(config, r, "seed", "--conversations", str(keys), "--members", str(members),
+            subprocess.run(tools(config, r, "seed", "--conversations", str(keys), "--members", str(members),
                                    "--stale-fraction", str(stale)), check=True, capture_output=True, env=env)
             for label in ("evicting", "clean"):
                 counted(f"{design}-{label}", passes(label))

@@ -1,5 +1,6 @@
-"""What the benchmark scripts share: a redis-server of their own, the sweeper binary, measuring
-commands. Everything talks to 127.0.0.1 only."""
+"""What the benchmark scripts share: a redis-server of their own, the sweeper's binaries (the
+daemon, and presence-sweeper-tools for `seed` and `simulate`), measuring commands. Everything talks
+to 127.0.0.1 only."""
 
 import os
 import signal
@@ -10,6 +11,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "target", "release", "presence-sweeper")
+# `seed` and `simulate`: always this checkout's, also when a script runs another build's daemon.
+TOOLS = os.path.join(ROOT, "target", "release", "presence-sweeper-tools")
 
 
 def free_port():
@@ -96,6 +99,11 @@ def write(path, text):
 
 def sweeper(config, redis, *args):
     return [BIN, "--config", config, "--redis-url", redis.url, *args]
+
+
+def tools(config, redis, *args):
+    """A `presence-sweeper-tools` command line (`seed`, `simulate`) with the same configuration."""
+    return [TOOLS, "--config", config, "--redis-url", redis.url, *args]
 
 
 class Daemon:

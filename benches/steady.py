@@ -9,7 +9,7 @@ leave. Each scenario runs the same traffic three ways in one run, side by side:
                     checks every key on the sweeps' schedules, as every pass did before deadlines.
 
 The sweeper's cost is Redis's CPU (INFO cpu, main thread) over a window of the run minus the
-traffic alone's over the same window, in % of one core. The traffic is `presence-sweeper
+traffic alone's over the same window, in % of one core. The traffic is `presence-sweeper-tools
 simulate`, which also judges every event: lag (event arrival - (last heartbeat + ttl), on Redis's clock) of
 zombies in known keys, in brand-new keys, and of typists; false evictions, duplicates, missed
 zombies.
@@ -49,7 +49,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Daemon, Redis, build, free_port, sweeper, write  # noqa: E402
+from common import Daemon, Redis, build, free_port, tools, write  # noqa: E402
 
 SHIPPED = ""
 FULL_PASSES = '[tracking]\nmax_keys = 0\nnotifications = "off"\n'
@@ -62,7 +62,7 @@ def config(work, name, sweeps, mode, http_port, level="warn"):
 
 def simulate(cfg, redis, args):
     """Runs `simulate` and returns its JSON report (it exits 1 when it judged a failure)."""
-    p = subprocess.run(sweeper(cfg, redis, "simulate", "--json", *args), capture_output=True, text=True)
+    p = subprocess.run(tools(cfg, redis, "simulate", "--json", *args), capture_output=True, text=True)
     if p.returncode not in (0, 1):
         raise SystemExit(f"simulate exited {p.returncode}: {p.stderr[-2000:]}")
     return json.loads(p.stdout)
@@ -177,7 +177,7 @@ def big(work, conversations):
         sweeps = '[sweeps.typing]\nenabled = false\n[sweeps.online]\nttl = "1h"\n'
         seed_cfg = config(work, "big-seed", sweeps, "", free_port())
         env = dict(os.environ, PRESENCE_SWEEPER__REDIS__COMMAND_TIMEOUT="120s")
-        subprocess.run(sweeper(seed_cfg, redis, "seed", "--conversations", str(conversations), "--members", "20",
+        subprocess.run(tools(seed_cfg, redis, "seed", "--conversations", str(conversations), "--members", "20",
                                "--stale-fraction", "0"), check=True, capture_output=True, env=env)
         # What the daemon takes without an index: the same walk, nothing tracked.
         port = free_port()

@@ -3,13 +3,11 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
 use presence_sweeper::config::{CONFIG_VAR, Overrides, Sources};
 use presence_sweeper::manual::{Manual, Section};
-use presence_sweeper::tools::{seed, simulate};
 
 /// Evicts zombie members from Redis presence sorted sets and announces every eviction.
 ///
@@ -17,6 +15,9 @@ use presence_sweeper::tools::{seed, simulate};
 /// walks) and when its oldest member's window closes; at that instant removes the members whose
 /// score (last heartbeat) fell out of the window, atomically and on Redis's clock, and publishes
 /// one JSON event per removed member.
+///
+/// `seed` and `simulate`, which write synthetic data for demos and benchmarks, are in the
+/// `presence-sweeper-tools` binary.
 #[derive(Debug, Parser)]
 #[command(
     name = "presence-sweeper",
@@ -88,15 +89,6 @@ pub(crate) enum Command {
         #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = humantime::parse_duration)]
         timeout: std::time::Duration,
     },
-    /// Fill a Redis on this machine with a synthetic presence keyspace, fast, for benchmarks and
-    /// demos; print one summary line.
-    ///
-    /// Conversations `c1`..`cN` get one key each (the `--sweep`'s `match` with the `*` replaced)
-    /// holding members `u1`..`uM`; exactly round(M x F) of them (half rounds up) are stale in
-    /// every key, the others fresh, with scores from Redis TIME. Keys are written over on a
-    /// rerun and never deleted. Refuses (exit 2) a Redis that is not 127.0.0.1, ::1, localhost
-    /// or a unix socket.
-    Seed(SeedArgs),
     /// Report the presence keyspace of every enabled sweep (or the named ones), read-only: keys,
     /// members, stale members, members per key, oldest heartbeat, largest conversations.
     ///
@@ -111,21 +103,6 @@ pub(crate) enum Command {
         #[arg(long, value_name = "K", default_value_t = 10)]
         top: usize,
         /// Print one JSON document instead of tables.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Simulate live users against a Redis on this machine and judge a sweeper running
-    /// separately: eviction lag, false evictions, duplicate events, missed zombies.
-    ///
-    /// Users heartbeat as the README tells apps to; some vanish without a leave. Every event on
-    /// the sweep's channel is checked. After `--duration` nobody vanishes and the run goes on for
-    /// `--grace`; then the keys it wrote are deleted. Exit 1 if there were false evictions,
-    /// duplicates, missed zombies or unexpected events; 2 if Redis is not on this machine.
-    Simulate {
-        /// What to simulate.
-        #[command(flatten)]
-        options: SimulateArgs,
-        /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -167,28 +144,14 @@ pub(crate) const MAN_SECTIONS: &[Section] = &[
              metrics documentation.",
         ],
     },
+    Section {
+        heading: "SEE ALSO",
+        paragraphs: &[
+            "presence-sweeper-tools(1): seed and simulate, to try and measure a sweeper on a Redis \
+             of this machine.",
+        ],
+    },
 ];
-
-/// A number from 0 to 1.
-pub(crate) fn fraction(text: &str) -> Result<f64, String> {
-    let x: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number"))?;
-    if (0.0..=1.0).contains(&x) {
-        Ok(x)
-    } else {
-        Err(format!("{x} is not between 0 and 1"))
-    }
-}
-
-/// A duration such as `10s` or `250ms`, more than zero.
-pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(text) {
-        Ok(d) if d.is_zero() => Err("must be more than 0".into()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
-    }
-}
 
 impl Cli {
     /// The configuration sources these flags and `env` describe.
@@ -202,102 +165,6 @@ impl Cli {
                 log_level: self.log_level.clone(),
                 http_listen: self.http_listen.clone(),
             },
-        }
-    }
-}
-
-/// The `seed` command's arguments.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct SeedArgs {
-    /// Conversations, one key each.
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) conversations: u64,
-    /// Members per key (a key of more than 20,000 members is written over several script calls).
-    #[arg(long, value_name = "M", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
-    pub(crate) members: u32,
-    /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
-    #[arg(long, value_name = "F", default_value_t = 0.1, value_parser = fraction)]
-    pub(crate) stale_fraction: f64,
-    /// The sweep whose `match` and `score_unit` shape the keys.
-    #[arg(long, value_name = "NAME", default_value = "online")]
-    pub(crate) sweep: String,
-    /// Also seed the `typing` sweep's keys for the same conversations (3 members each, the same
-    /// stale share).
-    #[arg(long)]
-    pub(crate) typing: bool,
-    /// Also write N unrelated keys (`cache:<n>` strings, `session:<n>` hashes), as a shared
-    /// Redis has.
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub(crate) noise: u64,
-}
-
-impl From<SeedArgs> for seed::SeedOptions {
-    fn from(a: SeedArgs) -> Self {
-        Self {
-            conversations: a.conversations,
-            members: a.members,
-            stale_fraction: a.stale_fraction,
-            sweep: a.sweep,
-            typing: a.typing,
-            noise: a.noise,
-        }
-    }
-}
-
-/// The `simulate` command's arguments.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct SimulateArgs {
-    /// Conversations.
-    #[arg(long, value_name = "C", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub(crate) conversations: u32,
-    /// Live users per conversation.
-    #[arg(long, value_name = "U", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub(crate) users: u32,
-    /// Heartbeat period of every live user.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
-    pub(crate) heartbeat: Duration,
-    /// Share of live users who vanish per minute without a leave (they stop heartbeating).
-    #[arg(long, value_name = "R", default_value_t = 0.05, value_parser = fraction)]
-    pub(crate) vanish_rate: f64,
-    /// Vanished users do not come back; by default they return as new user ids, so the
-    /// population stays steady.
-    #[arg(long = "no-rejoin", action = clap::ArgAction::SetFalse)]
-    pub(crate) rejoin: bool,
-    /// Conversations opened per minute while users vanish, each a key that did not exist: its
-    /// first user heartbeats once and leaves at once (a zombie in a brand-new key, judged on its
-    /// own: `new_key_eviction_lag_seconds`), the others stay like any user.
-    #[arg(long, value_name = "N", default_value_t = 0.0)]
-    pub(crate) new_conversations: f64,
-    /// Some users also type in bursts (a keystroke a second for a few seconds) on the `typing`
-    /// sweep's keys.
-    #[arg(long)]
-    pub(crate) typing: bool,
-    /// How long users vanish; the grace period follows.
-    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = positive_duration)]
-    pub(crate) duration: Duration,
-    /// Time a zombie is given from its last heartbeat before it counts as missed; also how long
-    /// the run goes on after `--duration` (with `--typing`, at least the typing sweep's ttl + 2 x
-    /// schedule). Default: the sweep's ttl + 2 x schedule.
-    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
-    pub(crate) grace: Option<Duration>,
-    /// The sweep whose keys, ttl, score unit and channel are used.
-    #[arg(long, value_name = "NAME", default_value = "online")]
-    pub(crate) sweep: String,
-}
-
-impl From<SimulateArgs> for simulate::SimulateOptions {
-    fn from(a: SimulateArgs) -> Self {
-        Self {
-            conversations: a.conversations,
-            users: a.users,
-            heartbeat: a.heartbeat,
-            vanish_rate: a.vanish_rate,
-            rejoin: a.rejoin,
-            new_conversations: a.new_conversations,
-            typing: a.typing,
-            duration: a.duration,
-            grace: a.grace,
-            sweep: a.sweep,
         }
     }
 }

@@ -9,8 +9,8 @@
 //! lower layer must tell a higher one goes through handles of its own that the higher one
 //! implements (`sweep`'s `Observer`, `tracking`'s `report`).
 //! - [`config`]: layered configuration (defaults < file < environment < flags), validation,
-//!   `pattern` (key globs and channel templates), `secret` and `redact` (what reaches no log as
-//!   it is).
+//!   `pattern` (key globs and channel templates), `schedule` (when a sweep walks), `secret`
+//!   and `redact` (what reaches no log as it is).
 //! - `error`: [`Error`], the data path's error type (what Redis's answers can make).
 //! - [`version`]: what this binary was built from (revision and compiler, from `build.rs`).
 //! - [`manual`]: every binary's man pages and shell completions, generated from its command line.
@@ -21,8 +21,8 @@
 //!   `packed` (commands encoded once), `slots` (a cluster's slot map, for sharded publishing),
 //!   `reply` (what Redis answers: shapes, redirects, refusals, `TIME`), `clock` (Redis's clock
 //!   as the daemon follows it), `walk` (SCAN, one walk per primary for every sweep),
-//!   `subscriber` (the keyspace subscriber that reads only as fast as it is asked), `name`
-//!   (connection names), `version` (which server answers) and `backoff`.
+//!   `subscriber` (pub/sub, for keyspace notifications and `simulate`, read only as fast as it
+//!   is asked), `name` (connection names), `version` (which server answers) and `backoff`.
 //! - `evict`: `read` (the native reads of a batch), `transaction` and `script` (`evict.lua`),
 //!   the two atomic evictions, and `preflight` (proving the Redis user may do all that).
 //! - [`sweep`](Sweep): one sweep at run time and the check of a batch of its keys (`plan`:
@@ -43,11 +43,14 @@
 //!   [`serve::web_config`] (TLS and basic auth: `basic_auth`, and `pinned`, the healthcheck's
 //!   TLS client), [`serve::systemd`], [`serve::signals`], [`serve::logging`] and
 //!   [`serve::StartError`].
-//! - [`tools`]: [`tools::seed`], [`tools::stats`] and [`tools::simulate`], for people trying
-//!   or measuring the sweeper; the daemon never calls them.
+//! - [`stats`]: the `stats` command, a read-only report of each sweep's keyspace.
 //!
-//! The command line belongs to the binary (`src/cli.rs`), which turns it into these modules'
-//! options.
+//! The command line belongs to the binaries, which turn it into these modules' options: the
+//! daemon's (`src/main.rs`, `src/cli.rs`) and `presence-sweeper-tools`
+//! (`src/bin/presence-sweeper-tools/`: `seed` and `simulate`, which write synthetic data and so
+//! are kept out of the daemon's binary). What the tools need beyond the daemon's own items is
+//! public for them: [`Store::connect_as`] with [`Opener`], [`Conn`], [`Store::subscriber`] with
+//! [`Subscriber`] and [`Push`], [`config::KeyPattern`] and [`config::CONVERSATION_ID`].
 
 pub mod config;
 mod error;
@@ -56,14 +59,15 @@ mod evict;
 pub mod manual;
 pub mod pass;
 pub mod serve;
+pub mod stats;
 mod store;
 mod sweep;
-pub mod tools;
 mod tracking;
 pub mod version;
 
 pub use error::Error;
-pub use evict::{Clock, EvictScript};
-pub use store::Store;
+pub use evict::EvictScript;
+pub use store::subscriber::{Push, Subscriber};
 pub use store::walk::FIRST_PAGE_SHARE;
+pub use store::{Conn, Opener, Store};
 pub use sweep::{Counts, NoObserver, Sweep};

@@ -20,7 +20,7 @@ use presence_sweeper::serve::logging::LogStats;
 use presence_sweeper::serve::systemd::Notifier;
 use presence_sweeper::serve::web_config::Web;
 use presence_sweeper::serve::{http, logging, signals};
-use presence_sweeper::tools::{seed, simulate, stats};
+use presence_sweeper::stats;
 use tokio_util::sync::CancellationToken;
 
 // The sweeper allocates a buffer per RESP value it parses; mimalloc makes that markedly cheaper
@@ -91,9 +91,7 @@ fn main() -> ExitCode {
             Command::Run => run(config, cli, logs).await,
             Command::Sweep { sweeps, dry_run } => sweep(&config, &sweeps, dry_run).await,
             Command::Healthcheck { timeout } => healthcheck(&config, &web, timeout).await,
-            Command::Seed(args) => seed(&config, &args.into()).await,
             Command::Stats { sweeps, top, json } => report_stats(&config, &sweeps, top, json).await,
-            Command::Simulate { options, json } => simulate(&config, &options.into(), json).await,
             Command::CheckConfig | Command::Manual(_) => {
                 unreachable!("handled before the runtime starts")
             }
@@ -181,11 +179,7 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
     ));
     let cancel = CancellationToken::new();
     signals::install(cancel.clone(), EXIT_DEADLINE)?;
-    let opts = PassOptions {
-        dry_run,
-        ..PassOptions::default()
-    };
-    let reports = command::run(config, &selected, opts, &cancel)
+    let reports = command::run(config, &selected, PassOptions::new(dry_run), &cancel)
         .await
         .map_err(|e| anyhow::anyhow!("sweep failed: {e}"))?;
     for (name, report) in reports {
@@ -210,20 +204,6 @@ async fn healthcheck(
     )
 }
 
-async fn seed(config: &Config, opts: &seed::SeedOptions) -> anyhow::Result<ExitCode> {
-    let plan = match seed::plan(config, opts) {
-        Ok(p) => p,
-        Err(e) => return Ok(refused(e)),
-    };
-    let cancel = CancellationToken::new();
-    signals::install(cancel.clone(), EXIT_DEADLINE)?;
-    let report = seed::run(&plan, &config.redis, &cancel)
-        .await
-        .map_err(|e| anyhow::anyhow!("seed failed: {e}"))?;
-    out(&format!("{report}\n"))?;
-    Ok(ExitCode::SUCCESS)
-}
-
 async fn report_stats(
     config: &Config,
     names: &[String],
@@ -239,29 +219,6 @@ async fn report_stats(
         .map_err(|e| anyhow::anyhow!("stats failed: {e}"))?;
     print_report(&report, json)?;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn simulate(
-    config: &Config,
-    opts: &simulate::SimulateOptions,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let plan = match simulate::plan(config, opts) {
-        Ok(p) => p,
-        Err(e) => return Ok(refused(e)),
-    };
-    let cancel = CancellationToken::new();
-    signals::install(cancel.clone(), EXIT_DEADLINE)?;
-    let report = simulate::run(&plan, &config.redis, &cancel)
-        .await
-        .map_err(|e| anyhow::anyhow!("simulate failed: {e}"))?;
-    print_report(&report, json)?;
-    // A benchmark script asserts on the exit code.
-    Ok(if report.failed() {
-        ExitCode::from(EXIT_FAILURE)
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 fn print_report<T: Display + serde::Serialize>(report: &T, json: bool) -> anyhow::Result<()> {

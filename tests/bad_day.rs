@@ -816,7 +816,7 @@ fn chaos_kill_restart_and_pause_make_no_false_or_double_leaves() {
 fn simulate(server: &RedisServer, args: &[&str]) -> (std::process::Child, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let config = crate::support::write_file(dir.path(), "c.toml", &online(""));
-    let child = std::process::Command::new(crate::support::binary_path())
+    let child = std::process::Command::new(crate::support::tools_path())
         .args(["--redis-url", &server.url(), "--config"])
         .arg(&config)
         .args(["simulate", "--conversations", "100", "--users", "5"])

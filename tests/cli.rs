@@ -1,6 +1,6 @@
 //! The binary's one-shot commands: exit codes, messages and summaries.
 
-use crate::support::{RedisServer, free_port, run_binary, write_file};
+use crate::support::{RedisServer, free_port, run_binary, run_tools, write_file};
 use redis::Commands;
 
 fn check_config(toml: &str, env: &[(&str, &str)]) -> (i32, String, String) {
@@ -87,12 +87,34 @@ fn environment_mistakes_are_named_too() {
     assert_config_error(
         "",
         &[("PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL", "10s")],
-        "unknown configuration key `sweeps.online.tll` (from the environment)",
+        "unknown configuration key `sweeps.online.tll` (from PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL)",
     );
     assert_config_error(
         "",
         &[("PRESENCE_SWEEPER__SCAN__COUNT", "lots")],
-        "scan.count = \"lots\" (from the environment): must be a whole number",
+        "scan.count = \"lots\" (from PRESENCE_SWEEPER__SCAN__COUNT): must be a whole number",
+    );
+    assert_config_error(
+        "",
+        &[("PRESENCE_SWEEPER__METRICS__LISTEN", ":9100")],
+        "unknown configuration key `metrics` (from PRESENCE_SWEEPER__METRICS__LISTEN)",
+    );
+    assert_config_error(
+        "[metrics]\nlisten = \":9100\"\n",
+        &[],
+        "unknown configuration key `metrics` (in ",
+    );
+    assert_config_error(
+        "",
+        &[("PRESENCE_SWEEPER___REDIS__URL", "redis://10.0.0.5:6379")],
+        "environment variable PRESENCE_SWEEPER___REDIS__URL is malformed: the prefix, the \
+         section and the key are joined by exactly two underscores \
+         (PRESENCE_SWEEPER__SECTION__KEY); did you mean PRESENCE_SWEEPER__REDIS__URL?",
+    );
+    assert_config_error(
+        "[sweeps.online]\nttl = \"-5s\"\n",
+        &[],
+        "c.toml): negative: a duration must be greater than zero",
     );
 }
 
@@ -204,6 +226,33 @@ fn one_shot_sweep_prints_a_summary_per_sweep() {
         stdout.contains("typing: keys_scanned=3 keys=3 members=3 evicted=0"),
         "{stdout}"
     );
+}
+
+/// The daemon's binary carries no tool that writes synthetic data: those are in
+/// `presence-sweeper-tools`, which its help names.
+#[test]
+fn the_daemon_has_no_seed_or_simulate() {
+    for command in ["seed", "simulate"] {
+        let (code, stdout, stderr) =
+            run_binary(&["--redis-url", "redis://127.0.0.1:1/0", command], &[]);
+        assert_eq!(code, 2, "{command}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("unrecognized subcommand '{command}'")),
+            "{stderr}"
+        );
+    }
+    let (code, help, _) = run_binary(&["--help"], &[]);
+    assert_eq!(code, 0);
+    assert!(
+        help.contains("are in the `presence-sweeper-tools` binary"),
+        "{help}"
+    );
+    for command in ["run", "sweep", "check-config", "healthcheck", "stats"] {
+        assert!(
+            help.contains(&format!("\n  {command} ")),
+            "{command} in {help}"
+        );
+    }
 }
 
 #[test]
@@ -391,7 +440,7 @@ fn an_invalid_log_level_exits_2_everywhere() {
     assert_config_error(
         "",
         &[("PRESENCE_SWEEPER__LOG__LEVEL", "info,debgu")],
-        "log.level = \"info,debgu\" (from the environment): \"debgu\" is not a level",
+        "log.level = \"info,debgu\" (from PRESENCE_SWEEPER__LOG__LEVEL): \"debgu\" is not a level",
     );
     let (code, _, stderr) = check_config("[log]\nlevel = \"wraning\"\n", &[]);
     assert_eq!(code, 2, "{stderr}");
@@ -582,16 +631,27 @@ fn one_shot_sweep_says_first_what_it_will_change_without_the_password() {
     );
 }
 
-/// The subcommands every completion script and the main man page must name.
-const SUBCOMMANDS: [&str; 8] = [
-    "run",
-    "sweep",
-    "check-config",
-    "healthcheck",
-    "seed",
-    "stats",
-    "simulate",
-    "completions",
+/// Each binary, how the tests run it, and the subcommands its completion scripts and main man
+/// page must name.
+type Runner = fn(&[&str], &[(&str, &str)]) -> (i32, String, String);
+const BINARIES: [(&str, Runner, &[&str]); 2] = [
+    (
+        "presence-sweeper",
+        run_binary,
+        &[
+            "run",
+            "sweep",
+            "check-config",
+            "healthcheck",
+            "stats",
+            "completions",
+        ],
+    ),
+    (
+        "presence-sweeper-tools",
+        run_tools,
+        &["seed", "simulate", "completions"],
+    ),
 ];
 
 /// Needs no configuration: a `PRESENCE_SWEEPER_CONFIG` that does not exist changes nothing.
@@ -599,20 +659,23 @@ const NO_CONFIG: &[(&str, &str)] = &[("PRESENCE_SWEEPER_CONFIG", "/nonexistent/p
 
 #[test]
 fn completions_name_every_subcommand_in_each_shell() {
-    for shell in ["bash", "zsh", "fish"] {
-        let (code, script, stderr) = run_binary(&["completions", shell], NO_CONFIG);
-        assert_eq!(code, 0, "{shell}: {stderr}");
-        assert!(stderr.is_empty(), "{shell}: {stderr}");
-        for sub in SUBCOMMANDS {
-            assert!(script.contains(sub), "{shell} script lacks {sub}");
+    for (name, run, subcommands) in BINARIES {
+        for shell in ["bash", "zsh", "fish"] {
+            let (code, script, stderr) = run(&["completions", shell], NO_CONFIG);
+            assert_eq!(code, 0, "{name} {shell}: {stderr}");
+            assert!(stderr.is_empty(), "{name} {shell}: {stderr}");
+            assert!(script.contains(name), "{name} {shell}");
+            for sub in subcommands {
+                assert!(script.contains(sub), "{name}'s {shell} script lacks {sub}");
+            }
+            // The flags too (fish spells them `-l redis-url`), with the values clap knows.
+            assert!(script.contains("redis-url"), "{name} {shell}");
+            assert!(script.contains("json"), "{name} {shell}");
         }
-        // The flags too (fish spells them `-l redis-url`), with the values clap knows.
-        assert!(script.contains("redis-url"), "{shell}");
-        assert!(script.contains("json"), "{shell}");
+        let (code, stdout, stderr) = run(&["completions", "tcsh"], &[]);
+        assert_eq!(code, 2, "{name}: {stdout}{stderr}");
+        assert!(stderr.contains("invalid value 'tcsh'"), "{name}: {stderr}");
     }
-    let (code, stdout, stderr) = run_binary(&["completions", "tcsh"], &[]);
-    assert_eq!(code, 2, "{stdout}{stderr}");
-    assert!(stderr.contains("invalid value 'tcsh'"), "{stderr}");
 }
 
 /// `man -l` as a reader sees the page, with groff's warnings on.
@@ -634,42 +697,34 @@ fn render(page: &std::path::Path) -> String {
 fn man_pages_render_one_per_command_and_name_the_files() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("man1");
-    let (code, stdout, stderr) = run_binary(&["man", "--dir", out.to_str().unwrap()], NO_CONFIG);
-    assert_eq!(code, 0, "{stdout}{stderr}");
+    let mut expected = Vec::new();
+    for (name, run, subcommands) in BINARIES {
+        let (code, stdout, stderr) = run(&["man", "--dir", out.to_str().unwrap()], NO_CONFIG);
+        assert_eq!(code, 0, "{name}: {stdout}{stderr}");
+        expected.push(format!("{name}.1"));
+        expected.extend(subcommands.iter().map(|s| format!("{name}-{s}.1")));
+        let main = render(&out.join(format!("{name}.1")));
+        for heading in ["NAME", "SYNOPSIS", "OPTIONS", "SUBCOMMANDS", "EXIT STATUS"] {
+            assert!(
+                main.lines().any(|l| l == heading),
+                "{name}: no {heading} section:\n{main}"
+            );
+        }
+        for sub in subcommands {
+            assert!(main.contains(&format!("{name}-{sub}(1)")), "{main}");
+        }
+    }
     let mut pages: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     pages.sort();
-    let mut expected: Vec<String> = SUBCOMMANDS
-        .iter()
-        .map(|s| format!("presence-sweeper-{s}.1"))
-        .chain(["presence-sweeper.1".to_owned()])
-        .collect();
     expected.sort();
     // Neither the hidden `man` nor clap's `help` gets a page.
     assert_eq!(pages, expected);
 
     let main = render(&out.join("presence-sweeper.1"));
-    for heading in [
-        "NAME",
-        "SYNOPSIS",
-        "OPTIONS",
-        "SUBCOMMANDS",
-        "EXIT STATUS",
-        "FILES",
-    ] {
-        assert!(
-            main.lines().any(|l| l == heading),
-            "no {heading} section:\n{main}"
-        );
-    }
-    for sub in SUBCOMMANDS {
-        assert!(
-            main.contains(&format!("presence-sweeper-{sub}(1)")),
-            "{main}"
-        );
-    }
+    assert!(main.lines().any(|l| l == "FILES"), "{main}");
     assert!(
         main.contains("/etc/presence-sweeper/presence-sweeper.toml"),
         "{main}"
@@ -677,4 +732,6 @@ fn man_pages_render_one_per_command_and_name_the_files() {
     let sweep = render(&out.join("presence-sweeper-sweep.1"));
     assert!(sweep.contains("--dry-run"), "{sweep}");
     assert!(sweep.contains("keys_scanned"), "{sweep}");
+    let seed = render(&out.join("presence-sweeper-tools-seed.1"));
+    assert!(seed.contains("--stale-fraction"), "{seed}");
 }

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::support::{OnePass, RedisServer, Subscriber, config, members, redis_now};
-use presence_sweeper::Clock;
 use presence_sweeper::FIRST_PAGE_SHARE;
 use presence_sweeper::pass::{PassOptions, PassReport};
 use redis::Commands;
@@ -23,11 +22,24 @@ async fn pass_at(url: &str, toml: &str, sweep: &str, opts: PassOptions) -> PassR
     OnePass::connect(&cfg, sweep).await.run(opts).await.unwrap()
 }
 
-fn fixed(now: f64) -> PassOptions {
+/// A pass that judges staleness at `now` (Unix seconds) rather than at Redis's clock: the
+/// `test-hooks` feature's hook, so that members can sit exactly on the boundary.
+fn judged_at(now: f64) -> PassOptions {
     PassOptions {
-        clock: Clock::Fixed(now),
+        judge_at: Some(now),
         ..PassOptions::default()
     }
+}
+
+/// `payload` with its `timestamp` shown as `T`, once checked to lie between `from` and `to`:
+/// events are stamped with Redis `TIME` at the eviction, whatever instant staleness was judged at.
+fn stamped_between(payload: &[u8], from: f64, to: f64) -> String {
+    let text = String::from_utf8(payload.to_vec()).unwrap();
+    let start = text.find(r#""timestamp":"#).expect("a timestamp") + r#""timestamp":"#.len();
+    let end = start + text[start..].find(',').expect("more fields");
+    let stamp: f64 = text[start..end].parse().unwrap();
+    assert!((from..=to).contains(&stamp), "{stamp} not in {from}..{to}");
+    format!("{}T{}", &text[..start], &text[end..])
 }
 
 #[tokio::test]
@@ -90,7 +102,7 @@ async fn exact_boundary(toml: &str) {
             ],
         )
         .unwrap();
-    let report = pass(&server, toml, "online", fixed(now)).await;
+    let report = pass(&server, toml, "online", judged_at(now)).await;
     assert_eq!(
         members(&mut con, "presence:c1:online"),
         ["at-cutoff", "just-above"]
@@ -113,13 +125,15 @@ async fn online_event_payload_is_exact() {
         )
         .unwrap();
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
-    pass(&server, ONLY_ONLINE, "online", fixed(1_764_460_046.5)).await;
+    let before = redis_now(&mut con);
+    pass(&server, ONLY_ONLINE, "online", judged_at(1_764_460_046.5)).await;
+    let after = redis_now(&mut con);
     let got = sub.wait_for(1, Duration::from_secs(5)).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].channel, b"presence:c42:events");
     assert_eq!(
-        String::from_utf8(got[0].payload.clone()).unwrap(),
-        r#"{"type":"presence.leave","conversation_id":"c42","user_id":"u7","reason":"expired","last_seen":1764460000.25,"timestamp":1764460046.5,"online":["u2","u1"],"online_count":2}"#
+        stamped_between(&got[0].payload, before, after),
+        r#"{"type":"presence.leave","conversation_id":"c42","user_id":"u7","reason":"expired","last_seen":1764460000.25,"timestamp":T,"online":["u2","u1"],"online_count":2}"#
     );
 }
 
@@ -135,12 +149,14 @@ async fn typing_event_payload_is_exact() {
         .unwrap();
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
     let toml = "[sweeps.online]\nenabled = false\n";
-    pass(&server, toml, "typing", fixed(1_764_460_046.0)).await;
+    let before = redis_now(&mut con);
+    pass(&server, toml, "typing", judged_at(1_764_460_046.0)).await;
+    let after = redis_now(&mut con);
     let got = sub.wait_for(1, Duration::from_secs(5)).await;
     assert_eq!(got.len(), 1);
     assert_eq!(
-        String::from_utf8(got[0].payload.clone()).unwrap(),
-        r#"{"type":"typing.stop","conversation_id":"c42","user_id":"u7","reason":"expired","last_seen":1764460040.5,"timestamp":1764460046.0,"typing":["u1"],"typing_count":1}"#
+        stamped_between(&got[0].payload, before, after),
+        r#"{"type":"typing.stop","conversation_id":"c42","user_id":"u7","reason":"expired","last_seen":1764460040.5,"timestamp":T,"typing":["u1"],"typing_count":1}"#
     );
 }
 

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["tracking"],
     &["pass"],
     &["serve"],
-    &["tools"],
+    &["stats"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -24,6 +24,7 @@ mod cluster;
 mod config_reference;
 mod daemon;
 mod docs;
+mod durations;
 mod eviction;
 mod faults;
 mod layers;

@@ -1,10 +1,11 @@
-//! The operator and benchmark tools: `seed`, `stats` and `simulate`, run as the binary against
-//! real Redis servers (and, for `simulate`, a real daemon).
+//! The operator and benchmark tools, run as binaries against real Redis servers (and, for
+//! `simulate`, a real daemon): `seed` and `simulate` in `presence-sweeper-tools`, `stats` in the
+//! daemon's binary.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::support::{Binary, RedisServer, redis_now, run_binary, write_file};
+use crate::support::{Binary, RedisServer, redis_now, run_binary, run_tools, write_file};
 use redis::Commands;
 
 /// Parses `key=value` pairs of a summary line.
@@ -25,7 +26,7 @@ fn seed(url: &str, config: Option<&str>, args: &[&str]) -> (i32, String, String)
     }
     all.push("seed");
     all.extend(args);
-    run_binary(&all, &[])
+    run_tools(&all, &[])
 }
 
 fn stale_and_fresh(con: &mut redis::Connection, key: &str, cutoff: f64) -> (u64, u64) {
@@ -165,7 +166,7 @@ fn writing_tools_refuse_a_redis_elsewhere() {
     ] {
         for command in ["seed", "simulate"] {
             let started = Instant::now();
-            let (code, stdout, stderr) = run_binary(&["--redis-url", url, command], &[]);
+            let (code, stdout, stderr) = run_tools(&["--redis-url", url, command], &[]);
             assert_eq!(code, 2, "{command} {url}: {stdout} {stderr}");
             assert!(stdout.is_empty(), "{stdout}");
             assert!(
@@ -182,6 +183,78 @@ fn writing_tools_refuse_a_redis_elsewhere() {
     let url = format!("redis://localhost:{}/0", server.port);
     let (code, stdout, stderr) = seed(&url, None, &["--conversations", "3"]);
     assert_eq!(code, 0, "{stdout} {stderr}");
+}
+
+/// The one-line help of the global flag `flag` (`--config`, ...), spacing aside.
+fn flag_help(help: &str, flag: &str) -> String {
+    let line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{flag} ")))
+        .unwrap_or_else(|| panic!("no {flag} in {help}"));
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The tools binary reads the daemon's configuration the daemon's way: the same flags, the
+/// same file (named by the flag or by `PRESENCE_SWEEPER_CONFIG`), the same environment, the
+/// same refusals.
+#[test]
+fn the_tools_take_the_daemons_configuration() {
+    let (_, daemon_help, _) = run_binary(&["-h"], &[]);
+    let (code, tools_help, stderr) = run_tools(&["-h"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    for flag in ["--config", "--redis-url", "--log-format", "--log-level"] {
+        assert_eq!(
+            flag_help(&tools_help, flag),
+            flag_help(&daemon_help, flag),
+            "{flag}"
+        );
+    }
+    for command in ["seed", "simulate"] {
+        assert!(
+            tools_help.contains(&format!("\n  {command} ")),
+            "{tools_help}"
+        );
+    }
+    let (_, daemon_version, _) = run_binary(&["--version"], &[]);
+    let (_, tools_version, _) = run_tools(&["--version"], &[]);
+    assert_eq!(
+        tools_version.replacen("presence-sweeper-tools ", "presence-sweeper ", 1),
+        daemon_version
+    );
+
+    let (code, stdout, stderr) = run_tools(&["--log-level", "wraning", "seed"], &[]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stderr.starts_with(
+            "presence-sweeper-tools: configuration error: log.level = \"wraning\" (from --log-level)"
+        ),
+        "{stderr}"
+    );
+
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(
+        dir.path(),
+        "c.toml",
+        "[sweeps.cursor]\nmatch = \"cursor:*\"\nttl = \"60s\"\nschedule = \"1s\"\nevent = \"gone\"\n",
+    );
+    let env = [
+        ("PRESENCE_SWEEPER_CONFIG", file.to_str().unwrap()),
+        ("PRESENCE_SWEEPER__REDIS__URL", &server.url()),
+    ];
+    let (code, stdout, stderr) = run_tools(&["seed", "--sweep", "nope"], &env);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("unknown sweep `nope`"), "{stderr}");
+    let (code, stdout, stderr) =
+        run_tools(&["seed", "--sweep", "cursor", "--conversations", "3"], &env);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let keys: BTreeSet<String> = server.con().keys("*").unwrap();
+    assert_eq!(
+        keys,
+        ["cursor:c1", "cursor:c2", "cursor:c3"]
+            .map(String::from)
+            .into()
+    );
 }
 
 /// Everything in the database, to prove a command changed nothing.
@@ -411,7 +484,7 @@ fn simulate(url: &str, args: &[&str]) -> (i32, String, String) {
         "1",
     ];
     all.extend(args);
-    run_binary(&all, &[])
+    run_tools(&all, &[])
 }
 
 /// Keys in the database, but for the daemon's own canary.
@@ -491,7 +564,7 @@ fn simulate_without_a_sweeper_reports_missed_zombies() {
 #[test]
 fn simulate_stops_on_ctrl_c_and_cleans_up() {
     let server = RedisServer::start();
-    let mut sim = Binary::spawn(
+    let mut sim = Binary::spawn_tools(
         SIM_TOML,
         &[
             "simulate",

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::duration::MAX_LEASE_TTL;
 use super::section::{Key, Shown};
 
 /// `[coordination]`. Every setting is explained in the shipped `config/presence-sweeper.toml`.
@@ -25,7 +26,7 @@ impl CoordinationConfig {
         Key {
             name: "lease_ttl",
             read: |t, k, c| {
-                let ttl = t.duration_field(k)?;
+                let ttl = t.duration_field(k, MAX_LEASE_TTL)?;
                 if ttl.value < Duration::from_secs(1) {
                     // A lease is renewed a third of the way through: shorter leaves no margin.
                     return Err(ttl.invalid(

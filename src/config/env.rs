@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use super::error::ConfigError;
 use super::{ENV_PREFIX, ENV_SEPARATOR};
 
 /// The configuration file, when `--config` is not given.
@@ -46,6 +47,38 @@ pub(super) fn variable_for(key: &str) -> String {
         name.push_str(&part.to_uppercase());
     }
     name
+}
+
+/// The dotted key that variable `name` sets, from `rest`, its name after the prefix and the
+/// separator: `REDIS__URL` sets `redis.url`. Names are not case-sensitive.
+pub(super) fn key_of(name: &str, rest: &str) -> Result<String, ConfigError> {
+    let parts: Vec<&str> = rest.split(ENV_SEPARATOR).collect();
+    // A sweep's own name may start or end with `_`; no section or key name does.
+    let sweep_name = |i: usize| i == 1 && parts[0].eq_ignore_ascii_case("sweeps");
+    let malformed = |(i, part): (usize, &&str)| {
+        part.is_empty() || (!sweep_name(i) && (part.starts_with('_') || part.ends_with('_')))
+    };
+    if parts.iter().enumerate().any(malformed) {
+        let meant: Vec<String> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                if sweep_name(i) {
+                    *p
+                } else {
+                    p.trim_matches('_')
+                }
+            })
+            .filter(|p| !p.is_empty())
+            .map(str::to_uppercase)
+            .collect();
+        return Err(ConfigError::MalformedVariable {
+            name: name.to_owned(),
+            meant: (!meant.is_empty())
+                .then(|| format!("{ENV_PREFIX}{ENV_SEPARATOR}{}", meant.join(ENV_SEPARATOR))),
+        });
+    }
+    Ok(parts.join(".").to_lowercase())
 }
 
 /// The variables of `env` that look meant for presence-sweeper but set nothing, ordered by

@@ -1,11 +1,15 @@
 //! The layers the `config` crate merges that presence-sweeper supplies itself: the file, read
-//! once and named as the operator gave it, and the command-line flags, each named by its flag.
+//! once and named as the operator gave it; the environment, each value named by its variable;
+//! and the command-line flags, each named by its flag.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use config::{FileFormat, Format, Map, Source, Value, ValueKind};
 
-use super::error::ConfigError;
+use super::env::key_of;
+use super::error::{ConfigError, Origin};
+use super::{ENV_PREFIX, ENV_SEPARATOR};
 
 /// The configuration file, read once. The `config` crate's own file source would name it by a
 /// rewritten path (relative to the working directory) and also try `path.toml`, `path.json`...
@@ -39,8 +43,9 @@ impl Source for FileLayer {
     }
 
     fn collect(&self) -> Result<Map<String, Value>, config::ConfigError> {
+        let origin = Origin::File(self.shown.clone()).tag();
         FileFormat::Toml
-            .parse(Some(&self.shown), &self.text)
+            .parse(origin.as_ref(), &self.text)
             .map_err(|cause| config::ConfigError::FileParse {
                 uri: Some(self.shown.clone()),
                 cause,
@@ -62,10 +67,72 @@ impl Source for FlagLayer {
             .0
             .iter()
             .map(|(key, flag, value)| {
-                let origin = (*flag).to_owned();
-                let value = Value::new(Some(&origin), ValueKind::String(value.clone()));
+                let origin = Origin::Flag((*flag).to_owned()).tag();
+                let value = Value::new(origin.as_ref(), ValueKind::String(value.clone()));
                 ((*key).to_owned(), value)
             })
             .collect())
+    }
+}
+
+/// The `PRESENCE_SWEEPER__SECTION__KEY` variables: (dotted key, variable, value), ordered by
+/// variable. The `config` crate's own environment source names every value "the environment",
+/// and makes a key nobody asked for (`_redis`) of a malformed name
+/// (`PRESENCE_SWEEPER___REDIS__URL`); this one names each variable, and refuses such names.
+#[derive(Debug, Clone, Default)]
+pub(super) struct EnvLayer(Vec<(String, String, String)>);
+
+impl EnvLayer {
+    pub(super) fn read(env: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        // The prefix is matched whatever its case, as the `config` crate does.
+        let settings = format!("{ENV_PREFIX}{ENV_SEPARATOR}");
+        let mut found: Vec<(&str, &str)> = env
+            .iter()
+            .filter_map(|(name, value)| {
+                let head = name.get(..settings.len())?;
+                head.eq_ignore_ascii_case(&settings)
+                    .then_some((name.as_str(), value.as_str()))
+            })
+            .collect();
+        found.sort_unstable();
+        found
+            .into_iter()
+            .map(|(name, value)| {
+                let key = key_of(name, &name[settings.len()..])?;
+                Ok((key, name.to_owned(), value.to_owned()))
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
+impl Source for EnvLayer {
+    fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
+        Box::new(self.clone())
+    }
+
+    fn collect(&self) -> Result<Map<String, Value>, config::ConfigError> {
+        Ok(self
+            .0
+            .iter()
+            .map(|(key, name, value)| {
+                let origin = Origin::Variable(name.clone()).tag();
+                (key.clone(), Value::new(origin.as_ref(), typed(value)))
+            })
+            .collect())
+    }
+}
+
+/// A variable's value as the `config` crate's `try_parsing` reads it: a boolean, a whole
+/// number, a number, or else a string (the sections read strings where they want them).
+fn typed(value: &str) -> ValueKind {
+    if let Ok(b) = value.to_lowercase().parse::<bool>() {
+        ValueKind::Boolean(b)
+    } else if let Ok(n) = value.parse::<i64>() {
+        ValueKind::I64(n)
+    } else if let Ok(x) = value.parse::<f64>() {
+        ValueKind::Float(x)
+    } else {
+        ValueKind::String(value.to_owned())
     }
 }

@@ -10,6 +10,7 @@
 //! `docs/configuration.md` is generated.
 
 mod coordination;
+mod duration;
 mod env;
 mod error;
 mod events;
@@ -21,6 +22,7 @@ pub(crate) mod pattern;
 pub(crate) mod redact;
 mod redis;
 mod scan;
+mod schedule;
 mod secret;
 mod section;
 mod sweep;
@@ -34,15 +36,18 @@ use std::path::PathBuf;
 use config::FileFormat;
 
 pub use self::coordination::CoordinationConfig;
+pub use self::duration::{MAX_INTERVAL, MAX_LEASE_TTL, MAX_TIMEOUT, MAX_TTL};
 pub use self::env::{CONFIG_VAR, UnknownVariable};
 pub use self::error::{ConfigError, Origin};
 pub use self::events::EventsConfig;
 pub use self::evict::EvictConfig;
 pub use self::http::HttpConfig;
-use self::layers::{FileLayer, FlagLayer};
+use self::layers::{EnvLayer, FileLayer, FlagLayer};
 pub use self::log::{LogConfig, LogFormat};
+pub use self::pattern::{CONVERSATION_ID, KeyPattern};
 pub use self::redis::{RedisConfig, RedisMode, TlsConfig};
 pub use self::scan::ScanConfig;
+pub use self::schedule::{Schedule, ScheduleError};
 pub use self::secret::{Secret, redact_url};
 use self::section::Key;
 pub use self::sweep::{ScoreUnit, StormGuardConfig, SweepConfig};
@@ -147,18 +152,8 @@ impl Config {
         if let Some(path) = &sources.file {
             builder = builder.add_source(FileLayer::read(path)?);
         }
-        let env: config::Map<String, String> = sources
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
         let merged = builder
-            .add_source(
-                config::Environment::with_prefix(ENV_PREFIX)
-                    .separator(ENV_SEPARATOR)
-                    .try_parsing(true)
-                    .source(Some(env)),
-            )
+            .add_source(EnvLayer::read(&sources.env)?)
             .add_source(sources.overrides.layer())
             .build()
             .map_err(|e| match e {

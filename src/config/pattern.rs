@@ -90,7 +90,7 @@ impl fmt::Display for KeyPattern {
 }
 
 /// The placeholder a channel template may contain.
-pub(crate) const CONVERSATION_ID: &str = "{conversation_id}";
+pub const CONVERSATION_ID: &str = "{conversation_id}";
 
 /// A channel name with `{conversation_id}` placeholders.
 #[derive(Debug, Clone, PartialEq, Eq)]

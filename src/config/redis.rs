@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::duration::MAX_TIMEOUT;
 use super::error::ConfigError;
 use super::secret::{Secret, read_pem, read_secret, redact_url};
 use super::section::{self, Key, Shown};
@@ -230,12 +231,12 @@ impl RedisConfig {
         },
         Key {
             name: "connect_timeout",
-            read: |t, k, c| t.duration(k).map(|d| c.connect_timeout = d),
+            read: |t, k, c| t.duration(k, MAX_TIMEOUT).map(|d| c.connect_timeout = d),
             show: |c| Shown::duration(c.connect_timeout),
         },
         Key {
             name: "command_timeout",
-            read: |t, k, c| t.duration(k).map(|d| c.command_timeout = d),
+            read: |t, k, c| t.duration(k, MAX_TIMEOUT).map(|d| c.command_timeout = d),
             show: |c| Shown::duration(c.command_timeout),
         },
         Key {

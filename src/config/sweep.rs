@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
+use super::duration::MAX_TTL;
 use super::error::ConfigError;
+use super::schedule::Schedule;
 use super::section::{self, Key, Shown};
 use super::tree::Table;
 use crate::config::pattern::{ChannelTemplate, KeyPattern};
-use crate::tracking::schedule::Schedule;
 
 /// Fields of every event, which a sweep's name (its roster field) must not shadow.
 const RESERVED_NAMES: &[&str] = &[
@@ -171,7 +172,7 @@ impl SweepConfig {
         },
         Key {
             name: "ttl",
-            read: |t, k, s| t.duration(k).map(|d| s.ttl = d),
+            read: |t, k, s| t.duration(k, MAX_TTL).map(|d| s.ttl = d),
             show: |s| Shown::duration(s.ttl),
         },
         Key {
@@ -217,7 +218,11 @@ impl SweepConfig {
                 s.score_unit = match unit.value.as_str() {
                     "seconds" | "s" => ScoreUnit::Seconds,
                     "milliseconds" | "ms" => ScoreUnit::Milliseconds,
-                    _ => return Err(unit.invalid("must be \"seconds\" or \"milliseconds\"")),
+                    _ => {
+                        return Err(unit.invalid(
+                            "must be \"seconds\" (or \"s\") or \"milliseconds\" (or \"ms\")",
+                        ));
+                    }
                 };
                 Ok(())
             },
@@ -265,7 +270,10 @@ impl SweepConfig {
         },
         Key {
             name: "hold",
-            read: |t, k, s| t.optional_duration(k).map(|d| s.storm_guard.hold = d),
+            read: |t, k, s| {
+                t.optional_duration(k, MAX_TTL)
+                    .map(|d| s.storm_guard.hold = d)
+            },
             show: |s| match s.storm_guard.hold {
                 Some(hold) => Shown::duration(hold),
                 None => Shown::duration(s.ttl).noted("the sweep's ttl"),

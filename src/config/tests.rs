@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use super::*;
-use crate::tracking::schedule::Schedule;
 
 fn load_with(file_text: Option<&str>, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
     let dir = std::env::temp_dir().join(format!(
@@ -111,10 +110,133 @@ fn unknown_keys_are_named_with_their_layer() {
     let e = load_with(None, &[("PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL", "4s")]).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "unknown configuration key `sweeps.online.tll` (from the environment)"
+        "unknown configuration key `sweeps.online.tll` (from PRESENCE_SWEEPER__SWEEPS__ONLINE__TLL)"
     );
-    let e = load_with(Some("[metrics]\nport = 1\n"), &[]).unwrap_err();
-    assert!(e.to_string().contains("`metrics`"), "{e}");
+}
+
+#[test]
+fn unknown_tables_are_named_with_their_layer() {
+    let e = load_with(Some("[metrics]\nlisten = \"x\"\n"), &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("unknown configuration key `metrics` (in "),
+        "{msg}"
+    );
+    assert!(msg.ends_with("c.toml)"), "{msg}");
+    let e = load_with(Some("[sweeps.online.guard]\nshare = 1\n"), &[]).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("unknown configuration key `sweeps.online.guard` (in "),
+        "{msg}"
+    );
+    let e = load_with(None, &[("PRESENCE_SWEEPER__METRICS__LISTEN", ":9")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unknown configuration key `metrics` (from PRESENCE_SWEEPER__METRICS__LISTEN)"
+    );
+}
+
+#[test]
+fn malformed_variables_are_named_with_what_is_wrong() {
+    for (name, meant) in [
+        (
+            "PRESENCE_SWEEPER___REDIS__URL",
+            "PRESENCE_SWEEPER__REDIS__URL",
+        ),
+        (
+            "PRESENCE_SWEEPER__REDIS___URL",
+            "PRESENCE_SWEEPER__REDIS__URL",
+        ),
+        (
+            "PRESENCE_SWEEPER__REDIS____URL",
+            "PRESENCE_SWEEPER__REDIS__URL",
+        ),
+        (
+            "presence_sweeper__redis__url_",
+            "PRESENCE_SWEEPER__REDIS__URL",
+        ),
+    ] {
+        let e = load_with(None, &[(name, "redis://x:1")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "environment variable {name} is malformed: the prefix, the section and the key \
+                 are joined by exactly two underscores (PRESENCE_SWEEPER__SECTION__KEY); did you \
+                 mean {meant}?"
+            )
+        );
+    }
+    let e = load_with(None, &[("PRESENCE_SWEEPER__", "x")]).unwrap_err();
+    assert!(
+        e.to_string().ends_with("(PRESENCE_SWEEPER__SECTION__KEY)"),
+        "{e}"
+    );
+    // A sweep's own name may start with `_`, so its variable has three underscores in a row.
+    let c = load_with(
+        None,
+        &[
+            ("PRESENCE_SWEEPER__SWEEPS___DRAFT__MATCH", "d:*"),
+            ("PRESENCE_SWEEPER__SWEEPS___DRAFT__TTL", "9s"),
+            ("PRESENCE_SWEEPER__SWEEPS___DRAFT__SCHEDULE", "1s"),
+            ("presence_sweeper__sweeps___draft__event", "draft.stop"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.sweep("_draft").unwrap().ttl, Duration::from_secs(9));
+}
+
+#[test]
+fn values_from_the_environment_name_their_variable() {
+    let e = load_with(None, &[("PRESENCE_SWEEPER__SCAN__COUNT", "lots")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "scan.count = \"lots\" (from PRESENCE_SWEEPER__SCAN__COUNT): must be a whole number"
+    );
+    let var = "PRESENCE_SWEEPER__REDIS__COMMAND_TIMEOUT";
+    let e = load_with(Some("[redis]\ncommand_timeout = \"1s\"\n"), &[(var, "2h")]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!("redis.command_timeout = \"2h\" (from {var}): must be at most 1h")
+    );
+    // Types as the `config` crate's `try_parsing` read them.
+    let c = load_with(
+        None,
+        &[
+            ("PRESENCE_SWEEPER__SCAN__COUNT", "7"),
+            ("PRESENCE_SWEEPER__SWEEPS__TYPING__ENABLED", "False"),
+            (
+                "PRESENCE_SWEEPER__SWEEPS__ONLINE__STORM_GUARD__SHARE",
+                "0.25",
+            ),
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.scan.count, 7);
+    assert!(!c.sweep("typing").unwrap().enabled);
+    assert!((c.sweep("online").unwrap().storm_guard.share - 0.25).abs() < f64::EPSILON);
+}
+
+#[test]
+fn score_unit_takes_its_documented_short_forms() {
+    for (text, unit) in [
+        ("seconds", ScoreUnit::Seconds),
+        ("s", ScoreUnit::Seconds),
+        ("milliseconds", ScoreUnit::Milliseconds),
+        ("ms", ScoreUnit::Milliseconds),
+    ] {
+        let file = format!("[sweeps.online]\nscore_unit = \"{text}\"\n");
+        let c = load_with(Some(&file), &[]).unwrap();
+        assert_eq!(c.sweep("online").unwrap().score_unit, unit, "{text}");
+    }
+    let e = load_with(Some("[sweeps.online]\nscore_unit = \"MS\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with(": must be \"seconds\" (or \"s\") or \"milliseconds\" (or \"ms\")"),
+        "{e}"
+    );
+    let shipped = include_str!("../../config/presence-sweeper.toml");
+    assert!(shipped.contains("# \"seconds\" (or \"s\") or \"milliseconds\" (or \"ms\")"));
 }
 
 #[test]
@@ -326,6 +448,120 @@ fn flags_are_named_as_the_origin() {
     assert!(
         e.to_string()
             .starts_with("log.level = \"wraning\" (from --log-level): \"wraning\" is not a level"),
+        "{e}"
+    );
+}
+
+/// Every duration key and the longest value it takes. Sweep keys are those of the built-in
+/// `online` sweep, which the shipped file explains.
+const DURATION_BOUNDS: &[(&str, Duration)] = &[
+    ("redis.connect_timeout", MAX_TIMEOUT),
+    ("redis.command_timeout", MAX_TIMEOUT),
+    ("tracking.reconcile_interval", MAX_INTERVAL),
+    ("coordination.lease_ttl", MAX_LEASE_TTL),
+    ("sweeps.online.ttl", MAX_TTL),
+    ("sweeps.online.schedule", MAX_INTERVAL),
+    ("sweeps.online.storm_guard.hold", MAX_TTL),
+];
+
+/// The dotted keys `check-config` prints whose value is a duration.
+fn duration_keys(c: &Config) -> Vec<String> {
+    let mut table = String::new();
+    c.to_toml()
+        .lines()
+        .filter_map(|line| {
+            let key = effective_key(&mut table, line)?;
+            let value = line.split_once(" = ")?.1;
+            // Durations are strings; humantime would also take a bare 0.
+            let text = value
+                .split("  #")
+                .next()?
+                .strip_prefix('"')?
+                .strip_suffix('"')?;
+            humantime::parse_duration(text).is_ok().then_some(key)
+        })
+        .collect()
+}
+
+#[test]
+fn every_duration_key_has_a_bound() {
+    let c = load_with(None, &[]).unwrap();
+    let keys = duration_keys(&c);
+    assert!(keys.len() >= DURATION_BOUNDS.len(), "{keys:?}");
+    for key in keys {
+        let key = key.replace("sweeps.typing.", "sweeps.online.");
+        assert!(
+            DURATION_BOUNDS.iter().any(|(k, _)| *k == key),
+            "{key} is a duration without a bound in DURATION_BOUNDS"
+        );
+    }
+}
+
+#[test]
+fn every_duration_key_takes_its_bound_and_refuses_more() {
+    for (key, max) in DURATION_BOUNDS {
+        let (table, name) = key.rsplit_once('.').unwrap();
+        let at = humantime::format_duration(*max).to_string();
+        let c = load_with(Some(&format!("[{table}]\n{name} = \"{at}\"\n")), &[])
+            .unwrap_or_else(|e| panic!("{key} = {at}: {e}"));
+        assert!(c.to_toml().contains(&format!("{name} = \"{at}\"")), "{key}");
+        for above in [format!("{at} 1ms"), "9999999999999999999s".to_owned()] {
+            let file = format!("[{table}]\n{name} = \"{above}\"\n");
+            let e = load_with(Some(&file), &[]).unwrap_err().to_string();
+            let named = format!("{key} = \"{above}\" (in ");
+            assert!(e.starts_with(&named), "{e}");
+            assert!(e.ends_with(&format!(": must be at most {at}")), "{e}");
+            let var = env::variable_for(key);
+            let e = load_with(None, &[(&var, &above)]).unwrap_err().to_string();
+            let said = format!("{key} = \"{above}\" (from {var}): must be at most {at}");
+            assert_eq!(e, said);
+        }
+    }
+}
+
+#[test]
+fn the_shipped_file_states_every_bound() {
+    let shipped = include_str!("../../config/presence-sweeper.toml");
+    for (key, max) in DURATION_BOUNDS {
+        let (table, name) = key.rsplit_once('.').unwrap();
+        let at = humantime::format_duration(*max);
+        let section = shipped
+            .split_once(&format!("\n[{table}]\n"))
+            .unwrap_or_else(|| panic!("[{table}] in the shipped file"))
+            .1;
+        let before = section
+            .lines()
+            .take_while(|l| !l.starts_with(&format!("{name} = ")))
+            .take_while(|l| !l.starts_with(&format!("# {name} = ")))
+            .collect::<Vec<_>>();
+        let comment: Vec<&str> = before
+            .iter()
+            .rev()
+            .take_while(|l| l.starts_with('#'))
+            .copied()
+            .collect();
+        let said = comment
+            .iter()
+            .any(|l| l.to_lowercase().contains(&format!("at most \"{at}\"")));
+        assert!(said, "the comment above {key} says `at most \"{at}\"`");
+    }
+}
+
+#[test]
+fn a_negative_duration_is_called_negative() {
+    let e = load_with(Some("[sweeps.online]\nttl = \"-5s\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("sweeps.online.ttl = \"-5s\" (in "), "{e}");
+    assert!(
+        e.ends_with(": negative: a duration must be greater than zero"),
+        "{e}"
+    );
+    let e = load_with(Some("[sweeps.online]\nschedule = \"-5s\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with(": negative: a duration must be greater than zero"),
         "{e}"
     );
 }

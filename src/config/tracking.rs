@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::duration::MAX_INTERVAL;
 use super::section::{Key, Shown};
 
 /// `[tracking]`. Every setting is explained in the shipped `config/presence-sweeper.toml`.
@@ -67,7 +68,7 @@ impl TrackingConfig {
         Key {
             name: "reconcile_interval",
             read: |t, k, c| {
-                let d = t.duration_field(k)?;
+                let d = t.duration_field(k, MAX_INTERVAL)?;
                 if d.value < Duration::from_secs(1) {
                     return Err(d.invalid("must be at least 1s"));
                 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use config::{Map, Value, ValueKind};
 
+use super::duration;
 use super::error::{ConfigError, Origin};
 
 /// Folds a multi-line parser message (with its source snippet) into one line.
@@ -76,7 +77,7 @@ impl Table {
 
     pub(super) fn take(&mut self, name: &str) -> Option<(String, Value)> {
         let value = self.map.remove(name)?;
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         self.read
             .insert(name.to_owned(), (show(&value.kind), origin));
         Some((self.key(name), value))
@@ -108,22 +109,20 @@ impl Table {
     /// The layer that defined this table. The `config` crate gives merged tables no origin, so
     /// this is that of the first of its values that has one.
     fn defined_in(&self) -> Origin {
-        let values = self.read.values().map(|(_, o)| o.0.clone());
-        let unread = self.map.values().map(|v| v.origin().map(str::to_owned));
-        self.origin
-            .0
-            .clone()
-            .into_iter()
-            .chain(values.chain(unread).flatten())
-            .next()
-            .map_or_else(Origin::default, |o| Origin(Some(o)))
+        let values = self.read.values().map(|(_, o)| o.clone());
+        let unread = self.map.values().map(Origin::of);
+        std::iter::once(self.origin.clone())
+            .chain(values)
+            .chain(unread)
+            .find(|o| *o != Origin::BuiltIn)
+            .unwrap_or_default()
     }
 
     pub(super) fn table(&mut self, name: &str) -> Result<Table, ConfigError> {
         let Some((key, value)) = self.take(name) else {
             return Ok(Table::new(self.key(name), Map::new()));
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         match value.kind {
             ValueKind::Table(map) => Ok(Table {
                 path: key,
@@ -157,7 +156,7 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Ok(None);
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let shown = show(&value.kind);
         match value.kind {
             ValueKind::String(s) => Ok(Some(Field {
@@ -194,12 +193,12 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Ok(Vec::new());
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let items: Vec<(String, Origin)> = match value.kind {
             ValueKind::Array(items) => items
                 .into_iter()
                 .map(|v| {
-                    let o = Origin(v.origin().map(str::to_owned));
+                    let o = Origin::of(&v);
                     match v.kind {
                         ValueKind::String(s) => Ok((s, o)),
                         other => Err(ConfigError::Invalid {
@@ -238,18 +237,20 @@ impl Table {
             .collect())
     }
 
-    pub(super) fn duration(&mut self, name: &str) -> Result<Duration, ConfigError> {
-        self.duration_field(name).map(|f| f.value)
+    /// A duration greater than zero and at most `max`.
+    pub(super) fn duration(&mut self, name: &str, max: Duration) -> Result<Duration, ConfigError> {
+        self.duration_field(name, max).map(|f| f.value)
     }
 
-    /// A positive duration, kept with its key and origin for checks of its own.
-    pub(super) fn duration_field(&mut self, name: &str) -> Result<Field<Duration>, ConfigError> {
+    /// A duration greater than zero and at most `max`, kept with its key and origin for checks
+    /// of its own.
+    pub(super) fn duration_field(
+        &mut self,
+        name: &str,
+        max: Duration,
+    ) -> Result<Field<Duration>, ConfigError> {
         let text = self.string(name)?;
-        let d = humantime::parse_duration(text.value.trim())
-            .map_err(|e| text.invalid(&format!("not a duration like \"45s\" or \"250ms\": {e}")))?;
-        if d.is_zero() {
-            return Err(text.invalid("must be greater than zero"));
-        }
+        let d = duration::parse(&text.value, max).map_err(|reason| text.invalid(&reason))?;
         Ok(Field {
             key: text.key,
             value: d,
@@ -262,7 +263,7 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Err(self.missing(name));
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let shown = show(&value.kind);
         let n = value.into_int().map_err(|_| ConfigError::Invalid {
             key: key.clone(),
@@ -291,7 +292,7 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Ok(None);
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let shown = show(&value.kind);
         let invalid = |reason: String| ConfigError::Invalid {
             key: key.clone(),
@@ -328,15 +329,16 @@ impl Table {
         self.integer(name, min, max).map(Some)
     }
 
-    /// A positive duration, if set.
+    /// A duration greater than zero and at most `max`, if set.
     pub(super) fn optional_duration(
         &mut self,
         name: &str,
+        max: Duration,
     ) -> Result<Option<Duration>, ConfigError> {
         if !self.map.contains_key(name) {
             return Ok(None);
         }
-        self.duration(name).map(Some)
+        self.duration(name, max).map(Some)
     }
 
     pub(super) fn bool(&mut self, name: &str) -> Result<bool, ConfigError> {
@@ -347,7 +349,7 @@ impl Table {
         let Some((key, value)) = self.take(name) else {
             return Ok(None);
         };
-        let origin = Origin(value.origin().map(str::to_owned));
+        let origin = Origin::of(&value);
         let shown = show(&value.kind);
         match value.kind {
             ValueKind::Boolean(b) => Ok(Some(b)),
@@ -371,9 +373,9 @@ impl Table {
                 } else {
                     format!("{}.{name}", self.path)
                 },
-                origin: match value.origin() {
-                    Some(o) => Origin(Some(o.to_owned())),
-                    None => self.origin,
+                origin: match Origin::of(&value) {
+                    Origin::BuiltIn => self.origin,
+                    origin => origin,
                 },
             }),
         }

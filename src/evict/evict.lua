@@ -12,8 +12,7 @@
 -- ARGV[3]  chunk: most members one ZRANGE / ZREMRANGEBYRANK step touches
 -- ARGV[4]  budget: most members this call removes or returns over all keys; keeps it short
 -- ARGV[5]  roster limit: most remaining members returned per key that lost members
--- ARGV[6]  '' to use TIME, or a fixed "now" in the score unit (tests)
--- ARGV[7]  '' or a ceiling in the score unit: staleness is judged at the earlier of it and now
+-- ARGV[6]  '' or a ceiling in the score unit: staleness is judged at the earlier of it and now
 --          (after an outage the daemon judges at the outage's start, so that members who could
 --          not heartbeat meanwhile are spared); events are still stamped with now
 --
@@ -31,20 +30,16 @@ local chunk = tonumber(ARGV[3])
 local budget = tonumber(ARGV[4])
 local roster_limit = tonumber(ARGV[5])
 
+local t = redis.call('TIME')
 local now
-if ARGV[6] ~= '' then
-  now = tonumber(ARGV[6])
+if ARGV[2] == 'ms' then
+  now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 else
-  local t = redis.call('TIME')
-  if ARGV[2] == 'ms' then
-    now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
-  else
-    now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-  end
+  now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 local judged = now
-if ARGV[7] and ARGV[7] ~= '' then
-  judged = math.min(now, tonumber(ARGV[7]))
+if ARGV[6] and ARGV[6] ~= '' then
+  judged = math.min(now, tonumber(ARGV[6]))
 end
 local cutoff = judged - ttl
 -- Exclusive bound: a score exactly at the cutoff is still inside the window.

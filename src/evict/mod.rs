@@ -28,25 +28,6 @@ use crate::config::ScoreUnit;
 
 pub use script::EvictScript;
 
-/// Where "now" comes from.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Clock {
-    /// Redis `TIME`: the one clock every writer and sweeper agrees on.
-    Redis,
-    /// A fixed instant in Unix seconds, so tests can put members exactly on the boundary.
-    Fixed(f64),
-}
-
-impl Clock {
-    /// The fixed instant, if any.
-    pub(crate) fn fixed(self) -> Option<f64> {
-        match self {
-            Self::Fixed(t) => Some(t),
-            Self::Redis => None,
-        }
-    }
-}
-
 /// The staleness bound of one check: members scoring below it are zombies.
 #[derive(Debug, Clone)]
 pub(crate) struct Cutoff {

@@ -5,7 +5,6 @@
 //! long whatever the size of a set; keys the budget did not cover come back marked for another
 //! call.
 
-use super::Clock;
 use crate::config::ScoreUnit;
 use crate::store::reply::{ReplyError, float, int, members, scored};
 use crate::store::{Node, Packed, SendPacked, Value, all_ok};
@@ -24,8 +23,6 @@ pub(crate) struct Params {
     pub(crate) budget: usize,
     /// Most remaining members returned per key that lost members.
     pub(crate) roster: usize,
-    /// The clock.
-    pub(crate) clock: Clock,
     /// Staleness is judged no later than this instant (Unix seconds), though events are
     /// stamped with the script's own `TIME`: the daemon's judging instant, held back after an
     /// outage.
@@ -99,7 +96,7 @@ impl EvictScript {
     /// The arguments of `EVALSHA` for `keys` with `params`.
     fn args(&self, keys: &[Vec<u8>], params: &Params) -> Vec<Vec<u8>> {
         let unit = |secs: f64| format!("{:?}", params.unit.from_seconds(secs));
-        let mut argv: Vec<Vec<u8>> = Vec::with_capacity(9 + keys.len());
+        let mut argv: Vec<Vec<u8>> = Vec::with_capacity(8 + keys.len());
         argv.push(self.hash().as_bytes().to_vec());
         argv.push(keys.len().to_string().into_bytes());
         argv.extend(keys.iter().cloned());
@@ -114,7 +111,6 @@ impl EvictScript {
                 CHUNK.to_string(),
                 params.budget.to_string(),
                 params.roster.to_string(),
-                params.clock.fixed().map_or_else(String::new, unit),
                 params.judge_by.map_or_else(String::new, unit),
             ]
             .map(String::into_bytes),
@@ -131,7 +127,6 @@ impl EvictScript {
             unit: ScoreUnit::Seconds,
             budget: 0,
             roster: 0,
-            clock: Clock::Redis,
             judge_by: None,
         };
         let mut cmd = redis::cmd("EVALSHA");
@@ -255,9 +250,9 @@ mod tests {
     fn the_preflights_call_has_the_scripts_arguments() {
         let script = EvictScript::new();
         let packed = script.idle_call(b"presence:c1:online").get_packed_command();
-        // EVALSHA, the hash, 1 key and the key, then the seven parameters, the budget 0.
+        // EVALSHA, the hash, 1 key and the key, then the six parameters, the budget 0.
         assert!(
-            packed.starts_with(b"*11\r\n$7\r\nEVALSHA\r\n"),
+            packed.starts_with(b"*10\r\n$7\r\nEVALSHA\r\n"),
             "{packed:?}"
         );
         let text = String::from_utf8_lossy(&packed);

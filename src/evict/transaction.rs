@@ -51,22 +51,20 @@ pub(crate) struct Evicted {
 /// Evicts the zombies of `groups` of keys, one `MULTI`/`EXEC` per group, all in one pipeline.
 /// A group is the whole batch on a single server; in a cluster it is the keys of one hash slot,
 /// since a transaction may not span slots. Returns the eviction instant (Unix seconds, from a
-/// `TIME` just before the transactions unless `fixed_now` is given) and, per key in group order,
-/// what was removed (a key whose slot moved in a cluster is found on its new node by that node's
-/// walk).
+/// `TIME` just before the transactions) and, per key in group order, what was removed (a key
+/// whose slot moved in a cluster is found on its new node by that node's walk).
 /// With `oldest`, each key's lowest remaining score is read too.
 pub(crate) async fn evict(
     con: &mut Node,
     groups: &[Vec<&[u8]>],
     cutoff: &Cutoff,
-    fixed_now: Option<f64>,
     oldest: bool,
     roster: usize,
 ) -> Result<(f64, Vec<TxKey>), Error> {
     let batch = batch(groups, cutoff.below.as_bytes(), oldest, roster);
     // The replies are read in place: a roster's members go straight into its JSON.
     let raw = con.send_packed_raw(batch).await?;
-    read_replies(&raw, groups, fixed_now, oldest, roster)
+    read_replies(&raw, groups, oldest, roster)
 }
 
 /// `TIME`, then one `MULTI`/`EXEC` per group with three or four reads per key: ZRANGE of the
@@ -105,19 +103,12 @@ fn batch(groups: &[Vec<&[u8]>], below: &[u8], oldest: bool, roster: usize) -> Pa
 fn read_replies(
     raw: &[u8],
     groups: &[Vec<&[u8]>],
-    fixed_now: Option<f64>,
     oldest: bool,
     roster: usize,
 ) -> Result<(f64, Vec<TxKey>), Error> {
     let per_key = if oldest { 4 } else { 3 };
     let mut r = Reader::new(raw);
-    let now = match fixed_now {
-        Some(now) => {
-            r.skip()?;
-            now
-        }
-        None => read_time(&mut r)?,
-    };
+    let now = read_time(&mut r)?;
     let mut out = Vec::with_capacity(groups.iter().map(Vec::len).sum());
     // The roster arrives oldest first; its members wait here to be written newest first.
     let mut ascending = Vec::with_capacity(ROSTER_LIMIT);
@@ -374,7 +365,7 @@ mod tests {
     }
 
     fn read(raw: &[u8], groups: &[Vec<&[u8]>]) -> Result<(f64, Vec<String>), Error> {
-        let (now, keys) = read_replies(raw, groups, None, true, 100)?;
+        let (now, keys) = read_replies(raw, groups, true, 100)?;
         Ok((now, keys.iter().map(|k| format!("{k:?}")).collect()))
     }
 
@@ -435,14 +426,12 @@ mod tests {
     const QUEUED3: &str = "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n";
 
     #[test]
-    fn the_eviction_instant_is_time_or_the_fixed_one() {
+    fn the_eviction_instant_is_time() {
         let raw = reply(&[TIME, QUEUED3, "*3\r\n*0\r\n:0\r\n*0\r\n"]);
-        let (now, keys) = read_replies(&raw, &[vec![C1]], None, false, 100).unwrap();
+        let (now, keys) = read_replies(&raw, &[vec![C1]], false, 100).unwrap();
         assert_eq!((now, keys.len()), (1_764_460_046.5, 1));
-        let (now, _) = read_replies(&raw, &[vec![C1]], Some(7.0), false, 100).unwrap();
-        assert_eq!(now, 7.0);
         let raw = reply(&[":1\r\n", QUEUED3, "*3\r\n*0\r\n:0\r\n*0\r\n"]);
-        assert!(read_replies(&raw, &[vec![C1]], None, false, 100).is_err());
+        assert!(read_replies(&raw, &[vec![C1]], false, 100).is_err());
     }
 
     #[test]
@@ -452,12 +441,12 @@ mod tests {
             QUEUED3,
             "*3\r\n*0\r\n:0\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n",
         ]);
-        let (_, keys) = read_replies(&raw, &[vec![C1]], None, false, 2).unwrap();
+        let (_, keys) = read_replies(&raw, &[vec![C1]], false, 2).unwrap();
         let [TxKey::Done(evicted)] = keys.as_slice() else {
             panic!("{keys:?}");
         };
         assert_eq!((evicted.card, evicted.roster.len()), (None, 2));
-        let (_, keys) = read_replies(&raw, &[vec![C1]], None, false, 3).unwrap();
+        let (_, keys) = read_replies(&raw, &[vec![C1]], false, 3).unwrap();
         let [TxKey::Done(evicted)] = keys.as_slice() else {
             panic!("{keys:?}");
         };
@@ -471,7 +460,7 @@ mod tests {
             "+OK\r\n-MOVED 1 127.0.0.1:7001\r\n-MOVED 1 127.0.0.1:7001\r\n",
             "-MOVED 1 127.0.0.1:7001\r\n-EXECABORT Transaction discarded\r\n",
         ]);
-        let (_, keys) = read_replies(&raw, &[vec![C1]], None, false, 100).unwrap();
+        let (_, keys) = read_replies(&raw, &[vec![C1]], false, 100).unwrap();
         assert!(matches!(keys.as_slice(), [TxKey::Moved]), "{keys:?}");
     }
 
@@ -482,7 +471,7 @@ mod tests {
             "+OK\r\n+QUEUED\r\n-READONLY You can't write against a read only replica.\r\n",
             "+QUEUED\r\n-EXECABORT Transaction discarded\r\n",
         ]);
-        let e = read_replies(&raw, &[vec![C1]], None, false, 100).unwrap_err();
+        let e = read_replies(&raw, &[vec![C1]], false, 100).unwrap_err();
         assert!(e.to_string().contains("READONLY"), "{e}");
     }
 
@@ -493,13 +482,13 @@ mod tests {
             TIME,
             "-NOPERM no MULTI for you\r\n*0\r\n:2\r\n*0\r\n-ERR EXEC without MULTI\r\n",
         ]);
-        let e = read_replies(&raw, &[vec![C1]], None, false, 100).unwrap_err();
+        let e = read_replies(&raw, &[vec![C1]], false, 100).unwrap_err();
         assert!(e.to_string().contains("2 members were removed"), "{e}");
         let raw = reply(&[
             TIME,
             "-NOPERM no MULTI for you\r\n*0\r\n:0\r\n*0\r\n-ERR EXEC without MULTI\r\n",
         ]);
-        let e = read_replies(&raw, &[vec![C1]], None, false, 100).unwrap_err();
+        let e = read_replies(&raw, &[vec![C1]], false, 100).unwrap_err();
         assert!(matches!(e, Error::Permission { .. }), "{e}");
     }
 
@@ -511,20 +500,20 @@ mod tests {
             QUEUED3,
             "*3\r\n*4\r\n$1\r\na\r\n$1\r\n1\r\n$1\r\nb\r\n$1\r\n2\r\n:1\r\n*0\r\n",
         ]);
-        assert!(read_replies(&raw, &[vec![C1]], None, false, 100).is_err());
+        assert!(read_replies(&raw, &[vec![C1]], false, 100).is_err());
         // Removed, but the reads failed: those members cannot be announced.
         let raw = reply(&[TIME, QUEUED3, "*3\r\n-ERR oops\r\n:1\r\n-ERR oops\r\n"]);
-        let e = read_replies(&raw, &[vec![C1]], None, false, 100).unwrap_err();
+        let e = read_replies(&raw, &[vec![C1]], false, 100).unwrap_err();
         assert!(e.to_string().contains("cannot be announced"), "{e}");
         // EXEC's array of the wrong length.
         let raw = reply(&[TIME, QUEUED3, "*2\r\n*0\r\n:0\r\n"]);
-        assert!(read_replies(&raw, &[vec![C1]], None, false, 100).is_err());
+        assert!(read_replies(&raw, &[vec![C1]], false, 100).is_err());
         // A score that is not a number.
         let raw = reply(&[
             TIME,
             QUEUED3,
             "*3\r\n*2\r\n$1\r\na\r\n$1\r\nx\r\n:1\r\n*0\r\n",
         ]);
-        assert!(read_replies(&raw, &[vec![C1]], None, false, 100).is_err());
+        assert!(read_replies(&raw, &[vec![C1]], false, 100).is_err());
     }
 }

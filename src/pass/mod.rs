@@ -21,7 +21,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::{EvictConfig, ScanConfig};
-use crate::evict::Clock;
 use crate::store::walk::{self, Pace, Queue};
 use crate::store::{Node, Store};
 use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Purpose, Sweep};
@@ -30,20 +29,35 @@ use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Purpose, Sweep};
 pub(crate) const MAX_PARALLEL_NODES: usize = 8;
 
 /// How a pass runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct PassOptions {
     /// Count what would be evicted; change and publish nothing.
     pub dry_run: bool,
-    /// Where "now" comes from.
-    pub clock: Clock,
+    /// Test hook (the `test-hooks` feature, which release builds leave off): judge staleness
+    /// at this instant, in Unix seconds, instead of at Redis's clock as the walk read it, so
+    /// that tests can put members exactly on the boundary. Events are still stamped with Redis
+    /// `TIME`.
+    #[cfg(feature = "test-hooks")]
+    pub judge_at: Option<f64>,
 }
 
-impl Default for PassOptions {
-    fn default() -> Self {
+impl PassOptions {
+    /// A pass on Redis's clock that evicts, or with `dry_run` only counts.
+    pub fn new(dry_run: bool) -> Self {
         Self {
-            dry_run: false,
-            clock: Clock::Redis,
+            dry_run,
+            #[cfg(feature = "test-hooks")]
+            judge_at: None,
         }
+    }
+
+    /// The instant a batch whose keys the walk read at `time` (Redis's clock) is judged at.
+    fn judge_at(&self, time: f64) -> f64 {
+        #[cfg(feature = "test-hooks")]
+        if let Some(at) = self.judge_at {
+            return at;
+        }
+        time
     }
 }
 
@@ -188,10 +202,9 @@ impl Pass {
                         break;
                     };
                     let check_opts = CheckOpts {
-                        judge_at: time,
+                        judge_at: opts.judge_at(time),
                         purpose: Purpose::Pass {
                             dry_run: opts.dry_run,
-                            fixed: opts.clock.fixed(),
                         },
                         spare_until: None,
                     };

@@ -191,8 +191,9 @@ async fn connect(
                 }
                 ctx.notifier
                     .status(&format!("waiting for Redis at {url}: {why}"));
-                ctx.notifier
-                    .extend_start_timeout(delay + config.redis.connect_timeout * 2);
+                ctx.notifier.extend_start_timeout(
+                    delay.saturating_add(config.redis.connect_timeout.saturating_mul(2)),
+                );
                 ctx.notifier.watchdog();
                 ctx.health.set_redis(Err(why));
             }
@@ -358,7 +359,11 @@ async fn stop_server(server: JoinHandle<()>, stop: CancellationToken) {
 /// A pass that shows no progress for this long is stuck: every Redis call it makes is bounded by
 /// `redis.command_timeout`, so a healthy pass moves on far sooner.
 fn stall_timeout(config: &Config) -> Duration {
-    (config.redis.command_timeout * 4).max(Duration::from_secs(60))
+    config
+        .redis
+        .command_timeout
+        .saturating_mul(4)
+        .max(Duration::from_secs(60))
 }
 
 /// Settings a reload cannot change in a running process; say so instead of ignoring them.

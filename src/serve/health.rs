@@ -36,6 +36,8 @@ struct State {
     refused: BTreeMap<NodeId, String>,
     /// Sweeps whose configuration their data contradicts (a wrong `score_unit`), and why.
     misconfigured: BTreeMap<String, String>,
+    /// Primaries that refuse writes now (OOM, MISCONF, READONLY), and what they refuse.
+    writes_refused: BTreeMap<NodeId, String>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -154,6 +156,17 @@ impl Health {
         };
     }
 
+    /// `node` refuses writes (`Some`: why) or takes them again (`None`): nobody is judged there
+    /// meanwhile, and `/readyz` says so. Liveness is not touched: restarting the daemon would
+    /// not help.
+    pub(crate) fn set_writes_refused(&self, node: &NodeId, why: Option<String>) {
+        let mut state = self.state();
+        match why {
+            Some(why) => state.writes_refused.insert(node.clone(), why),
+            None => state.writes_refused.remove(node),
+        };
+    }
+
     /// Why Redis is not usable now, if it is not.
     fn redis_down(&self) -> Option<String> {
         self.redis_down
@@ -225,6 +238,9 @@ impl Health {
             ));
         }
         if let Some((node, why)) = state.refused.iter().next() {
+            return Err(format!("{node}: {why}"));
+        }
+        if let Some((node, why)) = state.writes_refused.iter().next() {
             return Err(format!("{node}: {why}"));
         }
         if let Some(why) = state.misconfigured.values().next() {

@@ -96,6 +96,9 @@ impl Observer for SweepHandle {
     fn published(&self, events: u64) {
         self.metrics.published(events);
     }
+    fn scores_ahead(&self, keys: u64) {
+        self.metrics.scores_ahead(keys);
+    }
     fn events_failed(&self, events: u64) {
         self.metrics.events_failed(events);
     }
@@ -174,9 +177,17 @@ impl NodeReport for NodeHandle {
     fn failure(&self, trouble: Trouble) {
         self.metrics.redis_failure(trouble);
     }
+    fn clock_step(&self, direction: &'static str, _seconds: f64) {
+        self.metrics.clock_step(&self.node, direction);
+    }
+    fn writes_refused(&self, why: Option<String>) {
+        self.metrics.writes_refused(&self.node, why.is_some());
+        self.health.set_writes_refused(&self.node, why);
+    }
     fn forget(&self) {
         self.metrics.forget_node(&self.node);
         self.health.set_refused(&self.node, None);
+        self.health.set_writes_refused(&self.node, None);
     }
 }
 

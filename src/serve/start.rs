@@ -2,7 +2,7 @@
 //! [`crate::Error`], which Redis's answers make and which never stops the daemon.
 
 use crate::serve::web_config::WebConfigError;
-use crate::tracking::schedule::ScheduleError;
+use crate::tracking::schedule::TickerError;
 
 /// A failure of the process's own setup: exit code 1 at start, or a reload refused.
 #[derive(Debug, thiserror::Error)]
@@ -12,7 +12,7 @@ pub enum StartError {
     WebConfig(#[from] WebConfigError),
     /// A sweep's schedule could not be started.
     #[error(transparent)]
-    Schedule(#[from] ScheduleError),
+    Schedule(#[from] TickerError),
     /// A local I/O operation failed (binding the listener, for instance).
     #[error("{context}: {cause}")]
     Io {

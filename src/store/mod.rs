@@ -39,8 +39,9 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
-pub(crate) use self::conn::{Conn, Node, NodeId};
-pub(crate) use self::name::Opener;
+pub use self::conn::Conn;
+pub(crate) use self::conn::{Node, NodeId};
+pub use self::name::Opener;
 use self::name::Purpose;
 pub(crate) use self::packed::{Packed, SendPacked, all_ok};
 pub(crate) use self::resp::{ServerError, Value};
@@ -52,7 +53,7 @@ pub(crate) use self::wire::is_unsent;
 pub(crate) use self::wire::unsent_error;
 use self::wire::{Target, Wire};
 use crate::Error;
-use crate::config::{RedisConfig, RedisMode, redact_url};
+use crate::config::{RedisConfig, RedisMode};
 
 /// A connection to Redis. Clones share it, so concurrent commands from several sweeps are
 /// pipelined on the same sockets.
@@ -85,8 +86,9 @@ impl Store {
         Self::connect_as(cfg, Opener::Daemon).await
     }
 
-    /// Connects once, naming the connections after `opener`.
-    pub(crate) async fn connect_as(cfg: &RedisConfig, opener: Opener) -> Result<Self, Error> {
+    /// Connects once, as the daemon does, naming the connections after `opener` (a tool names
+    /// them after itself, so that `CLIENT LIST` tells its connections from the daemon's).
+    pub async fn connect_as(cfg: &RedisConfig, opener: Opener) -> Result<Self, Error> {
         let control = opener.name(Purpose::Control);
         let attempt = async {
             let backend = match cfg.mode {
@@ -120,7 +122,11 @@ impl Store {
             store.ping_once().await?;
             Ok::<_, redis::RedisError>(store)
         };
-        tokio::time::timeout(cfg.connect_timeout * 2 + Duration::from_secs(1), attempt)
+        let limit = cfg
+            .connect_timeout
+            .saturating_mul(2)
+            .saturating_add(Duration::from_secs(1));
+        tokio::time::timeout(limit, attempt)
             .await
             .unwrap_or_else(|_| Err(timed_out("connect timed out")))
             .map_err(|cause| connect_error(cfg, cause))
@@ -251,14 +257,15 @@ impl Store {
     }
 
     /// A pub/sub connection of its own to `node` (a subscribed connection carries nothing
-    /// else), within `redis.connect_timeout`.
-    pub(crate) async fn subscriber(&self, node: &Node) -> Result<Subscriber, Error> {
+    /// else), within `redis.connect_timeout`: read only as fast as its reader takes messages
+    /// (keyspace notifications, or `simulate`'s events).
+    pub async fn subscriber(&self, node: &Node) -> Result<Subscriber, Error> {
         let client = self.client_for(node)?;
         let target =
             Target::from_info(client.get_connection_info(), self.tls.as_ref()).map_err(|why| {
                 Error::Redis(redis::RedisError::from((
                     redis::ErrorKind::Client,
-                    "keyspace notifications cannot reach",
+                    "a subscriber cannot reach",
                     why,
                 )))
             })?;
@@ -427,53 +434,6 @@ impl Store {
             s.recover(error).await;
         }
     }
-}
-
-/// A dedicated pub/sub connection (a subscribed connection cannot carry other commands), with
-/// the configured credentials, named after `opener`, bounded by `redis.connect_timeout`.
-/// Standalone only.
-pub(crate) async fn subscriber(
-    cfg: &RedisConfig,
-    opener: Opener,
-) -> Result<redis::aio::PubSub, Error> {
-    let attempt = async {
-        let client = client(cfg, &cfg.url)?;
-        let tls = uses_tls(cfg)
-            .then(|| tls::client_config(&cfg.tls))
-            .transpose()?;
-        let name = opener.name(Purpose::Notify);
-        pubsub(&client, tls.as_ref(), &name, cfg.connect_timeout).await
-    };
-    attempt.await.map_err(|cause| Error::Connect {
-        url: redact_url(&cfg.url),
-        cause,
-    })
-}
-
-/// A pub/sub connection to `client`'s server named `name`: redis-rs's pub/sub cannot send
-/// `CLIENT SETNAME`, so the socket is opened and greeted here and handed to it. A server the
-/// data path cannot reach itself (TLS without verification) gets an unnamed one.
-async fn pubsub(
-    client: &Client,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-    name: &str,
-    timeout: Duration,
-) -> Result<redis::aio::PubSub, redis::RedisError> {
-    let attempt = async {
-        match Target::from_info(client.get_connection_info(), tls) {
-            Ok(target) => {
-                let stream = wire::greeted(&target, name, timeout).await?;
-                // Greeted already: authenticated, in its database, named.
-                let settings = redis::RedisConnectionInfo::default()
-                    .set_protocol(redis::ProtocolVersion::RESP2);
-                redis::aio::PubSub::new(&settings, stream).await
-            }
-            Err(_) => client.get_async_pubsub().await,
-        }
-    };
-    tokio::time::timeout(timeout, attempt)
-        .await
-        .unwrap_or_else(|_| Err(timed_out("connect timed out")))
 }
 
 /// Why connecting failed, in one line: a server that answered gibberish is named as such.

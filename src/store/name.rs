@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 
 /// Who opens the connections: the daemon, or one of the tools (named by its command).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Opener {
+pub enum Opener {
     /// `presence-sweeper run`.
     Daemon,
     /// A command other than `run` (`sweep`, `seed`, `stats`, `simulate`).

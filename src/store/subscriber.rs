@@ -37,11 +37,14 @@ pub(crate) const MAX_MESSAGE: usize = 1024 * 1024;
 
 /// One message of a subscribed connection, borrowed from the read buffer until the next read.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Push<'a> {
+pub enum Push<'a> {
     /// A published message that matched a pattern subscription.
     Message {
+        /// The subscribed pattern that matched.
         pattern: &'a [u8],
+        /// The channel it was published on.
         channel: &'a [u8],
+        /// What was published.
         payload: &'a [u8],
     },
     /// A subscription confirmed (`psubscribe`, `subscribe`).
@@ -55,7 +58,7 @@ pub(crate) enum Push<'a> {
 }
 
 /// A connection in subscribed mode, greeted (authenticated, in its database, named).
-pub(crate) struct Subscriber {
+pub struct Subscriber {
     stream: Box<dyn Transport>,
     buf: BytesMut,
     /// Length of the message handed out last: dropped from the buffer at the next read.
@@ -90,7 +93,7 @@ impl Subscriber {
     }
 
     /// Writes one command (`PSUBSCRIBE`, `PING`); its answers come as messages.
-    pub(crate) async fn command(&mut self, args: &[&[u8]]) -> io::Result<()> {
+    pub async fn command(&mut self, args: &[&[u8]]) -> io::Result<()> {
         let mut packed = Packed::default();
         packed.command(args);
         self.stream.write_all(&packed.into_bytes()).await?;
@@ -99,7 +102,7 @@ impl Subscriber {
 
     /// The next message, reading the socket only if no whole one is buffered. Cancel-safe: a
     /// read that did not complete took nothing from the socket.
-    pub(crate) async fn next(&mut self) -> io::Result<Push<'_>> {
+    pub async fn next(&mut self) -> io::Result<Push<'_>> {
         if self.taken > 0 {
             self.buf.advance(self.taken);
             self.taken = 0;

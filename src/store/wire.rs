@@ -9,9 +9,9 @@
 //!
 //! Scope: the data path, over plain TCP, TLS (tokio-rustls, with the certificates redis-rs would
 //! use: see `tls`) and unix sockets, publishing included. Every other use of Redis keeps
-//! redis-rs's connections (leases, preflight, the tools' pub/sub, the cluster's topology);
-//! keyspace notifications have their own bounded reader on this module's sockets
-//! (`subscriber`).
+//! redis-rs's connections (leases, preflight, the cluster's topology), but pub/sub (keyspace
+//! notifications, `simulate`'s events), which has its own bounded reader on this module's
+//! sockets (`subscriber`).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -303,9 +303,9 @@ impl Hello {
     }
 }
 
-/// Opens a socket to `target` and says [`Hello`] on it, then hands the socket over: for a
-/// redis-rs connection that cannot name itself (the pub/sub subscriber). The whole greeting is
-/// bounded by `connect_timeout`.
+/// Opens a socket to `target` and says [`Hello`] on it, then hands the socket over: for the
+/// pub/sub subscriber, which reads it its own way. The whole greeting is bounded by
+/// `connect_timeout`.
 pub(super) async fn greeted(
     target: &Target,
     name: &str,

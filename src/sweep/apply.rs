@@ -12,7 +12,6 @@ use super::plan::KeyState;
 use super::plan::Plan;
 use crate::Error;
 use crate::events::Roster;
-use crate::evict::Clock;
 use crate::evict::Cutoff;
 use crate::evict::read::{self, Read};
 use crate::evict::script::{KeyReply, Params};
@@ -113,7 +112,6 @@ impl Sweep {
                     &mut node,
                     std::slice::from_ref(&refs),
                     cutoff,
-                    opts.purpose.fixed(),
                     opts.purpose.tracks(),
                     self.sizing.roster(),
                 )
@@ -257,7 +255,6 @@ impl Sweep {
             unit: self.config.score_unit,
             budget: (most / FIRST_PAGE_SHARE as usize).max(1),
             roster: self.sizing.roster(),
-            clock: opts.purpose.fixed().map_or(Clock::Redis, Clock::Fixed),
             // Judged at the caller's instant, as the transactions are: after an outage that is
             // its start, so big keys get the outage's credit too.
             judge_by: Some(opts.judge_at),

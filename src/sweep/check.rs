@@ -34,7 +34,7 @@ pub(crate) struct CheckOpts {
 }
 
 /// Why a batch is checked. Each kind reads what it needs, so combinations that make no sense
-/// (a guarded dry run, a tracking check on a fixed clock) cannot be asked for.
+/// (a guarded dry run, say) cannot be asked for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Purpose {
     /// A batch of a full pass (the `sweep` command): zombies counted with `ZCOUNT`, no storm
@@ -42,8 +42,6 @@ pub(crate) enum Purpose {
     Pass {
         /// Count what would be evicted; change and publish nothing.
         dry_run: bool,
-        /// Tests: judge and stamp events at this instant instead of Redis `TIME`.
-        fixed: Option<f64>,
     },
     /// Keys a walk found that the deadline index cannot hold: counted with `ZCOUNT`, guarded.
     Walk {
@@ -86,14 +84,7 @@ impl Purpose {
     }
 
     fn dry_run(self) -> bool {
-        matches!(self, Self::Pass { dry_run: true, .. })
-    }
-
-    pub(super) fn fixed(self) -> Option<f64> {
-        match self {
-            Self::Pass { fixed, .. } => fixed,
-            _ => None,
-        }
+        matches!(self, Self::Pass { dry_run: true })
     }
 
     /// The first read of a batch: with `newest`, also each key's newest heartbeat for the
@@ -194,7 +185,7 @@ impl Sweep {
         out: &mut Checked,
     ) -> Result<(), Error> {
         let purpose = opts.purpose;
-        let judge_at = purpose.fixed().unwrap_or(opts.judge_at);
+        let judge_at = opts.judge_at;
         let cutoff = Cutoff::new(judge_at, self.config.ttl, self.config.score_unit);
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let guarded = purpose.guarded() && self.guard.enabled();
@@ -225,6 +216,9 @@ impl Sweep {
             budget: self.budget(),
         };
         let mut triage = plan::classify(reads.keys, &rules);
+        let (ahead, lead) = triage.ahead;
+        ctx.observer
+            .scores_ahead(self.ahead.observe(ahead, lead, judge_at));
         for &(i, state) in &triage.settled {
             self.settle(i, state, out, ctx.observer);
         }

@@ -20,6 +20,7 @@
 //! them. Redis pub/sub is at-most-once to subscribers anyway, and every event carries the
 //! roster, so consumers already resynchronise from the next one.
 
+mod ahead;
 mod announce;
 mod apply;
 mod check;
@@ -61,6 +62,8 @@ pub struct Sweep {
     guard: StormGuard,
     /// Whether its scores fit its `score_unit`; evicts nothing while they do not.
     units: UnitWatch,
+    /// Scores ahead of Redis's clock: reported, never a reason to evict.
+    ahead: ahead::AheadWatch,
     /// How big its calls may be, from its ids' length.
     sizing: sizing::Sizing,
     /// When each node (by its id) last passed its preflight.
@@ -92,6 +95,7 @@ impl Sweep {
         units: UnitAlarm,
     ) -> Self {
         Self {
+            ahead: ahead::AheadWatch::new(&config.name),
             units: UnitWatch::new(
                 &config.name,
                 config.score_unit,
@@ -184,6 +188,10 @@ pub trait Observer: Send + Sync {
     /// 1970, `-inf`, or a lag over a day: a score written by hand; see `announce::MAX_LAG`).
     fn member_evicted(&self, lag_seconds: f64) {
         let _ = lag_seconds;
+    }
+    /// Keys were read whose scores lay ahead of Redis's clock (see `ahead`).
+    fn scores_ahead(&self, keys: u64) {
+        let _ = keys;
     }
     /// Events were published.
     fn published(&self, events: u64) {

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::ahead;
 use super::sizing::CALL_BYTES;
 use super::units::{self, Mismatch};
 use crate::config::ScoreUnit;
@@ -78,6 +79,8 @@ pub(super) struct Triage {
     pub(super) seen: HashMap<usize, KeyRead>,
     /// The newest heartbeat read (score unit), or `-inf`.
     pub(super) newest: f64,
+    /// Keys whose scores lie ahead of Redis's clock, and the largest lead (seconds).
+    pub(super) ahead: (u64, f64),
     /// Members of the keys read: at least this many are the sweep's, even before their checks
     /// are counted in its population (a backlog found by the first walk).
     pub(super) members: u64,
@@ -103,6 +106,15 @@ pub(super) fn classify(reads: Vec<KeyStatus>, rules: &Rules<'_>) -> Triage {
         };
         t.newest = t.newest.max(read.newest.unwrap_or(f64::NEG_INFINITY));
         t.members += read.card;
+        if !rules.held_back
+            && let Some(lead) = ahead::lead(
+                read.oldest.map(|s| rules.unit.to_seconds(s)),
+                read.newest.map(|s| rules.unit.to_seconds(s)),
+                rules.judge_at,
+            )
+        {
+            t.ahead = (t.ahead.0 + 1, t.ahead.1.max(lead));
+        }
         if let Some(m) = mismatch(&read, rules) {
             t.mismatch.get_or_insert(m);
             t.mismatched.push(i);

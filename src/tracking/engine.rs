@@ -21,9 +21,10 @@ use crate::store::{NodeId, Store};
 use crate::sweep::Sweep;
 use crate::tracking::index::Capacity;
 use crate::tracking::lease::Lease;
+use crate::tracking::pause::PauseWatch;
 use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
 use crate::tracking::report::{Beat, Reports, SweepReport, Totals};
-use crate::tracking::schedule::{CronClock, CronJob, ScheduleError, Ticker};
+use crate::tracking::schedule::{CronClock, CronJob, Ticker, TickerError, after};
 use crate::tracking::summary::Summary;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
@@ -101,6 +102,8 @@ pub(crate) struct Engine {
     topology: tokio::time::Interval,
     /// Primaries' loops say when their work fails.
     suspect: Arc<tokio::sync::Notify>,
+    /// Pauses of the daemon itself, for every primary's loop.
+    pauses: Arc<PauseWatch>,
     last_topology: tokio::time::Instant,
     /// The first topology was read: a primary found later took over keys (a failover, a
     /// replica's takeover, slots moved to it).
@@ -132,7 +135,13 @@ impl Engine {
                 || (tracking.notifications == NotificationMode::Auto
                     && tracking.configure_notifications),
         );
+        let pauses = Arc::new(PauseWatch::default());
+        tokio::spawn({
+            let (pauses, cancel) = (pauses.clone(), cancel.clone());
+            async move { pauses.run(cancel).await }
+        });
         Self {
+            pauses,
             settings: Arc::new(settings_of(config, alive_every)),
             capacity: Capacity::new(tracking.max_keys),
             beat: reports.watch_loop("engine"),
@@ -157,7 +166,7 @@ impl Engine {
     /// Makes the running sweeps match `config`: unchanged ones carry on untouched (their
     /// indexes too), changed ones are replaced, removed ones stop, new ones start. Settings
     /// that every primary's loop works by (`[scan]`, `[evict]`, `[tracking]`) restart the loops.
-    pub(crate) async fn apply(&mut self, config: &Config) -> Result<(), ScheduleError> {
+    pub(crate) async fn apply(&mut self, config: &Config) -> Result<(), TickerError> {
         let settings = settings_of(config, self.settings.alive_every);
         if *self.settings != settings {
             self.settings = Arc::new(settings);
@@ -197,7 +206,7 @@ impl Engine {
         Ok(())
     }
 
-    async fn start_sweep(&mut self, settings: SweepSettings) -> Result<Entry, ScheduleError> {
+    async fn start_sweep(&mut self, settings: SweepSettings) -> Result<Entry, TickerError> {
         let config = &settings.sweep;
         let ticker = Ticker::start(&config.schedule, &mut self.cron).await?;
         let cron_job = ticker.cron_job();
@@ -426,6 +435,7 @@ impl Engine {
                 subscribed: AtomicBool::new(false),
                 suspect: self.suspect.clone(),
                 last_answer: LastAnswer::default(),
+                pauses: self.pauses.clone(),
             });
             let primary = Primary {
                 report: self.reports.node(&id),
@@ -554,7 +564,7 @@ async fn run_schedule(mut c: ScheduleLoop) {
                     held = lease.held();
                     let _ = c.outbox.send(Msg::Lease(c.name.clone(), held)).await;
                 }
-                next_lease_attempt = Some(tokio::time::Instant::now() + lease.attempt_every());
+                next_lease_attempt = Some(after(tokio::time::Instant::now(), lease.attempt_every()));
             }
             _ = alive.tick() => {}
         }

@@ -66,7 +66,7 @@ impl Lease {
     where
         C: ConnectionLike + Send,
     {
-        let ttl_ms = self.ttl.as_millis() as u64;
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         let result = async {
             // Renew first, held or not: after one failed renewal the key may still hold our
             // token, and `SET NX` alone would then wait out our own lease.

@@ -7,6 +7,7 @@ pub(crate) mod engine;
 pub(crate) mod index;
 pub(crate) mod keyspace;
 pub(crate) mod lease;
+pub(crate) mod pause;
 pub(crate) mod primary;
 pub(crate) mod report;
 pub(crate) mod schedule;

@@ -80,6 +80,11 @@ pub(crate) trait NodeReport: Send + Sync {
     fn refused(&self, why: Option<String>);
     /// A failure of Redis, by kind.
     fn failure(&self, trouble: Trouble);
+    /// Redis's clock stepped (`direction`: `forward` or `backward`) by `seconds`.
+    fn clock_step(&self, direction: &'static str, seconds: f64);
+    /// Redis refuses writes (`Some`: why; an episode begins), or takes them again: readiness
+    /// names it meanwhile.
+    fn writes_refused(&self, why: Option<String>);
     /// The loop stops: this primary's series and refusal go.
     fn forget(&self);
 }

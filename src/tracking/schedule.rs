@@ -1,102 +1,39 @@
-//! When a sweep runs: every fixed period, or on a cron expression.
+//! Ticking on a sweep's schedule (`config::Schedule`).
 //!
 //! Periodic schedules run on a tokio interval rather than tokio-cron-scheduler: that scheduler
 //! polls every 500 ms and keeps its ticks in whole Unix seconds (0.15, `src/scheduler.rs` and
 //! `src/job/mod.rs`), which cannot drive a 250 ms or 1 s sweep. Cron expressions, whose finest
 //! unit is a second, go through tokio-cron-scheduler.
 
-use std::fmt;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::{Interval, MissedTickBehavior};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_cron_scheduler::{Job, JobScheduler, JobSchedulerError};
 use uuid::Uuid;
 
-/// A sweep's schedule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Schedule {
-    /// Run every so often (`"30s"`, `"250ms"`).
-    Every(Duration),
-    /// A 6-field cron expression with seconds (`"0 */5 * * * *"`), in UTC.
-    Cron(String),
+use crate::config::Schedule;
+
+/// How far off [`after`] puts a time that cannot be added: tokio's own timers do the same with
+/// a timeout too long to add.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// `at + d`, or a time that never comes where that would overflow. Configured durations are
+/// bounded (`config::MAX_INTERVAL` and the like), but an instant computed from one must not
+/// panic whatever it holds.
+pub(crate) fn after(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d).unwrap_or_else(|| at + FAR_FUTURE)
 }
 
-/// Why a `schedule` value was rejected.
+/// Why a sweep's ticker could not start: the cron scheduler failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ScheduleError {
-    /// Neither a duration nor a valid cron expression.
-    #[error(
-        "not a duration (like \"30s\" or \"250ms\") nor a 6-field cron expression with seconds (like \"0 */5 * * * *\"): {0}"
-    )]
-    Unparsable(String),
-    /// A zero period.
-    #[error("the period must be greater than zero")]
-    Zero,
-    /// The cron scheduler failed.
-    #[error("cron scheduler: {0}")]
-    Scheduler(JobSchedulerError),
-}
+#[error("cron scheduler: {0}")]
+pub struct TickerError(JobSchedulerError);
 
 // Part of the message, so not also a `source()` (see `crate::Error`).
-impl From<JobSchedulerError> for ScheduleError {
+impl From<JobSchedulerError> for TickerError {
     fn from(e: JobSchedulerError) -> Self {
-        Self::Scheduler(e)
-    }
-}
-
-impl Schedule {
-    /// Parses a human duration or a cron expression with seconds.
-    pub fn parse(text: &str) -> Result<Self, ScheduleError> {
-        let text = text.trim();
-        if let Ok(period) = humantime::parse_duration(text) {
-            return if period.is_zero() {
-                Err(ScheduleError::Zero)
-            } else {
-                Ok(Self::Every(period))
-            };
-        }
-        let fields = text.split_whitespace().count();
-        if fields != 6 {
-            return Err(ScheduleError::Unparsable(format!(
-                "{fields} fields where a cron expression needs 6 (seconds first)"
-            )));
-        }
-        cron_parser()
-            .parse(text)
-            .map_err(|e| ScheduleError::Unparsable(e.to_string()))?;
-        Ok(Self::Cron(text.to_owned()))
-    }
-
-    /// Time between passes: the period, or for a cron expression the gap between its next two
-    /// runs (`None` if it never runs again).
-    pub fn interval(&self) -> Option<Duration> {
-        match self {
-            Self::Every(d) => Some(*d),
-            Self::Cron(expr) => {
-                let cron = cron_parser().parse(expr).ok()?;
-                let first = cron.find_next_occurrence(&chrono::Utc::now(), false).ok()?;
-                let second = cron.find_next_occurrence(&first, false).ok()?;
-                (second - first).to_std().ok()
-            }
-        }
-    }
-}
-
-/// The parser settings tokio-cron-scheduler uses, so that what validates here runs there.
-fn cron_parser() -> croner::parser::CronParser {
-    croner::parser::CronParser::builder()
-        .seconds(croner::parser::Seconds::Required)
-        .dom_and_dow(true)
-        .build()
-}
-
-impl fmt::Display for Schedule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Every(d) => write!(f, "{}", humantime::format_duration(*d)),
-            Self::Cron(expr) => f.write_str(expr),
-        }
+        Self(e)
     }
 }
 
@@ -107,7 +44,7 @@ pub(crate) struct CronClock {
 }
 
 impl CronClock {
-    async fn scheduler(&mut self) -> Result<&JobScheduler, ScheduleError> {
+    async fn scheduler(&mut self) -> Result<&JobScheduler, TickerError> {
         if self.scheduler.is_none() {
             let scheduler = JobScheduler::new().await?;
             scheduler.start().await?;
@@ -158,11 +95,11 @@ impl Ticker {
     pub(crate) async fn start(
         schedule: &Schedule,
         cron: &mut CronClock,
-    ) -> Result<Self, ScheduleError> {
+    ) -> Result<Self, TickerError> {
         match schedule {
             Schedule::Every(period) => {
-                let mut interval =
-                    tokio::time::interval_at(tokio::time::Instant::now() + *period, *period);
+                let first = after(Instant::now(), *period);
+                let mut interval = tokio::time::interval_at(first, *period);
                 interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
                 Ok(Self::Every(interval))
             }
@@ -211,41 +148,21 @@ impl Ticker {
 mod tests {
     use super::*;
 
-    #[test]
-    fn durations_and_cron_expressions() {
+    #[tokio::test(start_paused = true)]
+    async fn an_instant_too_far_off_is_far_off_not_a_panic() {
+        let now = Instant::now();
         assert_eq!(
-            Schedule::parse("250ms").unwrap(),
-            Schedule::Every(Duration::from_millis(250))
+            after(now, Duration::from_secs(5)),
+            now + Duration::from_secs(5)
         );
-        assert_eq!(
-            Schedule::parse("1m 30s").unwrap(),
-            Schedule::Every(Duration::from_secs(90))
-        );
-        assert_eq!(
-            Schedule::parse("0 */5 * * * *").unwrap(),
-            Schedule::Cron("0 */5 * * * *".into())
-        );
-    }
-
-    #[test]
-    fn interval_of_cron_expressions() {
-        let every_5_min = Schedule::parse("0 */5 * * * *").unwrap();
-        assert_eq!(every_5_min.interval(), Some(Duration::from_secs(300)));
-        let every_second = Schedule::parse("* * * * * *").unwrap();
-        assert_eq!(every_second.interval(), Some(Duration::from_secs(1)));
-        assert_eq!(
-            Schedule::parse("250ms").unwrap().interval(),
-            Some(Duration::from_millis(250))
-        );
-    }
-
-    #[test]
-    fn rejects_zero_five_field_and_garbage() {
-        assert!(matches!(Schedule::parse("0s"), Err(ScheduleError::Zero)));
-        let e = Schedule::parse("*/5 * * * *").unwrap_err().to_string();
-        assert!(e.contains("5 fields"), "{e}");
-        assert!(Schedule::parse("0 99 * * * *").is_err());
-        assert!(Schedule::parse("soon").is_err());
+        assert_eq!(after(now, Duration::MAX), now + FAR_FUTURE);
+        let mut cron = CronClock::default();
+        let never = Duration::from_secs(9_999_999_999_999_999_999);
+        let mut t = Ticker::start(&Schedule::Every(never), &mut cron)
+            .await
+            .unwrap();
+        let ticked = tokio::time::timeout(Duration::from_secs(3600), t.tick()).await;
+        assert!(ticked.is_err(), "no tick within an hour");
     }
 
     #[tokio::test(start_paused = true)]

@@ -461,23 +461,33 @@ impl Drop for Subscriber {
     }
 }
 
-/// The built `presence-sweeper` binary, running; killed on drop. Its stderr (the log) is
-/// collected for assertions.
+/// A built binary (the daemon's, `presence-sweeper`, or `presence-sweeper-tools`), running;
+/// killed on drop. Its stderr (the log) is collected for assertions.
 pub struct Binary {
     child: Child,
     log: Arc<Mutex<String>>,
     _dir: tempfile::TempDir,
 }
 
-/// Path of the built binary.
+/// Path of the built daemon binary.
 pub fn binary_path() -> &'static str {
     env!("CARGO_BIN_EXE_presence-sweeper")
+}
+
+/// Path of the built tools binary (`seed`, `simulate`).
+pub fn tools_path() -> &'static str {
+    env!("CARGO_BIN_EXE_presence-sweeper-tools")
 }
 
 impl Binary {
     /// Starts the binary with `args`, a config file holding `toml`, and extra environment.
     pub fn spawn(toml: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         Self::spawn_with_stderr(toml, args, env, None)
+    }
+
+    /// [`Binary::spawn`] for the tools binary.
+    pub fn spawn_tools(toml: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_program(tools_path(), toml, args, env, None)
     }
 
     /// [`Binary::spawn`], with stderr going to `stderr` if given (then only stdout is
@@ -488,11 +498,21 @@ impl Binary {
         env: &[(&str, &str)],
         stderr: Option<Stdio>,
     ) -> Self {
+        Self::spawn_program(binary_path(), toml, args, env, stderr)
+    }
+
+    fn spawn_program(
+        program: &str,
+        toml: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr: Option<Stdio>,
+    ) -> Self {
         let own_stderr = stderr.is_none();
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("presence-sweeper.toml");
         std::fs::write(&file, toml).unwrap();
-        let mut cmd = Command::new(binary_path());
+        let mut cmd = Command::new(program);
         cmd.arg("--config")
             .arg(&file)
             .args(args)
@@ -501,7 +521,7 @@ impl Binary {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr.unwrap_or_else(Stdio::piped));
-        let mut child = cmd.spawn().expect("spawn presence-sweeper");
+        let mut child = cmd.spawn().expect("spawn the binary");
         let log = Arc::new(Mutex::new(String::new()));
         let mut streams =
             vec![Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>];
@@ -587,15 +607,24 @@ impl Drop for Binary {
     }
 }
 
-/// Runs the binary to completion; returns (exit code, stdout, stderr).
+/// Runs the daemon binary to completion; returns (exit code, stdout, stderr).
 pub fn run_binary(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(binary_path())
+    run_program(binary_path(), args, env)
+}
+
+/// [`run_binary`] for the tools binary.
+pub fn run_tools(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    run_program(tools_path(), args, env)
+}
+
+fn run_program(program: &str, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(program)
         .args(args)
         .env_remove("PRESENCE_SWEEPER_CONFIG")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
-        .expect("run presence-sweeper");
+        .expect("run the binary");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -97,9 +97,13 @@ pub struct Metrics {
     notifications_config_refused: IntGaugeVec,
     notifications_expected: IntGauge,
     outages: IntCounterVec,
+    clock_steps: IntCounterVec,
+    writes_refused: IntCounterVec,
+    writes_refused_now: IntGaugeVec,
     storm_holding: IntGaugeVec,
     storm_holds: IntCounterVec,
     score_unit_mismatch: IntGaugeVec,
+    scores_ahead: IntCounterVec,
     config_reloads: IntCounterVec,
     lease_held: IntGaugeVec,
 }
@@ -199,6 +203,10 @@ impl Metrics {
                 by_sweep,
             )
             .expect("valid metric"),
+            scores_ahead: counter(
+                "scores_ahead_keys_total",
+                "Keys checked whose scores lay over 1 s (and under a day) ahead of Redis's clock: written before a backward step of it, or by apps on their own clocks. Their members leave that much later.",
+            ),
             evicted: counter("evicted_total", "Members removed."),
             published: counter("events_published_total", "Events published."),
             lost: counter(
@@ -267,6 +275,30 @@ impl Metrics {
                 &["node"],
             )
             .expect("valid metric"),
+            clock_steps: IntCounterVec::new(
+                opts(
+                    "redis_clock_steps_total",
+                    "Times this primary's clock (Redis TIME) moved over 1 s further (forward) or less (backward) than the time that passed on the daemon's monotonic clock; after a forward step every member got a full ttl of real time.",
+                ),
+                &["node", "direction"],
+            )
+            .expect("valid metric"),
+            writes_refused: IntCounterVec::new(
+                opts(
+                    "redis_writes_refused_total",
+                    "Times this primary began refusing writes (OOM, MISCONF, READONLY) as seen by the canary's increment; nobody was judged until it took them again, and then every member got a full ttl.",
+                ),
+                &["node"],
+            )
+            .expect("valid metric"),
+            writes_refused_now: IntGaugeVec::new(
+                opts(
+                    "redis_writes_refused",
+                    "1 while this primary refuses writes (OOM, MISCONF, READONLY) and nobody is judged there, else 0.",
+                ),
+                &["node"],
+            )
+            .expect("valid metric"),
             notifications_expected: IntGauge::with_opts(opts(
                 "notifications_expected",
                 "1 if the configuration expects keyspace notifications on every primary (tracking.notifications = \"on\", or tracking.configure_notifications), else 0.",
@@ -328,9 +360,13 @@ impl Metrics {
             Box::new(m.notifications_config_refused.clone()),
             Box::new(m.notifications_expected.clone()),
             Box::new(m.outages.clone()),
+            Box::new(m.clock_steps.clone()),
+            Box::new(m.writes_refused.clone()),
+            Box::new(m.writes_refused_now.clone()),
             Box::new(m.storm_holding.clone()),
             Box::new(m.storm_holds.clone()),
             Box::new(m.score_unit_mismatch.clone()),
+            Box::new(m.scores_ahead.clone()),
             Box::new(m.config_reloads.clone()),
             Box::new(m.lease_held.clone()),
             Box::new(build_info),
@@ -387,6 +423,7 @@ impl Metrics {
                 holds: self.storm_holds.with_label_values(l),
             },
             score_unit_mismatch: self.score_unit_mismatch.with_label_values(l),
+            scores_ahead: self.scores_ahead.with_label_values(l),
         }
     }
 
@@ -427,6 +464,25 @@ impl Metrics {
         self.outages.with_label_values(&[node.to_string()])
     }
 
+    /// Counts a step of `node`'s clock.
+    pub(crate) fn clock_step(&self, node: &NodeId, direction: &str) {
+        self.clock_steps
+            .with_label_values(&[node.to_string().as_str(), direction])
+            .inc();
+    }
+
+    /// `node` refuses writes now, or no longer; an episode is counted as it begins.
+    pub(crate) fn writes_refused(&self, node: &NodeId, refused: bool) {
+        let node = node.to_string();
+        let gauge = self.writes_refused_now.with_label_values(&[node.as_str()]);
+        if refused && gauge.get() == 0 {
+            self.writes_refused
+                .with_label_values(&[node.as_str()])
+                .inc();
+        }
+        gauge.set(i64::from(refused));
+    }
+
     /// Drops the series of a primary that left the topology.
     pub(crate) fn forget_node(&self, node: &NodeId) {
         let node = node.to_string();
@@ -437,6 +493,15 @@ impl Metrics {
             .notifications_config_refused
             .remove_label_values(&[node.as_str()]);
         let _ = self.outages.remove_label_values(&[node.as_str()]);
+        let _ = self.writes_refused.remove_label_values(&[node.as_str()]);
+        let _ = self
+            .writes_refused_now
+            .remove_label_values(&[node.as_str()]);
+        for direction in ["forward", "backward"] {
+            let _ = self
+                .clock_steps
+                .remove_label_values(&[node.as_str(), direction]);
+        }
     }
 
     /// Records whether the configuration expects notifications everywhere.
@@ -574,6 +639,7 @@ pub struct SweepMetrics {
     nodes: Arc<Mutex<BTreeMap<NodeId, NodeFigures>>>,
     guard: GuardMetrics,
     score_unit_mismatch: prometheus::IntGauge,
+    scores_ahead: prometheus::IntCounter,
 }
 
 impl SweepMetrics {
@@ -689,6 +755,10 @@ impl Observer for SweepMetrics {
 
     fn published(&self, events: u64) {
         self.published.inc_by(events);
+    }
+
+    fn scores_ahead(&self, keys: u64) {
+        self.scores_ahead.inc_by(keys);
     }
 
     fn events_failed(&self, events: u64) {

@@ -23,9 +23,10 @@ pub(crate) enum Value {
 }
 
 /// An error reply as Redis wrote it: a code (its first word: `ERR`, `MOVED`, `NOPERM`, ...) and
-/// what follows.
+/// what follows. Public as what a [`Push::Error`](crate::Push::Error) carries; it becomes a
+/// `redis::RedisError` with `From`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ServerError {
+pub struct ServerError {
     code: String,
     details: Option<String>,
 }

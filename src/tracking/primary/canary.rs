@@ -25,17 +25,6 @@ pub(crate) fn key(slot: Option<u16>) -> Vec<u8> {
     format!("{PREFIX}{{{tag}}}").into_bytes()
 }
 
-/// The keyspace-notification channel of the canary `key` in database `db`.
-#[allow(
-    dead_code,
-    reason = "for the notification subscription, which proves notifications flow with it"
-)]
-pub(crate) fn channel(db: i64, key: &[u8]) -> Vec<u8> {
-    let mut c = format!("__keyspace@{db}__:").into_bytes();
-    c.extend_from_slice(key);
-    c
-}
-
 /// The shortest decimal hash tag whose slot is `slot` (every slot has one below 100,000).
 fn tag_for(slot: u16) -> String {
     let slot = slot % SLOTS;
@@ -92,14 +81,54 @@ pub(crate) enum Reading {
     Count(u64),
     /// The ACL refused it: detection falls back to `run_id`.
     Refused,
+    /// Redis refuses writes now: the apps' heartbeats fail as the canary does.
+    WritesRefused(WriteRefusal),
     /// Any other answer (a cluster redirection after resharding, a script busy): no evidence.
     Unknown,
+}
+
+/// Why Redis refuses writes while it answers reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteRefusal {
+    /// `maxmemory` reached under a `noeviction` policy: every write that may grow memory is
+    /// refused (`ZADD`, `ZINCRBY`), while `ZREM` and reads go on.
+    Oom,
+    /// A background save failed with `stop-writes-on-bgsave-error yes`: every write is refused.
+    Misconf,
+    /// The server is a replica now (a failover demoted it).
+    ReadOnly,
+}
+
+impl WriteRefusal {
+    /// The refusal an error code says, if it is one.
+    pub(crate) fn of(code: &str) -> Option<Self> {
+        match code {
+            "OOM" => Some(Self::Oom),
+            "MISCONF" => Some(Self::Misconf),
+            "READONLY" => Some(Self::ReadOnly),
+            _ => None,
+        }
+    }
+
+    /// Redis's error code.
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            Self::Oom => "OOM",
+            Self::Misconf => "MISCONF",
+            Self::ReadOnly => "READONLY",
+        }
+    }
 }
 
 impl Reading {
     pub(crate) fn from_reply(v: &Value) -> Self {
         if reply::refusal(v).is_some() {
             return Self::Refused;
+        }
+        if let Value::ServerError(e) = v
+            && let Some(refusal) = WriteRefusal::of(e.code())
+        {
+            return Self::WritesRefused(refusal);
         }
         match reply::float(v) {
             Some(n) if n.is_finite() && n >= 1.0 => Self::Count(n as u64),
@@ -141,10 +170,6 @@ mod tests {
             assert!(k.starts_with(PREFIX));
         }
         assert_eq!(key(None), b"presence-sweeper:canary:{0}");
-        assert_eq!(
-            channel(3, b"presence-sweeper:canary:{0}"),
-            b"__keyspace@3__:presence-sweeper:canary:{0}"
-        );
     }
 
     #[test]

@@ -193,7 +193,7 @@ impl Run {
             self.beat.alive();
             let event = self.next_event().await;
             let now = Instant::now();
-            self.coord.on_turn(now);
+            self.coord.on_turn();
             match event {
                 Event::Cancelled | Event::Command(None) => return,
                 Event::Command(Some(c)) => self.command(now, c),
@@ -285,6 +285,10 @@ impl Run {
                 Action::Refresh(failure) => self.in_flight.push(self.ops.refresh(failure)),
                 Action::Walk(start) => self.start_walk(now, start),
                 Action::Unnoticed => self.sweeps.set_unnoticed(),
+                Action::RecheckLatest => {
+                    let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
+                    self.sweeps.recheck_latest(now_ms);
+                }
             }
         }
     }

@@ -46,6 +46,12 @@ impl NodeReport for Said {
     fn forget(&self) {
         self.push("forget");
     }
+    fn clock_step(&self, direction: &'static str, seconds: f64) {
+        self.push(format!("step {direction} {seconds:.0}"));
+    }
+    fn writes_refused(&self, why: Option<String>) {
+        self.push(format!("writes refused {}", why.is_some()));
+    }
 }
 
 /// A sweep's report that keeps its node figures and records the rest.

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::tracked::WalkEnding;
 use crate::Error;
 use crate::store::walk::{Pace, Page};
+use crate::tracking::schedule::after;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WalkKind {
@@ -47,7 +48,7 @@ impl Walks {
             interval: reconcile_interval,
             sync_wanted: true,
             sync_after: at,
-            reconcile_at: at + reconcile_interval,
+            reconcile_at: after(at, reconcile_interval),
         }
     }
 
@@ -110,7 +111,7 @@ impl Walks {
         };
         if kind == WalkKind::Reconcile {
             self.sync_wanted = false;
-            self.reconcile_at = at + self.interval;
+            self.reconcile_at = after(at, self.interval);
         }
         Start { kind, count_missed }
     }

@@ -12,14 +12,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::canary::WriteRefusal;
 use super::deadlines::{self, Batching};
-use super::liveness::{self, Evidence, Liveness, Outage, Verdict};
+use super::liveness::{self, Evidence, Liveness, Seen, Step, Verdict, Writes};
 use super::notifications::{CatchUp, Notifications, Op, Outcome, Pending, Polled, Report, Say};
 use super::walks::{Start, WalkKind, Walks};
 use crate::Error;
 use crate::error::Trouble;
 use crate::store::NodeId;
 use crate::store::clock::RedisClock;
+use crate::tracking::pause::{self, PauseWatch};
 use crate::tracking::report::NodeReport;
 
 /// After an error is logged at error level, the same loop's next errors within this long are
@@ -40,6 +42,9 @@ pub(crate) enum Action {
     Walk(Start),
     /// Writes may have gone unnoticed: every index reads its keys at the next reconciliation.
     Unnoticed,
+    /// Redis's clock stepped back: the keys with the latest deadlines are checked at once, and
+    /// their scores in Redis's future reported.
+    RecheckLatest,
 }
 
 /// What the loop knows of its surroundings at a turn.
@@ -80,6 +85,8 @@ pub(crate) struct Shared {
     pub(crate) suspect: Arc<tokio::sync::Notify>,
     /// Redis's last answer here.
     pub(crate) last_answer: LastAnswer,
+    /// Pauses of the daemon itself, watched by the engine.
+    pub(crate) pauses: Arc<PauseWatch>,
 }
 
 /// Redis's last answer to a primary's loop: when (local instant) and its clock then.
@@ -132,8 +139,8 @@ pub(crate) struct Coordinator<S> {
     /// A failure since the last look at the primary: behind Sentinel it may have moved.
     failure: Option<Error>,
     refresh: Refresh,
-    /// When the loop's timer was last asked to fire: a turn far later was a pause.
-    planned_wake: Option<Instant>,
+    /// The daemon's pauses taken in so far.
+    pauses_seen: pause::Seen,
     last_error_log: Option<Instant>,
     actions: Vec<Action>,
 }
@@ -165,7 +172,7 @@ impl<S> Coordinator<S> {
                 after: at,
                 in_flight: false,
             },
-            planned_wake: None,
+            pauses_seen: pause::Seen::default(),
             last_error_log: None,
             actions: Vec::new(),
         }
@@ -297,27 +304,25 @@ impl<S> Coordinator<S> {
         }
     }
 
-    /// The loop turned at `at`. Far later than its timer asked means the daemon itself was
-    /// paused, which is neither an outage nor a reason for a credit.
-    pub(crate) fn on_turn(&mut self, at: Instant) {
-        let Some(planned) = self.planned_wake.take() else {
+    /// The loop turned: a pause of the daemon since the last turn is neither an outage nor a
+    /// reason for a credit, but Redis is probed before anything is judged again.
+    pub(crate) fn on_turn(&mut self) {
+        let Some((ended, pause)) = self.shared.pauses.since(&mut self.pauses_seen) else {
             return;
         };
-        if let Some(pause) = self.liveness.on_turn(planned, at) {
-            tracing::warn!(
-                node = %self.node,
-                seconds = format_args!("{:.1}", pause.as_secs_f64()),
-                "the daemon itself did not run for a while (paused or starved): not a Redis outage; checking Redis before judging"
-            );
-        }
+        self.liveness.on_pause(ended, pause);
+        tracing::warn!(
+            node = %self.node,
+            seconds = format_args!("{:.1}", pause.as_secs_f64()),
+            "the daemon itself did not run for a while (paused or starved): not a Redis outage; checking Redis before judging"
+        );
     }
 
     /// The earliest instant something is due, given the deadline of the next key (`due`, ms
     /// on Redis's clock; only when a check could go) and the walk in flight (`None`: none is;
-    /// `Some(paced)`: one is, its next page held back until `paced`). Remembered: a turn far
-    /// later than this was a pause of the daemon.
+    /// `Some(paced)`: one is, its next page held back until `paced`).
     pub(crate) fn next_wake(
-        &mut self,
+        &self,
         now: Instant,
         alive_every: Duration,
         due: Option<u64>,
@@ -343,20 +348,25 @@ impl<S> Coordinator<S> {
         if self.failure.is_some() && !self.refresh.in_flight {
             at(self.refresh.after.max(now));
         }
-        // A timer already due when the wait began fires at once: lateness counts from then.
-        self.planned_wake = Some(wake.max(now));
         wake
     }
 
     /// Redis answered at `at` (with its clock, when the reply says).
     pub(crate) fn on_reply(&mut self, at: Instant, time: Option<f64>) {
-        let outage = self.liveness.on_reply(at, time);
-        self.outage_ended(outage);
+        let seen = self.liveness.on_reply(at, time);
+        self.seen(at, seen);
     }
 
     /// A reply that failed still carried Redis's clock.
     pub(crate) fn on_time(&mut self, at: Instant, time: f64) {
-        self.liveness.observe_time(at, time);
+        let step = self.liveness.observe_time(at, time);
+        self.seen(
+            at,
+            Seen {
+                step,
+                ..Seen::default()
+            },
+        );
     }
 
     /// The probe came back at `at`: what it shows of Redis's data, and of an outage it ends.
@@ -370,25 +380,68 @@ impl<S> Coordinator<S> {
         };
         let seen = self.liveness.on_probe(at, Ok(ev));
         if seen.canary_refused {
-            tracing::warn!(node = %self.node, "the Redis user may not ZINCRBY the canary (presence-sweeper:canary:*): a flush or a rewind of Redis's data is seen only when Redis restarts (its run_id)");
+            tracing::warn!(node = %self.node, "the Redis user may not ZINCRBY the canary (presence-sweeper:canary:*): a flush or a rewind of Redis's data is seen only when Redis restarts (its run_id), and refused writes not at all");
         }
         if let Some(reset) = seen.reset {
             tracing::warn!(node = %self.node, reason = ?reset, "Redis's data was reset or rewound: every member it holds gets a full ttl from now");
         }
-        self.outage_ended(seen.outage);
+        self.seen(at, seen);
     }
 
-    fn outage_ended(&mut self, outage: Option<Outage>) {
-        if let Some(outage) = outage {
+    /// Says and reports what a reply or a probe showed: an outage that ended, a step of Redis's
+    /// clock, writes refused or taken again.
+    fn seen(&mut self, at: Instant, seen: Seen) {
+        let node = &self.node;
+        if let Some(outage) = seen.outage {
             self.report.outage();
             tracing::warn!(
-                node = %self.node,
+                %node,
                 seconds = format_args!("{:.1}", outage.seconds),
                 "Redis did not answer for a while: every member it holds gets a full ttl from now"
             );
         }
+        if let Some(step) = seen.step {
+            self.report.clock_step(step.direction(), step.seconds());
+            let seconds = format_args!("{:.1}", step.seconds());
+            match step {
+                Step::Forward(_) => {
+                    tracing::warn!(%node, %seconds, "Redis's clock stepped forward: every member it holds gets a full ttl of real time from now")
+                }
+                Step::Backward(_) => {
+                    tracing::warn!(%node, %seconds, "Redis's clock stepped back: zombies leave that much later, and scores written before the step lie in its future");
+                    self.actions.push(Action::RecheckLatest);
+                }
+            }
+        }
+        match seen.writes {
+            Some(Writes::Refused(refusal)) => self.writes_refused(at, refusal),
+            Some(Writes::Taken { seconds }) => {
+                self.report.writes_refused(None);
+                tracing::warn!(%node, seconds = format_args!("{seconds:.1}"), "Redis takes writes again: every member it holds gets a full ttl from now");
+            }
+            None => {}
+        }
         if let Some((at, redis)) = self.liveness.last_reply() {
             self.shared.last_answer.set(at, redis);
+        }
+    }
+
+    /// The canary's increment was refused: the apps' heartbeats are, too. Nobody is judged
+    /// until Redis takes writes again; a replica now (READONLY) means a failover, so the
+    /// topology and the primary are looked at again.
+    fn writes_refused(&mut self, at: Instant, refusal: WriteRefusal) {
+        let why = format!(
+            "Redis refuses writes ({}): the apps cannot heartbeat, so nobody is judged until it takes them again",
+            refusal.code()
+        );
+        tracing::warn!(node = %self.node, code = refusal.code(), "{why}");
+        self.report.writes_refused(Some(why));
+        if refusal == WriteRefusal::ReadOnly {
+            self.shared.suspect.notify_one();
+            let e =
+                redis::make_extension_error("READONLY".into(), Some("the canary's write".into()));
+            self.failure = Some(e.into());
+            self.walks.want_sync(at + deadlines::RETRY);
         }
     }
 

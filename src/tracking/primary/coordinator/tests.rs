@@ -4,7 +4,7 @@
 use futures_util::FutureExt as _;
 
 use super::*;
-use crate::tracking::primary::canary::Reading;
+use crate::tracking::primary::canary::{Reading, WriteRefusal};
 use crate::tracking::primary::notifications::Config;
 use crate::tracking::primary::testing::{Said, failure, node, refusal};
 
@@ -72,6 +72,7 @@ fn turn(c: &mut C, at: Instant, t: Turn) -> (Vec<String>, Vec<&'static str>) {
             Action::Refresh(e) => format!("refresh {}", e.is_some()),
             Action::Walk(start) => format!("walk {:?}", start.kind).to_lowercase(),
             Action::Unnoticed => "unnoticed".to_owned(),
+            Action::RecheckLatest => "recheck latest".to_owned(),
         })
         .collect();
     (actions, ops)
@@ -361,11 +362,11 @@ fn a_catch_up_walk_follows_a_lost_subscription_once_subscribed_again() {
 #[test]
 fn a_pause_of_the_daemon_is_no_outage_but_doubt() {
     let t0 = Instant::now();
-    let (mut c, said, _) = answered(t0);
+    let (mut c, said, shared) = answered(t0);
     said.take();
-    let planned = c.next_wake(t0, secs(5), None, Some(None));
-    let resumed = planned + secs(3);
-    c.on_turn(resumed);
+    let resumed = t0 + secs(3);
+    shared.pauses.record(resumed, secs(3));
+    c.on_turn();
     assert_eq!(c.verdict(resumed, 45.0), None);
     assert_eq!(turn(&mut c, resumed, walking()).0, ["probe"]);
     c.on_probe(resumed, evidence(1003.5, 2));
@@ -375,12 +376,17 @@ fn a_pause_of_the_daemon_is_no_outage_but_doubt() {
 }
 
 #[test]
-fn a_turn_on_time_is_no_pause() {
+fn a_turn_without_a_pause_changes_nothing_and_a_pause_is_taken_once() {
     let t0 = Instant::now();
-    let (mut c, _, _) = answered(t0);
-    let planned = c.next_wake(t0, secs(5), None, Some(None));
-    c.on_turn(planned + ms(100));
-    assert!(c.verdict(planned + ms(100), 45.0).is_some());
+    let (mut c, _, shared) = answered(t0);
+    c.on_turn();
+    assert!(c.verdict(t0 + ms(100), 45.0).is_some());
+    shared.pauses.record(t0 + secs(2), secs(1));
+    c.on_turn();
+    turn(&mut c, t0 + secs(2), walking());
+    c.on_probe(t0 + secs(2), evidence(1002.0, 2));
+    c.on_turn();
+    assert!(c.verdict(t0 + secs(2), 45.0).is_some(), "taken once");
 }
 
 #[test]
@@ -524,7 +530,7 @@ fn a_timer_already_due_is_no_pause() {
     let later = t0 + secs(3);
     let wake = c.next_wake(later, secs(5), None, Some(None));
     assert!(wake >= later, "nothing due in the past");
-    c.on_turn(wake + ms(1));
+    c.on_turn();
     c.on_refreshed(wake, Refreshed::Same);
     assert_eq!(
         turn(&mut c, wake, walking()).0,
@@ -540,4 +546,68 @@ fn a_timer_already_due_is_no_pause() {
         Some(1007.0),
         "the gap was an outage, not a pause"
     );
+}
+
+#[test]
+fn a_step_of_redis_s_clock_is_reported_once_and_a_forward_one_spares_everyone() {
+    let t0 = Instant::now();
+    let (mut c, said, _) = answered(t0);
+    said.take();
+    c.on_reply(t0 + secs(1), Some(1031.0));
+    assert_eq!(said.take(), ["step forward 30"]);
+    let v = c.verdict(t0 + secs(1), 6.0).expect("judging");
+    assert_eq!(v.spare_until, Some(1037.0));
+    c.on_time(t0 + secs(2), 1002.0);
+    assert_eq!(said.take(), ["step backward 30"]);
+    assert_eq!(
+        turn(&mut c, t0 + secs(2), walking()).0[0],
+        "recheck latest",
+        "the latest deadlines are checked at once: their scores may lie in Redis's future"
+    );
+}
+
+fn oom(time: f64) -> Result<Evidence, Error> {
+    Ok(Evidence {
+        time,
+        canary: Reading::WritesRefused(WriteRefusal::Oom),
+        run_id: Some("a".into()),
+    })
+}
+
+#[test]
+fn refused_writes_show_on_readiness_and_end_with_a_credit() {
+    let t0 = Instant::now();
+    let (mut c, said, shared) = answered(t0);
+    said.take();
+    c.on_probe(t0 + secs(1), oom(1001.0));
+    assert_eq!(said.take(), ["writes refused true"]);
+    assert_eq!(c.verdict(t0 + secs(1), 4.0), None, "nobody is judged");
+    assert!(
+        shared.suspect.notified().now_or_never().is_none(),
+        "a full Redis is no failover"
+    );
+    for s in 2..16 {
+        c.on_probe(t0 + secs(s), oom(1000.0 + s as f64));
+    }
+    assert!(said.take().is_empty(), "once per episode");
+    c.on_probe(t0 + secs(16), evidence(1016.0, 5));
+    assert_eq!(said.take(), ["writes refused false"]);
+    let v = c.verdict(t0 + secs(16), 4.0).expect("judging");
+    assert_eq!(v.spare_until, Some(1020.0));
+}
+
+#[test]
+fn a_primary_turned_replica_is_looked_up_again() {
+    let t0 = Instant::now();
+    let (mut c, said, shared) = answered(t0);
+    said.take();
+    let readonly = Ok(Evidence {
+        time: 1001.0,
+        canary: Reading::WritesRefused(WriteRefusal::ReadOnly),
+        run_id: Some("a".into()),
+    });
+    c.on_probe(t0 + secs(1), readonly);
+    assert_eq!(said.take(), ["writes refused true"]);
+    assert!(shared.suspect.notified().now_or_never().is_some());
+    assert_eq!(turn(&mut c, t0 + secs(1), walking()).0, ["refresh true"]);
 }

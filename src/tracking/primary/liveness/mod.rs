@@ -1,14 +1,17 @@
-//! Redis's liveness as one primary's loop sees it: Redis's clock, its last reply, outages, resets
-//! of its data and the credit they give, the probes that make both show, pauses of the daemon
-//! itself, and the pace of proving the permissions again after a refusal. No I/O: the loop
+//! Redis's liveness as one primary's loop sees it: Redis's clock and its steps (`timeline`), its
+//! last reply, outages, resets of its data, refused writes and the credit they give, the probes
+//! that make them show, pauses of the daemon itself, and the pace of proving the permissions
+//! again after a refusal. No I/O: the loop
 //! reports replies, probes, failures and its own turns with the local instant they came at, and
 //! asks [`Liveness::poll`] what to send.
 //!
-//! The evidence rule: a member is evicted only after a full ttl during which Redis answered and
-//! held the member's current data. Whatever breaks that (an outage; a restart, seen as a new
-//! `run_id`; a flush, a restart from an older snapshot or a failover to a lagging replica, seen
-//! as the canary's counter going back; a failover followed) gives every member Redis holds a
-//! full ttl from the instant Redis was seen answering again: the credit. After a failure, a
+//! The evidence rule: a member is evicted only after a full ttl of real time during which Redis
+//! answered, took writes and held the member's current data. Whatever breaks that (an outage; a
+//! restart, seen as a new `run_id`; a flush, a restart from an older snapshot or a failover to
+//! a lagging replica, seen as the canary's counter going back; a failover followed; writes
+//! refused, seen as the canary's increment refused; a forward step of Redis's clock, seen
+//! against the daemon's monotonic clock) gives every member Redis holds a full ttl from the
+//! instant Redis was seen answering (or taking writes, or on its new time) again: the credit. After a failure, a
 //! move or a pause of the daemon nothing is judged until a probe has shown whether Redis kept
 //! its data. A pause of the daemon (its timers fired far later than asked) is not an outage:
 //! Redis and the apps went on without it.
@@ -17,8 +20,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::canary::Reading;
+use super::canary::{Reading, WriteRefusal};
 use crate::store::clock::RedisClock;
+
+mod timeline;
+
+pub(crate) use timeline::Step;
+use timeline::Timeline;
 
 /// Redis answers within milliseconds when it is well. When it has not for this long (down,
 /// paused, partitioned from the sweeper), the apps most likely could not write heartbeats
@@ -33,10 +41,6 @@ const PROBE_EVERY: Duration = Duration::from_millis(500);
 const CANARY_EVERY: Duration = Duration::from_secs(1);
 /// Between probes while Redis does not answer: how soon its return is seen.
 const PROBE_RETRY: Duration = Duration::from_millis(100);
-/// A turn of the loop this much later than its timer asked: the daemon itself was paused (a
-/// SIGSTOP, a frozen VM, a throttled container), not Redis. Well under [`STALL`], so that a
-/// pause is known for one before its gap could read as an outage.
-pub(crate) const PAUSED_AFTER: Duration = Duration::from_millis(500);
 /// A judging instant this far behind Redis's clock (seconds) is held back, not merely read a
 /// moment ago.
 const HELD_BACK_S: f64 = 0.25;
@@ -79,13 +83,26 @@ pub(crate) enum Reset {
     Moved,
 }
 
-/// What a probe showed.
+/// What a reply or a probe showed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Seen {
     pub(crate) outage: Option<Outage>,
     pub(crate) reset: Option<Reset>,
+    /// Redis's clock stepped (a forward step comes with a credit).
+    pub(crate) step: Option<Step>,
+    /// Redis began refusing writes, or took them again.
+    pub(crate) writes: Option<Writes>,
     /// The ACL refused the canary, for the first time: say so once.
     pub(crate) canary_refused: bool,
+}
+
+/// A change in whether Redis takes writes, as the canary's increment shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Writes {
+    /// Refused from now on: nobody is judged while they are.
+    Refused(WriteRefusal),
+    /// Taken again after `seconds` (Redis's clock) of refusals: every member gets a credit.
+    Taken { seconds: f64 },
 }
 
 /// What a probe brought back (see `ops::Probed`).
@@ -131,6 +148,10 @@ struct Witness {
     counter: Option<u64>,
     run_id: Option<String>,
     canary_refused: bool,
+    /// Since when (Redis's clock: the last write it took) writes are refused, while they are.
+    writes_refused: Option<f64>,
+    /// When the canary's last increment was taken (Redis's clock).
+    wrote_at: Option<f64>,
 }
 
 impl Witness {
@@ -157,6 +178,29 @@ impl Witness {
         reset
     }
 
+    /// Whether the canary's increment shows writes refused from now on, or taken again (with
+    /// since when they were refused: the credit's start).
+    fn writes(&mut self, ev: &Evidence) -> Option<(Writes, f64)> {
+        match ev.canary {
+            Reading::WritesRefused(refusal) if self.writes_refused.is_none() => {
+                let since = self.wrote_at.unwrap_or(ev.time);
+                self.writes_refused = Some(since);
+                Some((Writes::Refused(refusal), since))
+            }
+            Reading::Count(_) => {
+                self.wrote_at = Some(ev.time);
+                let since = self.writes_refused.take()?;
+                Some((
+                    Writes::Taken {
+                        seconds: ev.time - since,
+                    },
+                    since,
+                ))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether the canary was refused for the first time (said once).
     fn newly_refused(&mut self, canary: Reading) -> bool {
         let first = canary == Reading::Refused && !self.canary_refused;
@@ -167,7 +211,7 @@ impl Witness {
 
 #[derive(Debug)]
 pub(crate) struct Liveness {
-    clock: Option<RedisClock>,
+    timeline: Timeline,
     /// When Redis last answered (the local instant, moved on by pauses of the daemon, and its
     /// clock then).
     last_reply: Option<(Instant, f64)>,
@@ -195,7 +239,7 @@ pub(crate) struct Liveness {
 impl Liveness {
     pub(crate) fn new(at: Instant, inherited_outage: Option<f64>) -> Self {
         Self {
-            clock: None,
+            timeline: Timeline::default(),
             last_reply: None,
             inherited_outage,
             credit: None,
@@ -209,9 +253,9 @@ impl Liveness {
         }
     }
 
-    /// Redis's clock as last read, if it was.
+    /// Redis's clock as estimated from its readings, once read.
     pub(crate) fn clock(&self) -> Option<RedisClock> {
-        self.clock
+        self.timeline.clock()
     }
 
     /// When Redis last answered (the local instant), and its clock then.
@@ -223,19 +267,25 @@ impl Liveness {
         self.credit
     }
 
-    /// A reply carried Redis's clock (`redis`, Unix seconds), read at `at`.
-    pub(crate) fn observe_time(&mut self, at: Instant, redis: f64) {
-        self.clock = Some(RedisClock { redis, read_at: at });
+    /// A reply carried Redis's clock (`redis`, Unix seconds), read at `at`. Returns the step
+    /// of Redis's clock it shows, if any: a forward step gives every member a full ttl of real
+    /// time from it (their scores all look older at once), a backward one only delays zombies.
+    pub(crate) fn observe_time(&mut self, at: Instant, redis: f64) -> Option<Step> {
+        let (step, expected) = self.timeline.observe(at, redis)?;
+        if let Step::Forward(_) = step {
+            self.grant(expected, redis);
+        }
+        Some(step)
     }
 
     /// Redis answered at `at` (with its clock, when the reply says). Returns the outage this
-    /// answer ends: a gap since the last answer longer than [`STALL`], or the failover this
-    /// loop inherited.
-    pub(crate) fn on_reply(&mut self, at: Instant, time: Option<f64>) -> Option<Outage> {
-        if let Some(time) = time {
-            self.observe_time(at, time);
-        }
-        let redis_now = time.or_else(|| self.clock.map(|c| c.at(at)))?;
+    /// answer ends (a gap since the last answer longer than [`STALL`], or the failover this
+    /// loop inherited) and the step of Redis's clock it shows.
+    pub(crate) fn on_reply(&mut self, at: Instant, time: Option<f64>) -> Seen {
+        let step = time.and_then(|time| self.observe_time(at, time));
+        let Some(redis_now) = time.or_else(|| self.clock().map(|c| c.at(at))) else {
+            return Seen::default();
+        };
         let gap = match (self.last_reply, self.inherited_outage.take()) {
             (Some((last, redis_at)), _) if at.saturating_duration_since(last) > STALL => {
                 Some((redis_at, at.duration_since(last).as_secs_f64()))
@@ -244,9 +294,15 @@ impl Liveness {
             _ => None,
         };
         self.last_reply = Some((at, redis_now));
-        let (from, seconds) = gap?;
-        self.grant(from, redis_now);
-        Some(Outage { from, seconds })
+        let outage = gap.map(|(from, seconds)| {
+            self.grant(from, redis_now);
+            Outage { from, seconds }
+        });
+        Seen {
+            outage,
+            step,
+            ..Seen::default()
+        }
     }
 
     /// Every member gets a full ttl from `to` (Redis's clock). A second event within the credit
@@ -270,14 +326,20 @@ impl Liveness {
             return Seen::default();
         };
         let before = self.last_reply.map(|(_, redis)| redis);
-        let mut seen = Seen {
-            reset: self.reset(&ev),
-            ..Seen::default()
+        let reset = self.reset(&ev);
+        let canary_refused = self.witness.newly_refused(ev.canary);
+        let writes = self.witness.writes(&ev);
+        let seen = Seen {
+            reset,
+            canary_refused,
+            writes: writes.map(|(w, _)| w),
+            ..self.on_reply(at, Some(ev.time))
         };
-        seen.canary_refused = self.witness.newly_refused(ev.canary);
-        seen.outage = self.on_reply(at, Some(ev.time));
         if seen.reset.is_some() {
             self.grant(before.unwrap_or(ev.time), ev.time);
+        }
+        if let Some((Writes::Taken { .. }, since)) = writes {
+            self.grant(since, ev.time);
         }
         self.doubt = false;
         seen
@@ -300,25 +362,22 @@ impl Liveness {
     pub(crate) fn on_moved(&mut self) {
         self.doubt = true;
         self.moved = true;
+        // Another server's clock: a difference is no step.
+        self.timeline.rebase();
     }
 
-    /// The loop turned at `now`, its timer having asked for `planned`. Much later (more than
-    /// [`PAUSED_AFTER`]) means the daemon itself did not run meanwhile: that time does not count
-    /// as Redis's silence (no outage, no credit), and a probe is asked before judging, since
-    /// Redis may have restarted meanwhile. Returns how long the pause was.
-    pub(crate) fn on_turn(&mut self, planned: Instant, now: Instant) -> Option<Duration> {
-        let late = now.checked_duration_since(planned)?;
-        if late <= PAUSED_AFTER {
-            return None;
-        }
+    /// The daemon itself did not run for `pause`, until `now` (a SIGSTOP, a frozen VM, a
+    /// throttled container, a starved runtime): that time does not count as Redis's silence
+    /// (no outage, no credit), and a probe is asked before judging, since Redis may have
+    /// restarted meanwhile.
+    pub(crate) fn on_pause(&mut self, now: Instant, pause: Duration) {
         if let Some((at, _)) = &mut self.last_reply {
-            *at = (*at + late).min(now);
+            *at = at.checked_add(pause).map_or(now, |t| t.min(now));
         }
         if let Some(at) = &mut self.probed_at {
-            *at = (*at + late).min(now);
+            *at = at.checked_add(pause).map_or(now, |t| t.min(now));
         }
         self.doubt = true;
-        Some(late)
     }
 
     /// Redis refused a command the checks need: prove the permissions again in a while.
@@ -379,7 +438,10 @@ impl Liveness {
     /// Whether checks may judge staleness now: Redis answered, and no failure, move or pause
     /// awaits a probe's verdict.
     pub(crate) fn judging(&self) -> bool {
-        !self.doubt && self.clock.is_some() && self.last_reply.is_some()
+        !self.doubt
+            && self.witness.writes_refused.is_none()
+            && self.clock().is_some()
+            && self.last_reply.is_some()
     }
 
     /// How a check at `at` of a sweep of window `ttl` (seconds) may judge: `None` while not
@@ -400,7 +462,7 @@ impl Liveness {
         if !self.judging() {
             return None;
         }
-        let now = self.clock?.at(at);
+        let now = self.clock()?.at(at);
         let (_, last) = self.last_reply?;
         Some(now.min(last + STALL.as_secs_f64()))
     }
@@ -408,7 +470,7 @@ impl Liveness {
     /// Until when (Redis's clock) a check at `at` of a sweep of window `ttl` spares every
     /// member: the credit's end, while it runs.
     pub(crate) fn spare_until(&self, at: Instant, ttl: f64) -> Option<f64> {
-        let now = self.clock?.at(at);
+        let now = self.clock()?.at(at);
         self.credit.map(|c| c.until(ttl)).filter(|&u| u > now)
     }
 
@@ -416,7 +478,7 @@ impl Liveness {
     /// [`crate::sweep::Purpose::held_back`]): only while Redis is not answering. A credit
     /// does not hold the judging instant back, so the storm guard stays armed through it.
     pub(crate) fn held_back(&self, at: Instant, judge: f64) -> bool {
-        self.clock.is_some_and(|c| c.at(at) - judge > HELD_BACK_S)
+        self.clock().is_some_and(|c| c.at(at) - judge > HELD_BACK_S)
     }
 }
 

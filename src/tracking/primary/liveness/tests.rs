@@ -1,5 +1,6 @@
 //! The rules of `liveness`, on paused time.
 use super::*;
+use crate::tracking::primary::canary::WriteRefusal;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -39,12 +40,12 @@ fn an_outage_is_declared_only_after_stall_without_replies() {
     let t0 = Instant::now();
     let mut l = answered(t0);
     assert_eq!(
-        l.on_reply(t0 + STALL, Some(1001.5)),
+        l.on_reply(t0 + STALL, Some(1001.5)).outage,
         None,
         "a gap of exactly STALL"
     );
     let back = t0 + STALL + STALL + ms(1);
-    let outage = l.on_reply(back, Some(1003.001)).expect("an outage");
+    let outage = l.on_reply(back, Some(1003.001)).outage.expect("an outage");
     assert_eq!(outage.from, 1001.5);
     assert!((outage.seconds - 1.501).abs() < 1e-9);
 }
@@ -54,7 +55,7 @@ fn credit_is_granted_when_redis_returns_and_lasts_a_ttl() {
     let t0 = Instant::now();
     let mut l = answered(t0);
     let back = t0 + Duration::from_secs(10);
-    l.on_reply(back, Some(1010.0)).expect("an outage");
+    l.on_reply(back, Some(1010.0)).outage.expect("an outage");
     assert_eq!(
         l.credit(),
         Some(Credit {
@@ -69,7 +70,7 @@ fn credit_is_granted_when_redis_returns_and_lasts_a_ttl() {
     assert_eq!(l.judge_at(back), Some(1010.0));
     // After a ttl from its end, no more sparing.
     for s in 1..=46 {
-        assert_eq!(l.on_reply(back + Duration::from_secs(s), None), None);
+        assert_eq!(l.on_reply(back + Duration::from_secs(s), None).outage, None);
     }
     let later = back + Duration::from_secs(46);
     assert_eq!(l.spare_until(later, 45.0), None);
@@ -105,7 +106,10 @@ fn staleness_is_not_judged_past_stall_after_the_last_reply() {
 fn an_inherited_outage_ends_with_the_first_reply() {
     let t0 = Instant::now();
     let mut l = Liveness::new(t0, Some(990.0));
-    let outage = l.on_reply(t0, Some(1000.0)).expect("the failover's outage");
+    let outage = l
+        .on_reply(t0, Some(1000.0))
+        .outage
+        .expect("the failover's outage");
     assert_eq!(
         outage,
         Outage {
@@ -113,7 +117,11 @@ fn an_inherited_outage_ends_with_the_first_reply() {
             seconds: 10.0
         }
     );
-    assert_eq!(l.on_reply(t0 + ms(10), Some(1000.01)), None, "ended once");
+    assert_eq!(
+        l.on_reply(t0 + ms(10), Some(1000.01)).outage,
+        None,
+        "ended once"
+    );
 }
 
 #[test]
@@ -121,7 +129,11 @@ fn no_judging_before_redis_answered() {
     let t0 = Instant::now();
     let mut l = Liveness::new(t0, None);
     assert_eq!(l.judge_at(t0), None);
-    assert_eq!(l.on_reply(t0, None), None, "no clock: nothing to record");
+    assert_eq!(
+        l.on_reply(t0, None).outage,
+        None,
+        "no clock: nothing to record"
+    );
     l.observe_time(t0, 1000.0);
     assert_eq!(l.judge_at(t0), None, "a clock, but no reply yet");
 }
@@ -313,11 +325,10 @@ async fn without_the_canary_the_run_id_still_tells_a_restart() {
 #[tokio::test(start_paused = true)]
 async fn a_pause_of_the_daemon_is_no_outage_and_no_credit() {
     let mut l = answered(Instant::now());
-    let planned = Instant::now() + PROBE_EVERY;
-    // SIGSTOP for 6 s: the loop's timer fires 6 s late.
+    // SIGSTOP for 6 s.
     tokio::time::advance(secs(6) + PROBE_EVERY).await;
     let resumed = Instant::now();
-    assert_eq!(l.on_turn(planned, resumed), Some(secs(6)));
+    l.on_pause(resumed, secs(6));
     assert!(
         !l.judging(),
         "a probe first: Redis may have restarted meanwhile"
@@ -333,21 +344,10 @@ async fn a_pause_of_the_daemon_is_no_outage_and_no_credit() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_late_turn_within_bounds_is_no_pause() {
-    let mut l = answered(Instant::now());
-    let planned = Instant::now();
-    tokio::time::advance(PAUSED_AFTER).await;
-    assert_eq!(l.on_turn(planned, Instant::now()), None);
-    assert!(l.judging());
-    assert_eq!(l.on_turn(planned + secs(5), Instant::now()), None, "early");
-}
-
-#[tokio::test(start_paused = true)]
 async fn redis_silent_past_a_pause_is_still_an_outage() {
     let mut l = answered(Instant::now());
-    let planned = Instant::now() + PROBE_EVERY;
     tokio::time::advance(secs(3)).await;
-    l.on_turn(planned, Instant::now());
+    l.on_pause(Instant::now(), secs(3) - PROBE_EVERY);
     // Redis does not answer after the resume either, for 5 s.
     let mut failed = 0;
     for _ in 0..50 {
@@ -434,7 +434,7 @@ fn the_verdict_is_the_judging_instant_the_hold_back_and_the_credit_in_one() {
         })
     );
     let back = t0 + secs(10);
-    l.on_reply(back, Some(1010.0)).expect("an outage");
+    l.on_reply(back, Some(1010.0)).outage.expect("an outage");
     let v = l.verdict(back, 45.0).expect("judging");
     assert_eq!((v.judge_at, v.spare_until), (1010.0, Some(1055.0)));
 }
@@ -453,4 +453,99 @@ fn no_verdict_while_in_doubt() {
         "judged no later than STALL past the last answer"
     );
     assert_eq!(v.judge_at, 1000.0 + STALL.as_secs_f64());
+}
+
+#[test]
+fn a_forward_step_of_redis_s_clock_gives_every_member_a_ttl_of_real_time() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    // 1 s later by the daemon's clock, Redis's reads 31 s later: a 30 s step.
+    let at = t0 + secs(1);
+    let seen = l.on_reply(at, Some(1031.0));
+    assert_eq!(seen.step, Some(Step::Forward(30.0)));
+    assert_eq!(seen.outage, None);
+    let v = l.verdict(at, 6.0).expect("judging");
+    assert_eq!(v.judge_at, 1031.0, "judged on Redis's new time");
+    assert_eq!(
+        v.spare_until,
+        Some(1037.0),
+        "a full ttl of real time from the step"
+    );
+    assert!(l.verdict(at + secs(7), 6.0).unwrap().spare_until.is_none());
+}
+
+#[test]
+fn a_backward_step_is_reported_and_gives_no_credit() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    let seen = l.on_reply(t0 + secs(1), Some(971.0));
+    assert_eq!(seen.step, Some(Step::Backward(30.0)));
+    assert_eq!(l.credit(), None, "zombies only leave later");
+    assert_eq!(l.judge_at(t0 + secs(1)), Some(971.0));
+}
+
+#[test]
+fn a_failed_reply_s_clock_shows_a_step_too() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    assert_eq!(l.observe_time(t0 + secs(1), 1001.2), None);
+    let step = l.observe_time(t0 + secs(2), 1006.0).expect("a step");
+    assert!((step.seconds() - 3.8).abs() < 1e-9, "{step:?}");
+    assert_eq!(l.spare_until(t0 + secs(2), 5.0), Some(1011.0));
+}
+
+#[test]
+fn a_followed_failover_s_clock_is_no_step() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    l.on_moved();
+    assert_eq!(l.poll(t0), Some(Action::Probe));
+    let seen = l.on_probe(t0 + secs(1), probe(500.0, Some(1), "b"));
+    assert_eq!(seen.step, None);
+    assert!(seen.reset.is_some(), "its data is another's: a credit");
+}
+
+fn canary(time: f64, canary: Reading) -> Result<Evidence, ()> {
+    Ok(Evidence {
+        time,
+        canary,
+        run_id: Some("a".into()),
+    })
+}
+
+#[test]
+fn refused_writes_stop_every_judgement_until_taken_again_then_credit() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    let oom = Reading::WritesRefused(WriteRefusal::Oom);
+    assert_eq!(l.poll(t0 + secs(1)), Some(Action::Probe));
+    let seen = l.on_probe(t0 + secs(1), canary(1001.0, oom));
+    assert_eq!(seen.writes, Some(Writes::Refused(WriteRefusal::Oom)));
+    assert!(!l.judging(), "the apps cannot heartbeat");
+    assert_eq!(l.verdict(t0 + secs(1), 4.0), None);
+    // Still refused: said once.
+    assert_eq!(l.poll(t0 + secs(2)), Some(Action::Probe));
+    assert_eq!(l.on_probe(t0 + secs(2), canary(1002.0, oom)).writes, None);
+    assert!(!l.judging());
+    // Taken again 15 s later: every member gets a full ttl from then, since the last write.
+    assert_eq!(l.poll(t0 + secs(16)), Some(Action::Probe));
+    let seen = l.on_probe(t0 + secs(16), canary(1016.0, Reading::Count(9)));
+    assert_eq!(seen.writes, Some(Writes::Taken { seconds: 16.0 }));
+    let v = l.verdict(t0 + secs(16), 4.0).expect("judging again");
+    assert_eq!(v.spare_until, Some(1020.0));
+    assert_eq!(
+        l.credit().unwrap().from,
+        1000.0,
+        "since the last write taken"
+    );
+}
+
+#[test]
+fn a_canary_the_acl_refuses_says_nothing_of_writes() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    assert_eq!(l.poll(t0 + secs(1)), Some(Action::Probe));
+    let seen = l.on_probe(t0 + secs(1), canary(1001.0, Reading::Refused));
+    assert_eq!(seen.writes, None);
+    assert!(l.judging());
 }

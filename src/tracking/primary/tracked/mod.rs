@@ -517,6 +517,9 @@ impl Observer for LoopObserver {
     fn published(&self, events: u64) {
         self.report.published(events);
     }
+    fn scores_ahead(&self, keys: u64) {
+        self.report.scores_ahead(keys);
+    }
     fn events_failed(&self, events: u64) {
         self.report.events_failed(events);
     }

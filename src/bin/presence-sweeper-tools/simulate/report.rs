@@ -13,112 +13,112 @@ use super::Lag;
     clippy::struct_excessive_bools,
     reason = "a report: each flag is a separate fact, printed as such"
 )]
-pub struct SimulateReport {
+pub(crate) struct SimulateReport {
     /// The sweep simulated.
-    pub sweep: String,
+    pub(crate) sweep: String,
     /// Its ttl, in seconds.
-    pub ttl_seconds: f64,
+    pub(crate) ttl_seconds: f64,
     /// Conversations.
-    pub conversations: u32,
+    pub(crate) conversations: u32,
     /// Live users per conversation at start.
-    pub users_per_conversation: u32,
+    pub(crate) users_per_conversation: u32,
     /// Heartbeat period, in seconds.
-    pub heartbeat_seconds: f64,
+    pub(crate) heartbeat_seconds: f64,
     /// How long users vanished, in seconds (less if interrupted).
-    pub duration_seconds: f64,
+    pub(crate) duration_seconds: f64,
     /// Time a zombie is given from its last heartbeat, in seconds.
-    pub grace_seconds: f64,
+    pub(crate) grace_seconds: f64,
     /// Ctrl-C stopped the run early.
-    pub interrupted: bool,
+    pub(crate) interrupted: bool,
     /// Times Redis stopped answering during the run (down, paused, failing over).
-    pub redis_outages: u64,
+    pub(crate) redis_outages: u64,
     /// Restarts or failovers seen (the server's `run_id` changed).
-    pub redis_restarts: u64,
+    pub(crate) redis_restarts: u64,
     /// Times the event subscription was lost (and taken up again).
-    pub subscription_gaps: u64,
+    pub(crate) subscription_gaps: u64,
     /// Heartbeat pipelines that failed (Redis away): their users' scores are as last written.
-    pub failed_heartbeat_calls: u64,
+    pub(crate) failed_heartbeat_calls: u64,
     /// The run's keys were deleted at the end.
-    pub keys_deleted: bool,
+    pub(crate) keys_deleted: bool,
     /// Member heartbeats written.
-    pub heartbeats: u64,
+    pub(crate) heartbeats: u64,
     /// Script calls that wrote them.
-    pub heartbeat_calls: u64,
+    pub(crate) heartbeat_calls: u64,
     /// Users who vanished without a leave.
-    pub users_vanished: u64,
+    pub(crate) users_vanished: u64,
     /// Events for vanished users.
-    pub evictions: u64,
+    pub(crate) evictions: u64,
     /// Event arrival minus (last heartbeat + ttl), on Redis's clock.
-    pub eviction_lag_seconds: Option<Lag>,
+    pub(crate) eviction_lag_seconds: Option<Lag>,
     /// Conversations opened during the run (`--new-conversations`).
-    pub new_conversations: u64,
+    pub(crate) new_conversations: u64,
     /// Of the evictions, those of the first user of a new conversation, who left right after
     /// creating its key; and their lag.
-    pub new_key_evictions: u64,
+    pub(crate) new_key_evictions: u64,
     /// Event arrival minus (last heartbeat + ttl) of those evictions.
-    pub new_key_eviction_lag_seconds: Option<Lag>,
+    pub(crate) new_key_eviction_lag_seconds: Option<Lag>,
     /// Events for users still heartbeating (they come back at their next heartbeat).
-    pub false_evictions: u64,
+    pub(crate) false_evictions: u64,
     /// Events for users already announced.
-    pub duplicate_events: u64,
+    pub(crate) duplicate_events: u64,
     /// Vanished users not announced within the grace.
-    pub missed_zombies: u64,
+    pub(crate) missed_zombies: u64,
     /// Vanished users not announced yet but still within the grace (only after an interruption).
-    pub pending_zombies: u64,
+    pub(crate) pending_zombies: u64,
     /// Vanished users not announced whose data a Redis restart or failover lost: nothing left
     /// to evict. Not a failure of the sweeper.
-    pub lost_in_restart: u64,
+    pub(crate) lost_in_restart: u64,
     /// Vanished users evicted (gone from Redis) while the event subscription was down: their
     /// events went out while nobody listened. Not a failure of the sweeper.
-    pub unobserved_evictions: u64,
+    pub(crate) unobserved_evictions: u64,
     /// Vanished users not announced that Redis could not be asked about at the end: no verdict,
     /// and the run is not judged ok.
-    pub unverified_zombies: u64,
+    pub(crate) unverified_zombies: u64,
     /// Events in this run's conversations for members it never wrote, or unreadable.
-    pub unexpected_events: u64,
+    pub(crate) unexpected_events: u64,
     /// Events received in this run's conversations, of any kind.
-    pub events_received: u64,
+    pub(crate) events_received: u64,
     /// Zombies were missed and not one event came: most likely no sweeper runs against this
     /// Redis (or it sweeps other keys, or publishes elsewhere).
-    pub no_sweeper_answered: bool,
+    pub(crate) no_sweeper_answered: bool,
     /// Typing bursts, with `--typing`.
-    pub typing: Option<TypingReport>,
+    pub(crate) typing: Option<TypingReport>,
     /// No false evictions, duplicates, missed or unverified zombies, or unexpected events.
-    pub ok: bool,
+    pub(crate) ok: bool,
 }
 
 /// The typing bursts of a simulation.
 #[derive(Debug, Clone, Serialize)]
-pub struct TypingReport {
+pub(crate) struct TypingReport {
     /// The typing sweep.
-    pub sweep: String,
+    pub(crate) sweep: String,
     /// Bursts that ended.
-    pub bursts: u64,
+    pub(crate) bursts: u64,
     /// Keystrokes written.
-    pub keystrokes: u64,
+    pub(crate) keystrokes: u64,
     /// Events for ended bursts.
-    pub stops: u64,
+    pub(crate) stops: u64,
     /// Event arrival minus (last keystroke + ttl).
-    pub stop_lag_seconds: Option<Lag>,
+    pub(crate) stop_lag_seconds: Option<Lag>,
     /// Events for typists still typing.
-    pub false_stops: u64,
+    pub(crate) false_stops: u64,
     /// Events for bursts already announced.
-    pub duplicate_stops: u64,
+    pub(crate) duplicate_stops: u64,
     /// Ended bursts not announced within the typing sweep's ttl + 2 x schedule.
-    pub missed_stops: u64,
+    pub(crate) missed_stops: u64,
     /// Ended bursts still within it (only after an interruption).
-    pub pending_stops: u64,
+    pub(crate) pending_stops: u64,
     /// Ended bursts whose data a Redis restart or failover lost.
-    pub lost_in_restart: u64,
+    pub(crate) lost_in_restart: u64,
     /// Ended bursts evicted while the event subscription was down.
-    pub unobserved_stops: u64,
+    pub(crate) unobserved_stops: u64,
     /// Ended bursts Redis could not be asked about at the end.
-    pub unverified_stops: u64,
+    pub(crate) unverified_stops: u64,
 }
 
 impl SimulateReport {
     /// Whether the sweeper misbehaved: the process then exits 1.
-    pub fn failed(&self) -> bool {
+    pub(crate) fn failed(&self) -> bool {
         !self.ok
     }
 }

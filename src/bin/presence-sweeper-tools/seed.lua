@@ -1,4 +1,4 @@
--- Fills presence sorted sets with synthetic members (`presence-sweeper seed`).
+-- Fills presence sorted sets with synthetic members (`presence-sweeper-tools seed`).
 --
 -- One call writes a chunk of keys, so a million keys take a few hundred calls rather than
 -- twenty million commands. Scores come from Redis TIME, like real heartbeats.

@@ -32,78 +32,78 @@ use crate::store::walk;
 use crate::store::{Opener, Store};
 
 /// Upper bounds of the members-per-key buckets; a last bucket takes the rest.
-pub const BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+pub(crate) const BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
 
 /// The report of every sweep asked for.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatsReport {
     /// Redis's clock when the report started, Unix seconds.
-    pub redis_time: f64,
+    pub(crate) redis_time: f64,
     /// One entry per sweep, in the order asked.
-    pub sweeps: Vec<SweepStats>,
+    pub(crate) sweeps: Vec<SweepStats>,
 }
 
 /// The keyspace of one sweep.
 #[derive(Debug, Clone, Serialize)]
-pub struct SweepStats {
+pub(crate) struct SweepStats {
     /// The sweep's name.
-    pub sweep: String,
+    pub(crate) sweep: String,
     /// Its `match` glob.
     #[serde(rename = "match")]
-    pub glob: String,
+    pub(crate) glob: String,
     /// Its `ttl`, in seconds.
-    pub ttl_seconds: f64,
+    pub(crate) ttl_seconds: f64,
     /// Sorted sets matching the glob (that were not empty when read).
-    pub keys: u64,
+    pub(crate) keys: u64,
     /// Members in them.
-    pub members: u64,
+    pub(crate) members: u64,
     /// Members whose score is older than `ttl` on Redis's clock: what a pass would evict now.
-    pub stale_members: u64,
+    pub(crate) stale_members: u64,
     /// Age of the oldest score of all, in seconds on Redis's clock; `null` without members. A
     /// score of `-inf` counts as the Unix epoch, as in events; `+inf` (every member pinned:
     /// none ever goes stale) as Redis's now, an age of 0.
-    pub oldest_heartbeat_age_seconds: Option<f64>,
+    pub(crate) oldest_heartbeat_age_seconds: Option<f64>,
     /// Whether the oldest score is `-inf`: a member that never heartbeat (written by hand).
-    pub oldest_heartbeat_never: bool,
+    pub(crate) oldest_heartbeat_never: bool,
     /// Whether the oldest score is `+inf`: every member is pinned (written by hand).
-    pub oldest_heartbeat_pinned: bool,
+    pub(crate) oldest_heartbeat_pinned: bool,
     /// How many members the keys hold.
-    pub members_per_key: Distribution,
+    pub(crate) members_per_key: Distribution,
     /// The largest conversations, largest first (ties: by id).
-    pub largest: Vec<Conversation>,
+    pub(crate) largest: Vec<Conversation>,
     /// Wall time of the scan.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
 }
 
 /// Members per key.
 #[derive(Debug, Clone, Serialize)]
-pub struct Distribution {
+pub(crate) struct Distribution {
     /// Keys per bucket, each bucket counting only its own keys (not cumulative).
-    pub buckets: Vec<Bucket>,
+    pub(crate) buckets: Vec<Bucket>,
     /// The most members of any key.
-    pub max: u64,
+    pub(crate) max: u64,
     /// Members per key on average; 0 without keys.
-    pub mean: f64,
+    pub(crate) mean: f64,
 }
 
 /// One bucket of the distribution: the keys with `from` to `to` members (both inclusive).
 #[derive(Debug, Clone, Serialize)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     /// Fewest members of a key in the bucket.
-    pub from: u64,
+    pub(crate) from: u64,
     /// Most members of a key in the bucket; `null` (no bound) for the last.
-    pub to: Option<u64>,
+    pub(crate) to: Option<u64>,
     /// Keys in the bucket.
-    pub keys: u64,
+    pub(crate) keys: u64,
 }
 
 /// One conversation of the top list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Conversation {
+pub(crate) struct Conversation {
     /// What the sweep's `*` matched (written lossily if it is not UTF-8).
-    pub conversation_id: String,
+    pub(crate) conversation_id: String,
     /// Members of its key.
-    pub members: u64,
+    pub(crate) members: u64,
 }
 
 /// Reads the keyspace of each sweep in `sweeps`, one after the other.
@@ -390,9 +390,7 @@ mod tests {
             name: "online".into(),
             pattern: crate::config::pattern::KeyPattern::parse("presence:*:online").unwrap(),
             ttl: std::time::Duration::from_secs(45),
-            schedule: crate::tracking::schedule::Schedule::Every(std::time::Duration::from_secs(
-                30,
-            )),
+            schedule: crate::config::Schedule::Every(std::time::Duration::from_secs(30)),
             event: "presence.leave".into(),
             channel: crate::config::pattern::ChannelTemplate::new(
                 "presence:{conversation_id}:events",

@@ -1,6 +1,6 @@
-//! `presence-sweeper simulate`: live presence traffic against a Redis on this machine, to demo a
-//! sweeper running separately and to measure it: eviction lag, false evictions, duplicates and
-//! missed zombies.
+//! `presence-sweeper-tools simulate`: live presence traffic against a Redis on this machine, to
+//! demo a sweeper running separately and to measure it: eviction lag, false evictions,
+//! duplicates and missed zombies.
 //!
 //! Users heartbeat the way the README tells apps to (`heartbeat.lua`: score from Redis `TIME`,
 //! `ZADD GT`, key TTL refreshed), one script call per conversation with all its users, spread
@@ -32,20 +32,18 @@ use tokio::time::Instant;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-pub use report::{SimulateReport, TypingReport};
-pub use tracker::{Fate, Lag, Tally, Tracker, Verdict};
-use watch::{WATCH_EVERY, Watch, end_time, watch_redis};
+use report::{SimulateReport, TypingReport};
+use tracker::{Fate, Lag, Tracker, Verdict};
+use watch::{WATCH_EVERY, Watch, end_time, unix_now, watch_redis};
 use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
 
-use crate::Error;
-use crate::config::pattern::CONVERSATION_ID;
-use crate::config::{Config, RedisConfig, SweepConfig, UnknownSweep};
-use crate::store::clock::unix_now;
-use crate::store::{self, Opener, Store};
-use crate::tools::loopback::{self, NotLoopback};
+use presence_sweeper::config::{CONVERSATION_ID, Config, RedisConfig, SweepConfig, UnknownSweep};
+use presence_sweeper::{Error, Opener, Push, Store, Subscriber};
+
+use crate::loopback::{self, NotLoopback};
 
 /// Longest `--duration`: the run must end on its own.
-pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 /// Worker tasks at most.
 const WORKERS: usize = 4;
 /// How long after the end the subscriber keeps listening for events already published.
@@ -55,38 +53,38 @@ const DELETE_BATCH: usize = 500;
 
 /// What to simulate, resolved from the `simulate` command's arguments.
 #[derive(Debug, Clone)]
-pub struct SimulateOptions {
+pub(crate) struct SimulateOptions {
     /// Conversations.
-    pub conversations: u32,
+    pub(crate) conversations: u32,
     /// Live users per conversation.
-    pub users: u32,
+    pub(crate) users: u32,
     /// Heartbeat period of every live user.
-    pub heartbeat: Duration,
+    pub(crate) heartbeat: Duration,
     /// Share of live users who vanish per minute without a leave (they stop heartbeating).
-    pub vanish_rate: f64,
+    pub(crate) vanish_rate: f64,
     /// Vanished users do not come back; by default they return as new user ids, so the
     /// population stays steady.
-    pub rejoin: bool,
+    pub(crate) rejoin: bool,
     /// Conversations opened per minute while users vanish, each a key that did not exist: its
     /// first user heartbeats once and leaves at once (a zombie in a brand-new key, judged on its
     /// own: `new_key_eviction_lag_seconds`), the others stay like any user.
-    pub new_conversations: f64,
+    pub(crate) new_conversations: f64,
     /// Some users also type in bursts (a keystroke a second for a few seconds) on the `typing`
     /// sweep's keys.
-    pub typing: bool,
+    pub(crate) typing: bool,
     /// How long users vanish; the grace period follows.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
     /// Time a zombie is given from its last heartbeat before it counts as missed; also how long
     /// the run goes on after `--duration` (with `--typing`, at least the typing sweep's ttl + 2 x
     /// schedule). Default: the sweep's ttl + 2 x schedule.
-    pub grace: Option<Duration>,
+    pub(crate) grace: Option<Duration>,
     /// The sweep whose keys, ttl, score unit and channel are used.
-    pub sweep: String,
+    pub(crate) sweep: String,
 }
 
 /// Why the simulation was refused before anything was written.
 #[derive(Debug, thiserror::Error)]
-pub enum SimulateError {
+pub(crate) enum SimulateError {
     /// `--sweep` names no configured sweep.
     #[error(transparent)]
     UnknownSweep(#[from] UnknownSweep),
@@ -105,7 +103,7 @@ pub enum SimulateError {
 
 /// A validated simulation.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     sweep: SweepConfig,
     typing: Option<SweepConfig>,
     conversations: u32,
@@ -122,7 +120,7 @@ pub struct Plan {
 
 impl Plan {
     /// How long the run goes on after `--duration`: enough for every zombie's verdict.
-    pub fn tail(&self) -> Duration {
+    pub(crate) fn tail(&self) -> Duration {
         match &self.typing {
             Some(_) => self.grace.max(self.typing_grace),
             None => self.grace,
@@ -130,13 +128,13 @@ impl Plan {
     }
 
     /// The conversation id prefix of this run, `sim-<run>-`.
-    pub fn prefix(&self) -> String {
+    pub(crate) fn prefix(&self) -> String {
         format!("sim-{}-", self.run_id)
     }
 }
 
 /// Checks the options against the configuration; refuses a Redis that is not on this machine.
-pub fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateError> {
+pub(crate) fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateError> {
     let invalid = |s: String| Err(SimulateError::Invalid(s));
     if !(0.0..=1.0).contains(&opts.vanish_rate) {
         return invalid(format!(
@@ -160,7 +158,7 @@ pub fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateErr
     let typing = match opts.typing {
         true => Some(
             config
-                .sweep(crate::config::TYPING_SWEEP)
+                .sweep(presence_sweeper::config::TYPING_SWEEP)
                 .ok_or(SimulateError::NoTypingSweep)?
                 .clone(),
         ),
@@ -220,7 +218,7 @@ fn default_grace(sweep: &SweepConfig) -> Option<Duration> {
 /// lost, or whose events went out while nobody listened, are told apart from missed zombies.
 /// Only failing to start (Redis unreachable, the script refused) is an error: once the run
 /// started, the report always comes.
-pub async fn run(
+pub(crate) async fn run(
     plan: &Plan,
     redis: &RedisConfig,
     cancel: &CancellationToken,
@@ -235,25 +233,25 @@ pub async fn run(
         patterns.push(channel_pattern(&t.channel.to_string(), &prefix));
         patterns.dedup();
     }
-    let pubsub = subscribe(redis, &patterns).await?;
-
     let shared = Arc::new(Shared::new(plan));
+    let watch = Arc::new(Watch::default());
+    let events = Events {
+        store: store.clone(),
+        patterns,
+        timeout: redis.command_timeout,
+        shared: shared.clone(),
+        watch: watch.clone(),
+    };
+    let sub = events.subscribe().await?;
+
     let stop = cancel.child_token();
     let stop_listening = CancellationToken::new();
-    let watch = Arc::new(Watch::default());
     let watcher = tokio::spawn(watch_redis(
         store.clone(),
         watch.clone(),
         stop_listening.clone(),
     ));
-    let listener = tokio::spawn(listen(
-        pubsub,
-        redis.clone(),
-        patterns,
-        shared.clone(),
-        watch.clone(),
-        stop_listening.clone(),
-    ));
+    let listener = tokio::spawn(events.listen(sub, stop_listening.clone()));
     tracing::info!(
         sweep = %plan.sweep.name,
         conversations = plan.conversations,
@@ -500,7 +498,7 @@ fn judge(
 
 /// The PSUBSCRIBE pattern of a channel template for this run's conversations: the literal parts
 /// escaped, `{conversation_id}` replaced by `<prefix>*`.
-pub fn channel_pattern(template: &str, prefix: &str) -> String {
+pub(crate) fn channel_pattern(template: &str, prefix: &str) -> String {
     let escape = |s: &str| {
         let mut out = String::with_capacity(s.len());
         for c in s.chars() {
@@ -643,54 +641,102 @@ fn lock(m: &Mutex<Tracker>) -> MutexGuard<'_, Tracker> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A subscription to the run's channels.
-async fn subscribe(
-    redis: &RedisConfig,
-    patterns: &[String],
-) -> Result<redis::aio::PubSubStream, Error> {
-    let mut pubsub = store::subscriber(redis, Opener::Tool("simulate")).await?;
-    for p in patterns {
-        pubsub.psubscribe(p).await?;
-    }
-    Ok(pubsub.into_on_message())
-}
-
-/// Receives events until `stop`. When the subscription is lost (Redis restarted, failed over)
-/// the gap is noted and the subscription taken up again as soon as Redis answers.
-async fn listen(
-    mut stream: redis::aio::PubSubStream,
-    redis: RedisConfig,
+/// The run's subscription to the events of its conversations, over the daemon's own
+/// subscriber: a connection of its own, read only as fast as the run judges events, so that a
+/// burst waits in Redis rather than here.
+struct Events {
+    store: Store,
+    /// Channel patterns of the run's conversations ([`channel_pattern`]).
     patterns: Vec<String>,
+    /// How long Redis may take to confirm a subscription (`redis.command_timeout`).
+    timeout: Duration,
     shared: Arc<Shared>,
     watch: Arc<Watch>,
-    stop: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            msg = stream.next() => if let Some(msg) = msg {
-                shared.event(msg.get_payload_bytes(), watch.now());
-                continue;
-            },
-        }
-        let lost_at = watch.now().unwrap_or_else(unix_now);
-        watch.state().gaps.push((lost_at, None));
-        tracing::warn!("the event subscription was lost; taking it up again");
-        stream = loop {
+}
+
+impl Events {
+    /// Subscribes to every pattern, and waits until Redis confirmed each: events published
+    /// from then on are heard. Events that come before the last confirmation are judged.
+    async fn subscribe(&self) -> Result<Subscriber, Error> {
+        // The tools write to one standalone server: the one node.
+        let node = self
+            .store
+            .nodes()
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "no Redis server to subscribe to",
+                ))
+            })?;
+        let mut sub = self.store.subscriber(&node).await?;
+        let mut args: Vec<&[u8]> = vec![b"PSUBSCRIBE"];
+        args.extend(self.patterns.iter().map(String::as_bytes));
+        let confirmed = async {
+            sub.command(&args).await?;
+            let mut confirmed = 0;
+            while confirmed < self.patterns.len() {
+                match sub.next().await? {
+                    Push::Subscribed => confirmed += 1,
+                    Push::Message { payload, .. } => self.shared.event(payload, self.watch.now()),
+                    Push::Error(e) => return Err(redis::RedisError::from(e)),
+                    Push::Pong | Push::Other => {}
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(self.timeout, confirmed)
+            .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "Redis did not confirm the subscription in time",
+                )
+                .into())
+            })?;
+        Ok(sub)
+    }
+
+    /// Judges events until `stop`. When the subscription is lost (Redis restarted, failed over)
+    /// the gap is noted and the subscription taken up again as soon as Redis answers.
+    async fn listen(self, mut sub: Subscriber, stop: CancellationToken) {
+        loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(WATCH_EVERY) => {}
+                read = sub.next() => match read {
+                    Ok(Push::Message { payload, .. }) => {
+                        self.shared.event(payload, self.watch.now());
+                        continue;
+                    }
+                    Ok(Push::Subscribed | Push::Pong | Push::Other) => continue,
+                    Ok(Push::Error(e)) => {
+                        let e = redis::RedisError::from(e);
+                        tracing::debug!(error = %e, "an error on the event subscription");
+                    }
+                    Err(e) => tracing::debug!(error = %e, "the event subscription ended"),
+                },
             }
-            match subscribe(&redis, &patterns).await {
-                Ok(stream) => break stream,
-                Err(e) => tracing::debug!(error = %e, "subscribing again failed"),
+            let lost_at = self.watch.now().unwrap_or_else(unix_now);
+            self.watch.state().gaps.push((lost_at, None));
+            tracing::warn!("the event subscription was lost; taking it up again");
+            sub = loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(WATCH_EVERY) => {}
+                }
+                match self.subscribe().await {
+                    Ok(sub) => break sub,
+                    Err(e) => tracing::debug!(error = %e, "subscribing again failed"),
+                }
+            };
+            let resumed = self.watch.now().unwrap_or_else(unix_now);
+            if let Some(gap) = self.watch.state().gaps.last_mut() {
+                gap.1 = Some(resumed);
             }
-        };
-        let resumed = watch.now().unwrap_or_else(unix_now);
-        if let Some(gap) = watch.state().gaps.last_mut() {
-            gap.1 = Some(resumed);
+            tracing::warn!("subscribed again");
         }
-        tracing::warn!("subscribed again");
     }
 }
 

@@ -1,6 +1,6 @@
 -- Heartbeats of several members of one presence set, written the way the README tells apps to
--- (`presence-sweeper simulate`): score from Redis TIME, ZADD GT, key TTL refreshed when it has
--- run half down (a write less per heartbeat, and one keyspace notification less).
+-- (`presence-sweeper-tools simulate`): score from Redis TIME, ZADD GT, key TTL refreshed when it
+-- has run half down (a write less per heartbeat, and one keyspace notification less).
 --
 -- KEYS[1]  the presence set (one key per call, so the call is cluster-safe)
 -- ARGV[1]  key TTL in seconds (about 10x the sweep's ttl)

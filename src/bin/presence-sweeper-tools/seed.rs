@@ -1,5 +1,5 @@
-//! `presence-sweeper seed`: fills a Redis on this machine with a synthetic presence keyspace, for
-//! benchmarks and demos.
+//! `presence-sweeper-tools seed`: fills a Redis on this machine with a synthetic presence
+//! keyspace, for benchmarks and demos.
 //!
 //! Speed comes from doing the work in Redis: `seed.lua` writes a chunk of keys per call with
 //! scores from Redis `TIME`, and a few calls are kept in flight so Redis never waits for us.
@@ -12,15 +12,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::store::Conn;
 use futures_util::{StreamExt, TryStreamExt};
+use presence_sweeper::Conn;
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
-use crate::config::pattern::KeyPattern;
-use crate::config::{Config, RedisConfig, ScoreUnit, SweepConfig, UnknownSweep};
-use crate::store::{Opener, Store};
-use crate::tools::loopback::{self, NotLoopback};
+use crate::loopback::{self, NotLoopback};
+use presence_sweeper::Error;
+use presence_sweeper::config::KeyPattern;
+use presence_sweeper::config::{Config, RedisConfig, ScoreUnit, SweepConfig, UnknownSweep};
+use presence_sweeper::{Opener, Store};
 
 /// Members one script call writes at most, over all its keys: keeps each call to a few
 /// milliseconds of Redis time.
@@ -32,30 +32,30 @@ const IN_FLIGHT: usize = 4;
 /// Noise keys per pipeline.
 const NOISE_PER_PIPELINE: u64 = 1_000;
 /// Members of each typing key (fewer when `--members` is smaller): few people type at once.
-pub const TYPING_MEMBERS: u32 = 3;
+pub(crate) const TYPING_MEMBERS: u32 = 3;
 
 /// What to seed, resolved from the `seed` command's arguments.
 #[derive(Debug, Clone)]
-pub struct SeedOptions {
+pub(crate) struct SeedOptions {
     /// Conversations, one key each.
-    pub conversations: u64,
+    pub(crate) conversations: u64,
     /// Members per key (a key of more than 20,000 members is written over several script calls).
-    pub members: u32,
+    pub(crate) members: u32,
     /// Share of each key's members that are stale (older than the sweep's ttl), 0 to 1.
-    pub stale_fraction: f64,
+    pub(crate) stale_fraction: f64,
     /// The sweep whose `match` and `score_unit` shape the keys.
-    pub sweep: String,
+    pub(crate) sweep: String,
     /// Also seed the `typing` sweep's keys for the same conversations (3 members each, the same
     /// stale share).
-    pub typing: bool,
+    pub(crate) typing: bool,
     /// Also write N unrelated keys (`cache:<n>` strings, `session:<n>` hashes), as a shared
     /// Redis has.
-    pub noise: u64,
+    pub(crate) noise: u64,
 }
 
 /// Why seeding was refused before anything was written.
 #[derive(Debug, thiserror::Error)]
-pub enum SeedError {
+pub(crate) enum SeedError {
     /// `--sweep` names no configured sweep.
     #[error(transparent)]
     UnknownSweep(#[from] UnknownSweep),
@@ -83,7 +83,7 @@ struct KeySet {
 
 /// A validated seeding job.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(crate) struct Plan {
     conversations: u64,
     main: KeySet,
     typing: Option<KeySet>,
@@ -92,27 +92,27 @@ pub struct Plan {
 
 /// What was written.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SeedReport {
+pub(crate) struct SeedReport {
     /// The sweep whose keys were seeded.
-    pub sweep: String,
+    pub(crate) sweep: String,
     /// Keys written for it.
-    pub keys: u64,
+    pub(crate) keys: u64,
     /// Members written into them.
-    pub members: u64,
+    pub(crate) members: u64,
     /// Of which stale.
-    pub stale: u64,
+    pub(crate) stale: u64,
     /// Typing keys written (`--typing`).
-    pub typing_keys: u64,
+    pub(crate) typing_keys: u64,
     /// Members written into them.
-    pub typing_members: u64,
+    pub(crate) typing_members: u64,
     /// Of which stale.
-    pub typing_stale: u64,
+    pub(crate) typing_stale: u64,
     /// Unrelated keys written (`--noise`).
-    pub noise_keys: u64,
+    pub(crate) noise_keys: u64,
     /// Wall time.
-    pub duration: Duration,
+    pub(crate) duration: Duration,
     /// False if Ctrl-C stopped it early.
-    pub complete: bool,
+    pub(crate) complete: bool,
 }
 
 impl fmt::Display for SeedReport {
@@ -135,19 +135,19 @@ impl fmt::Display for SeedReport {
 }
 
 /// Stale members per key: `members x fraction`, half rounding up.
-pub fn stale_count(members: u32, fraction: f64) -> u32 {
+pub(crate) fn stale_count(members: u32, fraction: f64) -> u32 {
     (f64::from(members) * fraction).round() as u32
 }
 
 /// Checks the options against the configuration; refuses a Redis that is not on this machine.
-pub fn plan(config: &Config, opts: &SeedOptions) -> Result<Plan, SeedError> {
+pub(crate) fn plan(config: &Config, opts: &SeedOptions) -> Result<Plan, SeedError> {
     if !(0.0..=1.0).contains(&opts.stale_fraction) {
         return Err(SeedError::StaleFraction(opts.stale_fraction));
     }
     let main = config.select_sweeps(std::slice::from_ref(&opts.sweep))?[0];
     let typing = if opts.typing {
         let sweep = config
-            .sweep(crate::config::TYPING_SWEEP)
+            .sweep(presence_sweeper::config::TYPING_SWEEP)
             .ok_or(SeedError::NoTypingSweep)?;
         Some(key_set(
             sweep,
@@ -179,7 +179,7 @@ fn key_set(sweep: &SweepConfig, members: u32, fraction: f64) -> KeySet {
 
 /// Connects (one attempt) and writes the planned keyspace. Ctrl-C (`cancel`) stops it between
 /// calls.
-pub async fn run(
+pub(crate) async fn run(
     plan: &Plan,
     redis: &RedisConfig,
     cancel: &CancellationToken,

@@ -7,13 +7,41 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
-use crate::store::clock::{RedisClock, redis_time, unix_now};
+use presence_sweeper::Store;
 
 /// How often the watcher asks Redis for its clock and `run_id`.
 pub(super) const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// How long the end of the run waits for Redis to answer for the final verdicts.
 pub(super) const END_WAIT: Duration = Duration::from_secs(10);
+
+/// Redis's clock as last read, and when.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RedisClock {
+    /// Redis's clock at the reading, in Unix seconds.
+    redis: f64,
+    /// The local instant of the reading.
+    read_at: Instant,
+}
+
+impl RedisClock {
+    /// Redis's clock now: the reading plus the time since.
+    fn now(&self) -> f64 {
+        self.redis + self.read_at.elapsed().as_secs_f64()
+    }
+}
+
+/// Redis's clock now, in Unix seconds, by one `TIME` round trip.
+async fn redis_time(con: &mut impl redis::aio::ConnectionLike) -> redis::RedisResult<f64> {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await?;
+    Ok(secs as f64 + micros as f64 / 1e6)
+}
+
+/// The wall clock, in Unix seconds: Redis's when it cannot be asked.
+pub(super) fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
 
 /// What the watcher and the subscriber saw of Redis during the run.
 #[derive(Debug, Default)]
@@ -55,30 +83,28 @@ pub(super) async fn watch_redis(store: Store, watch: Arc<Watch>, stop: Cancellat
         let mut pipe = redis::pipe();
         pipe.cmd("TIME").cmd("INFO").arg("server");
         let asked = tokio::time::Instant::now();
-        let reply: Result<(redis::Value, String), _> =
+        let reply: Result<((u64, u64), String), _> =
             tokio::time::timeout(WATCH_EVERY * 4, pipe.query_async(&mut con))
                 .await
                 .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
         {
             let mut st = watch.state();
             match reply {
-                Ok((time, info)) => {
-                    let time = crate::store::reply::parse_time(&time);
+                Ok(((secs, micros), info)) => {
+                    let t = secs as f64 + micros as f64 / 1e6;
                     let run_id = info
                         .lines()
                         .find_map(|l| l.strip_prefix("run_id:"))
                         .map(|id| id.trim().to_owned());
-                    if let Some(t) = time {
-                        st.clock = Some(RedisClock {
-                            redis: t,
-                            read_at: asked,
-                        });
-                    }
+                    st.clock = Some(RedisClock {
+                        redis: t,
+                        read_at: asked,
+                    });
                     if st.down {
                         st.down = false;
                         tracing::warn!("Redis answers again");
                     }
-                    if let (Some(new), Some(t)) = (&run_id, time)
+                    if let Some(new) = &run_id
                         && st.run_id.as_ref().is_some_and(|old| old != new)
                     {
                         tracing::warn!("Redis restarted or failed over (a new run_id)");

@@ -28,18 +28,18 @@ enum Token {
 
 /// An abandoned member whose event did not come within the grace.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Overdue {
+pub(crate) struct Overdue {
     /// The user number (the member is `u<user>`).
-    pub user: u64,
+    pub(crate) user: u64,
     /// Its key.
-    pub key: Arc<[u8]>,
+    pub(crate) key: Arc<[u8]>,
     /// Its last score, in seconds.
-    pub last_seen: f64,
+    pub(crate) last_seen: f64,
 }
 
 /// What became of an overdue member, as Redis and the run's history tell.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Fate {
+pub(crate) enum Fate {
     /// Still in Redis past the grace, or gone without an event while one was being listened
     /// for: the sweeper missed it.
     Missed,
@@ -54,7 +54,7 @@ pub enum Fate {
 
 /// The verdict on one event.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// An abandoned member was announced, `lag` seconds after its window closed.
     Evicted {
         /// `arrival - (last_seen + ttl)`.
@@ -70,7 +70,7 @@ pub enum Verdict {
 
 /// The members of one sweep, by user number.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     ttl: f64,
     tokens: HashMap<u64, Token>,
     lags: Vec<f64>,
@@ -82,47 +82,47 @@ pub struct Tracker {
 
 /// What became of the members of one sweep.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Members abandoned (users vanished, typing bursts ended).
-    pub abandoned: u64,
+    pub(crate) abandoned: u64,
     /// Abandoned members announced.
-    pub evictions: u64,
+    pub(crate) evictions: u64,
     /// Eviction lag (event arrival minus last score plus ttl); `None` without evictions.
-    pub lag: Option<Lag>,
+    pub(crate) lag: Option<Lag>,
     /// Events for members still written.
-    pub false_evictions: u64,
+    pub(crate) false_evictions: u64,
     /// Events for members already announced.
-    pub duplicates: u64,
+    pub(crate) duplicates: u64,
     /// Abandoned members never announced although their last score is older than the grace.
-    pub missed: u64,
+    pub(crate) missed: u64,
     /// Of the evictions, those of members who left a key right after creating it.
-    pub new_key_evictions: u64,
+    pub(crate) new_key_evictions: u64,
     /// Their lag; `None` without such evictions.
-    pub new_key_lag: Option<Lag>,
+    pub(crate) new_key_lag: Option<Lag>,
     /// Abandoned members not announced yet and still within the grace: no verdict.
-    pub pending: u64,
+    pub(crate) pending: u64,
     /// Overdue members whose keys' data a Redis restart or failover lost.
-    pub lost_in_restart: u64,
+    pub(crate) lost_in_restart: u64,
     /// Overdue members evicted while the event subscription was down.
-    pub unobserved: u64,
+    pub(crate) unobserved: u64,
     /// Overdue members Redis could not be asked about at the end.
-    pub unverified: u64,
+    pub(crate) unverified: u64,
 }
 
 /// Lag percentiles, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Lag {
+pub(crate) struct Lag {
     /// Median.
-    pub p50: f64,
+    pub(crate) p50: f64,
     /// 99th percentile.
-    pub p99: f64,
+    pub(crate) p99: f64,
     /// Largest.
-    pub max: f64,
+    pub(crate) max: f64,
 }
 
 impl Tracker {
     /// A tracker for a sweep whose window is `ttl` seconds.
-    pub fn new(ttl: f64) -> Self {
+    pub(crate) fn new(ttl: f64) -> Self {
         Self {
             ttl,
             tokens: HashMap::new(),
@@ -135,17 +135,17 @@ impl Tracker {
     }
 
     /// `user` is (again) being written.
-    pub fn activate(&mut self, user: u64) {
+    pub(crate) fn activate(&mut self, user: u64) {
         self.tokens.insert(user, Token::Active);
     }
 
     /// `user` is no longer written to `key`; `last_seen` is its last score, in seconds.
-    pub fn abandon(&mut self, user: u64, last_seen: f64, key: Arc<[u8]>) {
+    pub(crate) fn abandon(&mut self, user: u64, last_seen: f64, key: Arc<[u8]>) {
         self.abandon_as(user, last_seen, key, false);
     }
 
     /// [`Tracker::abandon`], for the first member of a key who leaves right after creating it.
-    pub fn abandon_new_key(&mut self, user: u64, last_seen: f64, key: Arc<[u8]>) {
+    pub(crate) fn abandon_new_key(&mut self, user: u64, last_seen: f64, key: Arc<[u8]>) {
         self.abandon_as(user, last_seen, key, true);
     }
 
@@ -163,12 +163,12 @@ impl Tracker {
 
     /// Whether `user` may be written again without muddling verdicts: never written, or its
     /// last abandonment was announced.
-    pub fn is_idle(&self, user: u64) -> bool {
+    pub(crate) fn is_idle(&self, user: u64) -> bool {
         matches!(self.tokens.get(&user), None | Some(Token::Evicted))
     }
 
     /// Judges an event announcing `user` that arrived at `arrival`.
-    pub fn observe(&mut self, user: u64, arrival: f64) -> Verdict {
+    pub(crate) fn observe(&mut self, user: u64, arrival: f64) -> Verdict {
         let verdict = match self.tokens.get(&user) {
             None => Verdict::Unknown,
             Some(Token::Active) => Verdict::False,
@@ -194,7 +194,7 @@ impl Tracker {
 
     /// The abandoned members not announced although their last score is more than `grace`
     /// seconds before `end`.
-    pub fn overdue(&self, end: f64, grace: f64) -> Vec<Overdue> {
+    pub(crate) fn overdue(&self, end: f64, grace: f64) -> Vec<Overdue> {
         self.tokens
             .iter()
             .filter_map(|(&user, token)| match token {
@@ -212,7 +212,7 @@ impl Tracker {
 
     /// The outcome at `end`: an abandoned member not announced is overdue once its last score is
     /// more than `grace` seconds before `end` (and `fate` says what became of it), else pending.
-    pub fn tally(&self, end: f64, grace: f64, fate: impl Fn(&Overdue) -> Fate) -> Tally {
+    pub(crate) fn tally(&self, end: f64, grace: f64, fate: impl Fn(&Overdue) -> Fate) -> Tally {
         let (mut missed, mut pending, mut lost, mut unobserved, mut unverified) = (0, 0, 0, 0, 0);
         for (&user, token) in &self.tokens {
             let Token::Abandoned { last_seen, key, .. } = token else {

@@ -5,11 +5,11 @@ use std::net::IpAddr;
 
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use crate::config::{RedisConfig, RedisMode, redact_url};
+use presence_sweeper::config::{RedisConfig, RedisMode, redact_url};
 
 /// A tool that writes synthetic data was pointed somewhere it must not write.
 #[derive(Debug, thiserror::Error)]
-pub enum NotLoopback {
+pub(crate) enum NotLoopback {
     /// A Redis that is not on this machine.
     #[error(
         "refusing to write synthetic data to {url}: only a Redis on this machine is allowed \
@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn refusal_hides_the_password() {
-        let sources = crate::config::Sources {
+        let sources = presence_sweeper::config::Sources {
             env: [(
                 "PRESENCE_SWEEPER__REDIS__URL".to_string(),
                 "redis://u:hunter2@10.1.2.3:6379/0".to_string(),
@@ -109,7 +109,9 @@ mod tests {
             .into(),
             ..Default::default()
         };
-        let cfg = crate::config::Config::load(&sources).unwrap().redis;
+        let cfg = presence_sweeper::config::Config::load(&sources)
+            .unwrap()
+            .redis;
         let msg = require(&cfg).unwrap_err().to_string();
         assert!(msg.contains("redis://u:***@10.1.2.3:6379/0"), "{msg}");
         assert!(!msg.contains("hunter2"));

@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::store::Conn;
+use presence_sweeper::Conn;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::{Plan, Shared, lock};
-use crate::Error;
-use crate::config::ScoreUnit;
-use crate::config::pattern::KeyPattern;
-use crate::store::Store;
+use presence_sweeper::Error;
+use presence_sweeper::Store;
+use presence_sweeper::config::KeyPattern;
+use presence_sweeper::config::ScoreUnit;
 
 /// Granularity of the schedule: heartbeats are spread over the period in steps of this.
 const TICK: Duration = Duration::from_millis(100);

@@ -1,0 +1,67 @@
+//! Durations in the configuration: how they are written, and the longest each key takes.
+//!
+//! Every duration key has an upper bound, checked wherever a configuration is loaded
+//! (`check-config`, start-up, a reload). Without one, `"9999999999999999999s"` passed the check
+//! and the daemon then died of it: an instant plus the period, a timeout doubled, or a lease's
+//! ttl in milliseconds overflowed. The bounds lie far beyond any useful setting and far below
+//! any overflow.
+
+use std::time::Duration;
+
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The longest `redis.connect_timeout` and `redis.command_timeout`: an hour.
+pub const MAX_TIMEOUT: Duration = HOUR;
+/// The longest `sweeps.<name>.ttl` and `sweeps.<name>.storm_guard.hold`: a week.
+pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest period of `sweeps.<name>.schedule` and `tracking.reconcile_interval`: a day.
+/// A cron expression may run less often.
+pub const MAX_INTERVAL: Duration = DAY;
+/// The longest `coordination.lease_ttl`: a day.
+pub const MAX_LEASE_TTL: Duration = DAY;
+
+/// Parses `text` as a duration greater than zero and at most `max`. The error is the reason,
+/// for the message that names the key, the value and its source.
+pub(super) fn parse(text: &str, max: Duration) -> Result<Duration, String> {
+    let text = text.trim();
+    // humantime would say "expected number at 0", which names nothing the operator wrote.
+    if text.starts_with('-') {
+        return Err("negative: a duration must be greater than zero".into());
+    }
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("not a duration like \"45s\" or \"250ms\": {e}"))?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    if d > max {
+        return Err(format!(
+            "must be at most {}",
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positive_and_bounded() {
+        assert_eq!(parse(" 90s ", HOUR), Ok(Duration::from_secs(90)));
+        assert_eq!(parse("1h", HOUR), Ok(HOUR));
+        assert_eq!(parse("1h 1ms", HOUR).unwrap_err(), "must be at most 1h");
+        assert_eq!(
+            parse("9999999999999999999s", HOUR).unwrap_err(),
+            "must be at most 1h"
+        );
+        assert_eq!(parse("0s", HOUR).unwrap_err(), "must be greater than zero");
+        assert_eq!(
+            parse("-5s", HOUR).unwrap_err(),
+            "negative: a duration must be greater than zero"
+        );
+        let e = parse("soon", HOUR).unwrap_err();
+        assert!(e.starts_with("not a duration like"), "{e}");
+    }
+}
