@@ -520,6 +520,9 @@ impl Observer for LoopObserver {
     fn scores_ahead(&self, keys: u64) {
         self.report.scores_ahead(keys);
     }
+    fn read_refused(&self) {
+        self.report.read_refused();
+    }
     fn events_failed(&self, events: u64) {
         self.report.events_failed(events);
     }

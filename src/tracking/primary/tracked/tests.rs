@@ -305,12 +305,14 @@ fn reads_after_a_walk_forget_what_is_gone_and_move_deadlines_earlier() {
     let reads = Reads {
         keys: vec![set(None, 0), set(Some(NOW_S), 2)],
         time: Some(NOW_S),
+        pttl_refused: 0,
     };
     let gone = t.unseen_read(&node(), &[b"c1".to_vec(), b"c2".to_vec()], reads);
     assert_eq!(gone, 1, "c1 is gone; c2 is there");
     let reads = Reads {
         keys: vec![set(Some(NOW_S - 40.0), 2), set(None, 0)],
         time: Some(NOW_S),
+        pttl_refused: 0,
     };
     t.verified(&node(), &[b"c2".to_vec(), b"c3".to_vec()], reads);
     assert_eq!(t.index.len(), 1, "c3 read gone");
