@@ -68,10 +68,6 @@ impl Walks {
     /// forgets every tracked key that is gone, finds the keys the index does not know, and
     /// counts no missed notification. (To have it read every tracked key's lowest score as
     /// well, mark the indexes `set_unnoticed(true)`.)
-    #[allow(
-        dead_code,
-        reason = "for liveness, after a detected flush or rewind (work in progress elsewhere)"
-    )]
     pub(crate) fn reconcile_now(&mut self, at: Instant) {
         self.want_sync(at);
     }
