@@ -384,9 +384,6 @@ impl<S> Coordinator<S> {
         }
         if let Some(reset) = seen.reset {
             tracing::warn!(node = %self.node, reason = ?reset, "Redis's data was reset or rewound: every member it holds gets a full ttl from now");
-            // What it holds now is not what the index knows: keys gone are forgotten, keys
-            // it brought back are found.
-            self.walks.reconcile_now(at);
         }
         self.seen(at, seen);
     }

@@ -611,24 +611,3 @@ fn a_primary_turned_replica_is_looked_up_again() {
     assert!(shared.suspect.notified().now_or_never().is_some());
     assert_eq!(turn(&mut c, t0 + secs(1), walking()).0, ["refresh true"]);
 }
-
-#[test]
-fn a_reset_of_redis_s_data_asks_for_a_reconciliation_at_once() {
-    let t0 = Instant::now();
-    let (mut c, _, _) = answered(t0);
-    // The first walk is under way; it ends, and nothing is owed for an hour.
-    let later = t0 + secs(60);
-    assert!(
-        !turn(&mut c, later, idle())
-            .0
-            .iter()
-            .any(|a| a.starts_with("walk"))
-    );
-    // The canary's counter went back: a flush.
-    c.on_probe(later, evidence(1060.0, 0));
-    let actions = turn(&mut c, later, idle()).0;
-    assert!(
-        actions.contains(&"walk reconcile".to_owned()),
-        "{actions:?}"
-    );
-}

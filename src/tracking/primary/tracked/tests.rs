@@ -358,7 +358,7 @@ fn pages_and_notices_go_to_the_sweeps_whose_keys_they_are() {
     let (typing, _) = job("typing");
     let mut s = Sweeps::new(node(), 0, Capacity::new(100), Arc::new(NoBeat));
     s.set(vec![online, typing]);
-    let page = crate::store::walk::Page {
+    let page = crate::store::scan::Page {
         keys: vec![key("c1"), b"presence:c2:typing".to_vec(), b"other".to_vec()],
         time: NOW_S,
     };
