@@ -54,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::{EvictConfig, NotificationMode, ScanConfig, TrackingConfig};
-use crate::store::walk::Page;
+use crate::store::scan::Page;
 use crate::store::{Node, Store};
 use crate::sweep::Checked;
 use crate::tracking::index::{Capacity, Ticket};

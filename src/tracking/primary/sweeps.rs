@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::tracked::{Job, Tick, Tracked};
 use super::walks::WalkKind;
 use crate::store::NodeId;
-use crate::store::walk::Page;
+use crate::store::scan::Page;
 use crate::tracking::index::Capacity;
 use crate::tracking::keyspace::Notice;
 use crate::tracking::report::Beat;
