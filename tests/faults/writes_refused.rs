@@ -111,8 +111,10 @@ fn save_child(server: &RedisServer) -> Option<u32> {
 
 #[test]
 fn a_failed_background_save_refusing_every_write_announces_no_live_user() {
-    // MISCONF needs save points and stop-writes-on-bgsave-error (the default).
-    let server = RedisServer::start_with(&["--notify-keyspace-events", "Kgz", "--save", "3600 1"]);
+    // MISCONF needs save points and stop-writes-on-bgsave-error (the default). The save point as
+    // two arguments: Redis 6.2 reads `--save "3600 1"` as no save point at all.
+    let server =
+        RedisServer::start_with(&["--notify-keyspace-events", "Kgz", "--save", "3600", "1"]);
     let refuse = || {
         // A save slow enough to be killed: it fails, and every write is refused after it.
         let mut con = server.con();
