@@ -105,7 +105,7 @@ impl Sweep {
         let conversation_id = self.config.pattern.conversation_id(key).unwrap_or(key);
         self.config
             .channel
-            .render_into(conversation_id, &mut events.channel);
+            .render_into(key, conversation_id, &mut events.channel);
         let ttl = self.config.ttl.as_secs_f64();
         let command = self.publish_command().as_bytes();
         for (member, score) in removed {

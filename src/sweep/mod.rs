@@ -141,10 +141,8 @@ impl Sweep {
         if fresh {
             return Ok(());
         }
-        let channel = self
-            .config
-            .channel
-            .render(self.config.pattern.conversation_id(key).unwrap_or(key));
+        let conversation_id = self.config.pattern.conversation_id(key).unwrap_or(key);
+        let channel = self.config.channel.render(key, conversation_id);
         // A sharded publish in a cluster goes to the channel's own shard: probe it there.
         let routed_publish = self.sharded_pubsub && node.needs_slot_groups();
         let publish = (!routed_publish).then(|| self.publish_command());
