@@ -102,7 +102,12 @@ impl Sweep {
                 config.ttl.as_secs_f64(),
                 units,
             ),
-            encoder: EventEncoder::new(&config.event, &config.name, events.max_bytes),
+            encoder: EventEncoder::new(
+                &config.event,
+                &config.name,
+                events.max_bytes,
+                config.stream.is_some(),
+            ),
             sizing: sizing::Sizing::new(events.max_bytes),
             guard: StormGuard::new(&config.storm_guard, &config.name, config.ttl, guard),
             config: config.clone(),
