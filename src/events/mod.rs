@@ -391,6 +391,14 @@ struct Rest<'a> {
     prev: Option<&'a [u8]>,
 }
 
+/// `,"conversation_id":"<id>"` (and its `_base64`) as events carry it, for a script that writes
+/// them.
+pub(crate) fn conversation_field(id: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(id.len() + 24);
+    push_id(&mut out, "conversation_id", id);
+    out
+}
+
 /// Writes `,"field":` and the id; `field` is one of ours, plain ASCII with nothing to escape.
 fn push_id(out: &mut Vec<u8>, field: &str, id: &[u8]) {
     out.push(b',');

@@ -30,7 +30,7 @@ pub(crate) const MAX_LAG: f64 = 86_400.0;
 /// How late an eviction at `now` (Redis's clock) was for a member last seen at `last_seen`, in a
 /// sweep of `ttl` seconds; infinite (not observed) when that says nothing of the sweeper: a
 /// score before 1970 (`-inf`) or a lag over [`MAX_LAG`].
-fn lag(now: f64, last_seen: f64, ttl: f64) -> f64 {
+pub(super) fn lag(now: f64, last_seen: f64, ttl: f64) -> f64 {
     let lag = now - (last_seen + ttl);
     if last_seen > 0.0 && lag <= MAX_LAG {
         lag
