@@ -64,6 +64,8 @@ mod tracking;
 pub mod version;
 
 pub use error::Error;
+#[cfg(feature = "test-hooks")]
+pub use events::hooks as event_hooks;
 pub use evict::EvictScript;
 pub use store::subscriber::{Push, Subscriber};
 pub use store::walk::FIRST_PAGE_SHARE;

@@ -121,7 +121,11 @@ impl ChannelTemplate {
         let mut rest = template;
         loop {
             let next = [
-                (rest.find(CONVERSATION_ID), CONVERSATION_ID, Segment::ConversationId),
+                (
+                    rest.find(CONVERSATION_ID),
+                    CONVERSATION_ID,
+                    Segment::ConversationId,
+                ),
                 (rest.find(HASH_TAG), HASH_TAG, Segment::HashTag),
             ]
             .into_iter()
@@ -373,14 +377,21 @@ mod tests {
             t.render(b"presence:c42:online", b"c42"),
             b"presence:{presence:c42:online}:log:c42"
         );
-        assert_eq!(hash_tag(b"a{}b{c}"), b"a{}b{c}", "an empty first tag: the whole key");
+        assert_eq!(
+            hash_tag(b"a{}b{c}"),
+            b"a{}b{c}",
+            "an empty first tag: the whole key"
+        );
         assert_eq!(hash_tag(b"a{b}c{d}"), b"b");
     }
 
     #[test]
     fn names_that_provably_share_the_keys_slot() {
         let ok = |glob: &str, template: &str| {
-            same_slot(&KeyPattern::parse(glob).unwrap(), &ChannelTemplate::new(template))
+            same_slot(
+                &KeyPattern::parse(glob).unwrap(),
+                &ChannelTemplate::new(template),
+            )
         };
         assert!(ok("presence:*:online", "presence:{hash_tag}:log").is_ok());
         assert!(ok("presence:{*}:online", "log:{{conversation_id}}:x").is_ok());

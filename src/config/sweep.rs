@@ -5,10 +5,10 @@ use std::time::Duration;
 
 use super::duration::{MAX_STREAM_AGE, MAX_TTL};
 use super::error::ConfigError;
+use super::redis::{RedisConfig, RedisMode};
 use super::schedule::Schedule;
 use super::section::{self, Key, Shown};
 use super::tree::Table;
-use super::redis::{RedisConfig, RedisMode};
 use crate::config::pattern::{ChannelTemplate, KeyPattern, same_slot};
 
 /// Fields of every event, which a sweep's name (its roster field) must not shadow.
@@ -399,7 +399,9 @@ impl SweepConfig {
             show: |s| match &s.stream {
                 Some(c) => match (c.ttl, c.effective_ttl()) {
                     (Some(d), _) => Shown::duration(d),
-                    (None, Some(d)) => Shown::duration(d).noted("a per-conversation stream's default"),
+                    (None, Some(d)) => {
+                        Shown::duration(d).noted("a per-conversation stream's default")
+                    }
                     (None, None) => Shown::Unset,
                 },
                 None => Shown::Unset,

@@ -208,7 +208,12 @@ impl EventEncoder {
     /// An encoder for events of type `event_type` whose roster field is `roster_field`, each at
     /// most `max_bytes` long (but for an id longer than that); with `stream`, room is kept for
     /// `prev` and `id`.
-    pub(crate) fn new(event_type: &str, roster_field: &str, max_bytes: usize, stream: bool) -> Self {
+    pub(crate) fn new(
+        event_type: &str,
+        roster_field: &str,
+        max_bytes: usize,
+        stream: bool,
+    ) -> Self {
         let mut head = b"{\"type\":".to_vec();
         push_str(&mut head, event_type);
         let mut roster_key = b",".to_vec();
@@ -233,7 +238,12 @@ impl EventEncoder {
     /// What a script that writes the same events needs: the head (`{"type":...`), the roster's
     /// key, the count's key and the truncation flag, each as JSON.
     pub(crate) fn parts(&self) -> [&[u8]; 4] {
-        [&self.head, &self.roster_key, &self.count_key, &self.truncated]
+        [
+            &self.head,
+            &self.roster_key,
+            &self.count_key,
+            &self.truncated,
+        ]
     }
 
     /// Writes the event's JSON into `out` (cleared first): the roster is cut to what fits in
@@ -501,6 +511,83 @@ fn push_f64(out: &mut Vec<u8>, x: f64) {
 /// is never stale, so never in an event.)
 pub(crate) fn seconds(x: f64) -> f64 {
     if x.is_finite() { x } else { 0.0 }
+}
+
+/// The integration tests' window on the encoder (the `test-hooks` feature): they compare what
+/// it writes with what the stream script wrote, byte for byte.
+#[cfg(feature = "test-hooks")]
+pub mod hooks {
+    use super::{Event, EventEncoder, Leaves, Roster, Step};
+
+    /// One key's eviction step as the tests saw it.
+    #[derive(Debug, Clone)]
+    pub struct StepInput {
+        /// The sweep's `event`, its name, `events.max_bytes`, whether it has a stream.
+        pub event_type: String,
+        pub roster_field: String,
+        pub max_bytes: usize,
+        pub stream: bool,
+        pub conversation_id: Vec<u8>,
+        /// Removed members and when they were last seen (Unix seconds), lowest score first.
+        pub leaves: Vec<(Vec<u8>, f64)>,
+        pub timestamp: f64,
+        /// The members left, most recently seen first, as read (at most 100).
+        pub roster: Vec<Vec<u8>>,
+        pub roster_count: u64,
+    }
+
+    /// The events the daemon's encoder writes for `step`, one per member or (`batch`) as the
+    /// step splits; `prevs[i]` is what the `i`th one names as `prev`.
+    pub fn encode(step: &StepInput, batch: bool, prevs: &[Option<Vec<u8>>]) -> Vec<Vec<u8>> {
+        let enc = EventEncoder::new(
+            &step.event_type,
+            &step.roster_field,
+            step.max_bytes,
+            step.stream,
+        );
+        let roster = Roster::of(&step.roster);
+        let vacated = step.roster_count == 0;
+        let prev = |i: usize| prevs.get(i).and_then(|p| p.as_deref());
+        let mut out = Vec::new();
+        if !batch {
+            for (i, (user, last_seen)) in step.leaves.iter().enumerate() {
+                let event = Event {
+                    conversation_id: &step.conversation_id,
+                    user_id: user,
+                    last_seen: *last_seen,
+                    timestamp: step.timestamp,
+                    roster: &roster,
+                    roster_count: step.roster_count,
+                    vacated: vacated && i + 1 == step.leaves.len(),
+                };
+                let mut json = Vec::new();
+                enc.encode_into(&event, prev(i), &mut json);
+                out.push(json);
+            }
+            return out;
+        }
+        let mut leaves = Leaves::default();
+        for (user, last_seen) in &step.leaves {
+            leaves.push(user, *last_seen);
+        }
+        let s = Step {
+            conversation_id: &step.conversation_id,
+            leaves: &leaves,
+            timestamp: step.timestamp,
+            roster: &roster,
+            roster_count: step.roster_count,
+            vacated,
+        };
+        let splits = enc.batch_splits(&s);
+        let mut from = 0;
+        for (i, &to) in splits.iter().enumerate() {
+            let mut json = Vec::new();
+            enc.batch_into(&s, (from, to), i + 1 == splits.len(), prev(i), &mut json);
+            out.push(json);
+            from = to;
+        }
+        out
+    }
 }
 
 #[cfg(test)]

@@ -171,8 +171,9 @@ local function up(d)
   return sub(d, 1, i - 1) .. string.char(byte(d, i) + 1) .. string.rep('0', #d - i)
 end
 
--- A number as serde_json (ryu) writes an f64: the shortest digits that read back as it, in
--- plain notation from 1e-5 up to 1e16, else as 1.5e-7; non-finite as 0.0 (as `events::seconds`).
+-- A number as serde_json writes an f64: the shortest digits that read back as it, in plain
+-- notation from 1e-5 up to 1e16, else as 1.5e-7 or 2.5e+117; non-finite as 0.0 (as
+-- `events::seconds`).
 local function num(x)
   if x ~= x or x == math.huge or x == -math.huge then x = 0 end
   if x == 0 then
@@ -180,7 +181,11 @@ local function num(x)
     return '0.0'
   end
   local sign, digits, exp = '', nil, nil
-  for p = 15, 17 do
+  -- A normal double has one 15-digit decimal at most that reads back as it, so the nearest
+  -- one, its zeros stripped, is the shortest; a subnormal has fewer bits: try every length.
+  local first = 15
+  if math.abs(x) < 2.2250738585072014e-308 then first = 1 end
+  for p = first, 17 do
     local s = format('%.' .. (p - 1) .. 'e', x)
     local ok = tonumber(s) == x
     if not ok and p == 16 and math.abs(math.frexp(x)) == 0.5 then
@@ -207,10 +212,12 @@ local function num(x)
     return sign .. sub(digits, 1, kk) .. '.' .. sub(digits, kk + 1)
   elseif kk > -5 and kk <= 0 then
     return sign .. '0.' .. string.rep('0', -kk) .. digits
-  elseif len == 1 then
-    return sign .. digits .. 'e' .. (kk - 1)
   end
-  return sign .. sub(digits, 1, 1) .. '.' .. sub(digits, 2) .. 'e' .. (kk - 1)
+  local e = 'e' .. (kk > 0 and '+' or '') .. (kk - 1)
+  if len == 1 then
+    return sign .. digits .. e
+  end
+  return sign .. sub(digits, 1, 1) .. '.' .. sub(digits, 2) .. e
 end
 
 local VACATED = ',"vacated":true'

@@ -136,8 +136,7 @@ impl Sweep {
                 roster_count: card,
                 vacated: vacated && i + 1 == removed.len(),
             };
-            self.encoder
-                .encode_into(&event, None, &mut events.payload);
+            self.encoder.encode_into(&event, None, &mut events.payload);
             self.queue(events, node, ctx, counts).await;
         }
         if leaves.len() == 0 {

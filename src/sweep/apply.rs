@@ -5,9 +5,9 @@ use std::collections::HashMap;
 
 use redis::cluster_routing::Slot;
 
+use super::Counts;
 use super::Sweep;
 use super::announce::{Events, Removal};
-use super::Counts;
 use super::check::{CheckCtx, CheckOpts, Checked};
 use super::plan::KeyState;
 use super::plan::Plan;

@@ -27,8 +27,8 @@ mod apply;
 mod check;
 mod plan;
 mod sizing;
-mod streamed;
 pub(crate) mod storm;
+mod streamed;
 pub(crate) mod units;
 
 use std::collections::HashMap;
@@ -41,8 +41,8 @@ use crate::Error;
 use crate::config::{Config, EventsConfig, EvictConfig, SweepConfig};
 use crate::events::EventEncoder;
 use crate::evict::EvictScript;
-use crate::evict::stream::StreamScript;
 use crate::evict::preflight;
+use crate::evict::stream::StreamScript;
 use crate::store::{Node, Store};
 use crate::sweep::storm::{GuardMetrics, StormGuard};
 use crate::sweep::units::{UnitAlarm, UnitWatch};
@@ -172,16 +172,28 @@ impl Sweep {
             .stream
             .as_ref()
             .map(|s| s.key.render(key, conversation_id));
-        let stream = self.config.stream.as_ref().zip(stream_key.as_deref()).map(
-            |(config, stream_key)| preflight::StreamProbe {
-                key: stream_key,
-                script: &self.stream_script,
-                trims: config.retention.is_some(),
-                expires: config.effective_ttl().is_some(),
-            },
-        );
+        let stream =
+            self.config
+                .stream
+                .as_ref()
+                .zip(stream_key.as_deref())
+                .map(|(config, stream_key)| preflight::StreamProbe {
+                    key: stream_key,
+                    script: &self.stream_script,
+                    trims: config.retention.is_some(),
+                    expires: config.effective_ttl().is_some(),
+                });
         let mut con = store.dedicated(node).await?;
-        preflight::prove(&mut con, key, &channel, names, publish, &self.script, stream).await?;
+        preflight::prove(
+            &mut con,
+            key,
+            &channel,
+            names,
+            publish,
+            &self.script,
+            stream,
+        )
+        .await?;
         if routed_publish {
             let mut con = store.dedicated_for_key(&channel).await?;
             preflight::prove_sharded_publish(&mut con, &channel, names).await?;

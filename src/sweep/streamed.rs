@@ -79,7 +79,8 @@ impl Sweep {
         };
         // On shutdown no new call starts; what the calls before removed was counted.
         while !pending.is_empty() && !ctx.cancel.is_cancelled() {
-            let call: Vec<StreamKey<'_>> = pending.iter().map(|&i| self.stream_key(keys[i])).collect();
+            let call: Vec<StreamKey<'_>> =
+                pending.iter().map(|&i| self.stream_key(keys[i])).collect();
             let reply = self.stream_script.call(node, &call, &params).await?;
             params.budget = (params.budget * 2).min(most);
             ctx.observer.progress();
