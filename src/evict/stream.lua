@@ -28,6 +28,7 @@
 -- ARGV[16] the roster limit of an event (100): a roster listing fewer than the count (up to
 --          it) says it is truncated
 -- ARGV[17] bytes kept free in every event for "prev" and "id"
+-- ARGV[18] '1': return each key's lowest remaining score (a deadline index needs it)
 -- then per key: ,"conversation_id":"..." (and its _base64), then the channel
 --
 -- Returns { now, results }, now formatted with %.17g in the score unit, and per key:
@@ -35,7 +36,7 @@
 --   status  0 done, 1 budget spent with stale members maybe left, 2 not reached,
 --           3 not a sorted set, 4 the stream refused a write: `error` says why, and only the
 --           members whose entries went in were removed
---   card    members left; oldest: lowest remaining score or false
+--   card    members left; oldest: lowest remaining score (if asked) or false
 --   removed flat { member, score, ... } of what this call removed
 --   published, unpublished: events published, and refused by PUBLISH (their entries stand)
 -- Statuses 2 and 3 come without the other fields.
@@ -52,7 +53,8 @@ local publish = ARGV[11]
 local HEAD, ROSTER_KEY, COUNT_KEY, TRUNCATED = ARGV[12], ARGV[13], ARGV[14], ARGV[15]
 local ROSTER_FULL = tonumber(ARGV[16])
 local CURSOR_ROOM = tonumber(ARGV[17])
-local PER_KEY = 17
+local WANT_OLDEST = ARGV[18] == '1'
+local PER_KEY = 18
 
 local t = redis.call('TIME')
 local secs = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -174,7 +176,7 @@ end
 -- A number as serde_json writes an f64: the shortest digits that read back as it, in plain
 -- notation from 1e-5 up to 1e16, else as 1.5e-7 or 2.5e+117; non-finite as 0.0 (as
 -- `events::seconds`).
-local function num(x)
+local function slow_num(x)
   if x ~= x or x == math.huge or x == -math.huge then x = 0 end
   if x == 0 then
     if 1 / x < 0 then return '-0.0' end
@@ -220,19 +222,52 @@ local function num(x)
   return sign .. sub(digits, 1, 1) .. '.' .. sub(digits, 2) .. e
 end
 
+-- From 1e-4 up to 1e15 (every timestamp) %g writes the shortest digits in plain notation, as
+-- serde_json does; the first length that reads back is the shortest (no power of two there needs
+-- more digits than its exact decimal, which has 15 at most).
+local function num(x)
+  local a = x
+  if a < 0 then a = -a end
+  if a >= 1e-4 and a < 1e15 then
+    local s = format('%.15g', x)
+    if tonumber(s) ~= x then
+      s = format('%.16g', x)
+      if tonumber(s) ~= x then s = format('%.17g', x) end
+    end
+    if not find(s, '.', 1, true) then s = s .. '.0' end
+    return s
+  end
+  return slow_num(x)
+end
+
 local VACATED = ',"vacated":true'
 local LEAVES_OPEN, LEAVES_CLOSE = ',"reason":"expired","leaves":[', '],"timestamp":'
 local TIMESTAMP = num(secs)
 
--- The roster as JSON strings, and where each ends (commas between counted).
+-- The roster as JSON: `json` (the members, no brackets) and `n`; `parts` and `ends` (where each
+-- member's JSON ends, commas between counted) are made only when an event must cut it.
 local function encode_roster(members)
-  local out, ends, at = {}, {}, -1
-  for i, m in ipairs(members) do
-    out[i] = str(m)
-    at = at + 1 + #out[i]
+  local n = #members
+  if n == 0 then return { json = '', n = 0, parts = {} } end
+  if not find(concat(members, ' '), NOT_PLAIN) then
+    return { json = '"' .. concat(members, '","') .. '"', n = n, raw = members }
+  end
+  local parts = {}
+  for i, m in ipairs(members) do parts[i] = str(m) end
+  return { json = concat(parts, ','), n = n, parts = parts }
+end
+
+local function roster_ends(r)
+  if not r.parts then
+    r.parts = {}
+    for i, m in ipairs(r.raw) do r.parts[i] = '"' .. m .. '"' end
+  end
+  local ends, at = {}, -1
+  for i, part in ipairs(r.parts) do
+    at = at + 1 + #part
     ends[i] = at
   end
-  return out, ends
+  return ends
 end
 
 -- The bytes after the roster's members (see `EventEncoder::rest_len`).
@@ -243,18 +278,19 @@ local function rest_len(count, vacated_room)
 end
 
 -- The roster cut to fit after `used` bytes, the count and the flags (no prev, no brace).
-local function finish(used, roster, ends, card, vacated_room, vacated)
-  local count = format('%d', card)
+local function finish(used, r, card, vacated_room, vacated)
+  local count = tostring(card)
   local tail = rest_len(count, vacated_room)
-  local whole = ends[#ends] or 0
-  local members = #roster
-  if used + tail + whole > max_bytes then
+  local members, json = r.n, r.json
+  if used + tail + #json > max_bytes then
+    local ends = roster_ends(r)
     local room = max_bytes - (used + tail + #TRUNCATED)
     members = 0
-    while members < #roster and ends[members + 1] <= room do members = members + 1 end
+    while members < r.n and ends[members + 1] <= room do members = members + 1 end
+    json = concat(r.parts, ',', 1, members)
   end
-  local out = ROSTER_KEY .. '[' .. concat(roster, ',', 1, members) .. ']' .. COUNT_KEY .. count
-  if members < #roster or members < math.min(card, ROSTER_FULL) then
+  local out = ROSTER_KEY .. '[' .. json .. ']' .. COUNT_KEY .. count
+  if members < r.n or members < math.min(card, ROSTER_FULL) then
     out = out .. TRUNCATED
   end
   if vacated then out = out .. VACATED end
@@ -262,7 +298,7 @@ local function finish(used, roster, ends, card, vacated_room, vacated)
 end
 
 -- The events of one key's step, without prev and closing brace: one per member, or batches.
-local function bodies(conv, stale, got, roster, ends, card)
+local function bodies(conv, stale, got, roster, card)
   local vacated = card == 0
   local out = {}
   local covers = {}
@@ -274,7 +310,7 @@ local function bodies(conv, stale, got, roster, ends, card)
       local body = HEAD .. conv .. ',' .. field('user_id', stale[2 * j - 1])
         .. ',"reason":"expired","last_seen":' .. num(score) .. ',"timestamp":' .. TIMESTAMP
       local last = vacated and j == got
-      out[j] = body .. finish(#body, roster, ends, card, last, last)
+      out[j] = body .. finish(#body, roster, card, last, last)
       covers[j] = j
     end
     return out, covers
@@ -290,14 +326,14 @@ local function bodies(conv, stale, got, roster, ends, card)
   local fixed = #HEAD + #conv + #LEAVES_OPEN + #LEAVES_CLOSE + #TIMESTAMP
     + rest_len(format('%d', card), vacated)
   local room = math.max(max_bytes - fixed, 0)
-  room = room - math.min(ends[#ends] or 0, math.floor(room / 2))
+  room = room - math.min(#roster.json, math.floor(room / 2))
   local from, start = 1, 0
   while from <= got do
     local to = from
     while to < got and item_ends[to + 1] - start <= room do to = to + 1 end
     local last = to == got
     local body = HEAD .. conv .. LEAVES_OPEN .. concat(items, ',', from, to) .. LEAVES_CLOSE .. TIMESTAMP
-    out[#out + 1] = body .. finish(#body, roster, ends, card, vacated, vacated and last)
+    out[#out + 1] = body .. finish(#body, roster, card, vacated, vacated and last)
     covers[#covers + 1] = to
     start = item_ends[to] + 1
     from = to + 1
@@ -355,7 +391,7 @@ for i = 1, #KEYS / 2 do
   elseif #stale == 0 then
     local card = redis.call('ZCARD', key)
     local oldest = false
-    if card > 0 then oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] end
+    if card > 0 and WANT_OLDEST then oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] end
     results[i] = { 0, card, oldest, {}, 0, 0 }
   else
     local got = #stale / 2
@@ -367,8 +403,7 @@ for i = 1, #KEYS / 2 do
       roster = redis.call('ZRANGE', key, 0, math.min(roster_limit, card) - 1, 'REV')
     end
     budget = budget - got - #roster
-    local encoded, ends = encode_roster(roster)
-    local events, covers = bodies(conv, stale, got, encoded, ends, card)
+    local events, covers = bodies(conv, stale, got, encode_roster(roster), card)
     local prev, err = prev_of(stream)
     local appended, ids, prevs = 0, {}, {}
     if prev then
@@ -405,7 +440,7 @@ for i = 1, #KEYS / 2 do
     end
     card = card + got - removed
     local oldest = false
-    if card > 0 then oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] end
+    if card > 0 and WANT_OLDEST then oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2] end
     if err then
       stopped = true
       results[i] = { 4, card, oldest, flat, published, unpublished, err }

@@ -40,6 +40,8 @@ pub(crate) struct StreamParams<'a> {
     pub(crate) publish: &'static str,
     /// The encoder's fixed parts (`EventEncoder::parts`).
     pub(crate) parts: [&'a [u8]; 4],
+    /// Read each key's lowest remaining score (a deadline index needs it).
+    pub(crate) oldest: bool,
 }
 
 /// One key of a call and the names that go with it.
@@ -73,7 +75,7 @@ pub(crate) struct Streamed {
     pub(crate) more: bool,
     /// Members left in the set.
     pub(crate) card: u64,
-    /// Lowest remaining score, in the score unit.
+    /// Lowest remaining score, in the score unit, when asked for.
     pub(crate) oldest: Option<f64>,
     /// Removed members and their scores (in the score unit); each has its entry.
     pub(crate) removed: Vec<(Vec<u8>, f64)>,
@@ -148,6 +150,11 @@ impl StreamScript {
         argv.extend(p.parts.iter().map(|part| part.to_vec()));
         argv.push(ROSTER_LIMIT.to_string().into_bytes());
         argv.push(CURSOR_ROOM.to_string().into_bytes());
+        argv.push(if p.oldest {
+            b"1".to_vec()
+        } else {
+            b"0".to_vec()
+        });
         for k in keys {
             argv.push(k.conversation.clone());
             argv.push(k.channel.clone());
@@ -171,6 +178,7 @@ impl StreamScript {
             max_bytes: 0,
             publish: "",
             parts: [b""; 4],
+            oldest: false,
         };
         let keys = [StreamKey {
             key,

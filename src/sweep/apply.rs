@@ -111,8 +111,7 @@ impl Sweep {
     ) -> Result<(), Error> {
         let mut card_node = node.clone();
         let clean_refs: Vec<&[u8]> = clean.iter().map(|&i| refs[i]).collect();
-        let most = self.sizing.budget(self.evict.max_members_per_call);
-        let first = most / FIRST_PAGE_SHARE as usize;
+        let first = self.evict.max_members_per_call / FIRST_PAGE_SHARE as usize;
         let mut streamed = Checked {
             counts: Counts::default(),
             states: std::mem::take(&mut out.states),

@@ -12,6 +12,9 @@ use crate::events::conversation_field;
 use crate::evict::stream::{StreamKey, StreamKeyReply, StreamParams, Streamed};
 use crate::store::Node;
 
+/// About the most bytes of ids one call of the stream script encodes.
+const STREAM_CALL_BYTES: usize = 128 << 10;
+
 impl Sweep {
     /// Evicts the keys of `groups` (indices into `keys`; each group at most a budget of
     /// zombies) and the `big` ones, calling the script again for keys its budget did not
@@ -31,7 +34,7 @@ impl Sweep {
         ctx: CheckCtx<'_>,
         out: &mut Checked,
     ) -> Result<(), Error> {
-        let most = self.sizing.budget(self.evict.max_members_per_call);
+        let most = self.stream_budget();
         let runs = groups
             .into_iter()
             .map(|g| (g, most))
@@ -61,7 +64,7 @@ impl Sweep {
         out: &mut Checked,
     ) -> Result<(), Error> {
         let stream = self.config.stream.as_ref().expect("a sweep with a stream");
-        let most = self.sizing.budget(self.evict.max_members_per_call);
+        let most = self.stream_budget();
         let [head, roster, count, truncated] = self.encoder.parts();
         let mut params = StreamParams {
             ttl: self.config.ttl,
@@ -76,6 +79,7 @@ impl Sweep {
             max_bytes: self.max_bytes,
             publish: self.publish_command(),
             parts: [head, roster, count, truncated],
+            oldest: opts.purpose.tracks(),
         };
         // On shutdown no new call starts; what the calls before removed was counted.
         while !pending.is_empty() && !ctx.cancel.is_cancelled() {
@@ -115,6 +119,14 @@ impl Sweep {
         Ok(())
     }
 
+    /// Most members one call of the stream script may remove: the script encodes their ids
+    /// itself, at Lua's pace for ids that are not plain text, so calls of long ids stay
+    /// smaller than transactions' ([`STREAM_CALL_BYTES`] of ids).
+    fn stream_budget(&self) -> usize {
+        self.sizing
+            .budget_within(STREAM_CALL_BYTES, self.evict.max_members_per_call)
+    }
+
     /// The names that go with `key` in a call.
     fn stream_key<'k>(&self, key: &'k [u8]) -> StreamKey<'k> {
         let stream = self.config.stream.as_ref().expect("a sweep with a stream");
@@ -138,7 +150,7 @@ impl Sweep {
         out: &mut Checked,
     ) {
         if !s.more || s.refused.is_some() {
-            out.counts.keys += u64::from(s.card > 0 || !s.removed.is_empty());
+            out.counts.keys += 1;
             out.counts.members += s.card;
             ctx.observer.key_checked(s.card);
         }
