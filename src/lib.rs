@@ -19,7 +19,7 @@
 //!   publishes too), with `resp` (the data path's one RESP2 decoder and its reply values),
 //!   `packed` (commands encoded once), `slots` (a cluster's slot map, for sharded publishing),
 //!   `reply` (what Redis answers: shapes, redirects, refusals, `TIME`), `clock` (Redis's clock
-//!   as the daemon follows it), `walk` (SCAN, one walk per primary for every sweep),
+//!   as the daemon follows it), `scan` (SCAN pages, one walk per primary for every sweep),
 //!   `subscriber` (pub/sub, for keyspace notifications and `simulate`, read only as fast as it
 //!   is asked), `name` (connection names), `version` (which server answers) and `backoff`.
 //! - `evict`: `read` (the native reads of a batch), `transaction` and `script` (`evict.lua`),
@@ -67,7 +67,7 @@ pub use error::Error;
 #[cfg(feature = "test-hooks")]
 pub use events::hooks as event_hooks;
 pub use evict::EvictScript;
+pub use store::scan::FIRST_PAGE_SHARE;
 pub use store::subscriber::{Push, Subscriber};
-pub use store::walk::FIRST_PAGE_SHARE;
 pub use store::{Conn, Opener, Store};
 pub use sweep::{Counts, NoObserver, Sweep};

@@ -1,6 +1,6 @@
 //! `presence-sweeper stats`: a read-only report of the presence keyspace of each sweep.
 //!
-//! Keys are streamed with the sweeper's own SCAN (`walk::pages`); per page one
+//! Keys are streamed with the sweeper's own SCAN (`scan::pages`); per page one
 //! pipeline asks `ZCARD`, `ZCOUNT -inf (cutoff` and `ZRANGE 0 0 WITHSCORES` of every key. Nothing
 //! else is sent (plus one `TIME`), so the report never changes what it measures. Memory is
 //! bounded whatever the keyspace: the members-per-key distribution is a fixed histogram
@@ -28,7 +28,7 @@ use crate::config::{Config, SweepConfig};
 use crate::evict::Cutoff;
 use crate::evict::read::{self, Read};
 use crate::store::clock::redis_time;
-use crate::store::walk;
+use crate::store::scan;
 use crate::store::{Opener, Store};
 
 /// Upper bounds of the members-per-key buckets; a last bucket takes the rest.
@@ -150,7 +150,7 @@ async fn tally_node(
     scan_count: u32,
 ) -> Result<(), Error> {
     let unit = sweep.score_unit;
-    let mut pages = pin!(walk::pages(
+    let mut pages = pin!(scan::pages(
         con.clone(),
         sweep.pattern.glob().to_owned(),
         scan_count

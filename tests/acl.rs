@@ -333,3 +333,50 @@ async fn a_daemon_refused_a_command_names_it_on_readyz_and_recovers_once_granted
         d.log()
     );
 }
+
+/// The minimal ACL lacks what the daemon can do without: `ZINCRBY` on its canary (the evidence
+/// of a flush, a rewind or refused writes) and `PTTL` (a key that ends by its own TTL). Both are
+/// said once, before the first eviction for the canary, and the daemon sweeps on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_canary_and_pttl_the_daemon_says_so_once_and_sweeps() {
+    let server = RedisServer::start();
+    create_user(&server, "minimal", MINIMAL);
+    let dir = tempfile::tempdir().unwrap();
+    let pw = write_file(dir.path(), "pw", "user-secret\n");
+    let toml = format!(
+        "[http]\nlisten = \"127.0.0.1:0\"\n[redis]\nusername = \"minimal\"\npassword_file = {:?}\n\
+         [sweeps.typing]\nenabled = false\n",
+        pw.to_str().unwrap()
+    );
+    let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+    seed(&server);
+    let d = crate::support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
+    d.wait_ready(Duration::from_secs(10));
+    assert_eq!(
+        sub.wait_for(53, Duration::from_secs(15)).await.len(),
+        53,
+        "{}",
+        d.log()
+    );
+    let canary = "may not ZINCRBY the canary";
+    let pttl = "may not run PTTL";
+    let log = d.log();
+    let first_eviction = log.find("evict").unwrap_or(log.len());
+    assert!(
+        log.find(canary).is_some_and(|at| at < first_eviction),
+        "the canary's refusal is said before anything is evicted:\n{log}"
+    );
+    assert_eq!(d.count(canary), 1, "{log}");
+    assert_eq!(d.count(pttl), 1, "{log}");
+    let s = crate::support::scrape(d.http_addr());
+    let refused = crate::support::metric(
+        &s,
+        "presence_sweeper_redis_failures_total",
+        &[("kind", "permission")],
+    );
+    assert!(
+        refused.unwrap_or(0.0) >= 1.0,
+        "the refused PTTL is counted: {refused:?}"
+    );
+    assert_eq!(crate::support::http_get(d.http_addr(), "/readyz").0, 200);
+}

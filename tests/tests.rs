@@ -2,15 +2,15 @@
 //! `redis-server` processes on free ports through `support` (`REDIS_SERVER` picks another
 //! binary, e.g. a `valkey-server`; `docs` needs none: it reads files).
 
-#![allow(
+#![expect(
     clippy::disallowed_types,
     reason = "these tests run real servers in real time, from threads of their own: nothing here is paused"
 )]
-#![allow(
+#![expect(
     clippy::too_many_lines,
     reason = "a scenario reads best top to bottom, as it happens"
 )]
-#![allow(
+#![expect(
     unreachable_pub,
     reason = "a test binary has no outside: `pub` here only shares helpers between its modules"
 )]

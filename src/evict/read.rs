@@ -117,6 +117,8 @@ impl KeyStatus {
 pub(crate) struct Reads {
     pub(crate) keys: Vec<KeyStatus>,
     pub(crate) time: Option<f64>,
+    /// Keys whose `PTTL` the ACL refused: read without their expiry.
+    pub(crate) pttl_refused: u32,
 }
 
 /// Reads `what` of every key in one pipeline. In a cluster each key answers for itself: one
@@ -130,6 +132,7 @@ where
         return Ok(Reads {
             keys: Vec::new(),
             time: None,
+            pttl_refused: 0,
         });
     }
     let timed = matches!(what, Read::Probe { time: true, .. });
@@ -191,10 +194,15 @@ where
         false => (None, &replies[..]),
     };
     let mut out = Vec::with_capacity(keys.len());
+    let mut pttl_refused = 0;
     for (key, replies) in keys.iter().zip(replies.chunks_exact(what.commands())) {
-        out.push(key_read(key, replies, what)?);
+        out.push(key_read(key, replies, what, &mut pttl_refused)?);
     }
-    Ok(Reads { keys: out, time })
+    Ok(Reads {
+        keys: out,
+        time,
+        pttl_refused,
+    })
 }
 
 /// The length of the member of a `ZRANGE … WITHSCORES` reply of one.
@@ -211,14 +219,21 @@ fn id_bytes(v: &Value) -> usize {
 /// What a refused read names as its target; a sweep names its keys' pattern instead.
 pub(crate) const KEY_TARGET: &str = "a key it checks";
 
-/// One key's replies.
-fn key_read(key: &[u8], replies: &[Value], what: Read<'_>) -> Result<KeyStatus, Error> {
+/// One key's replies; a refused `PTTL` counts in `pttl_refused`.
+fn key_read(
+    key: &[u8],
+    replies: &[Value],
+    what: Read<'_>,
+    pttl_refused: &mut u32,
+) -> Result<KeyStatus, Error> {
     for (i, reply) in replies.iter().enumerate() {
         match reply {
             // `PTTL` came with the gauges that follow key expiry, after the README's ACL had
             // been deployed: without it a key is only forgotten later (its next check, or a
-            // reconciliation), so a user who may not run it still sweeps.
-            Value::ServerError(e) if e.code() == "NOPERM" && what.command(i) == "PTTL" => {}
+            // reconciliation), so a user who may not run it still sweeps; the check says so.
+            Value::ServerError(e) if e.code() == "NOPERM" && what.command(i) == "PTTL" => {
+                *pttl_refused += 1;
+            }
             Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(KeyStatus::NotZset),
             Value::ServerError(e) if is_moved(e.code()) => return Ok(KeyStatus::Moved),
             Value::ServerError(e) if e.code() == "NOPERM" => {
@@ -285,7 +300,10 @@ mod tests {
             time: false,
             newest: false,
         };
-        key_read(b"k", &replies, what).unwrap().set().unwrap()
+        key_read(b"k", &replies, what, &mut 0)
+            .unwrap()
+            .set()
+            .unwrap()
     }
 
     #[test]

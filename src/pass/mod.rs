@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::{EvictConfig, ScanConfig};
-use crate::store::walk::{self, Pace, Queue};
+use crate::store::scan::{self, Pace, Queue};
 use crate::store::{Node, Store};
 use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Purpose, Sweep};
 
@@ -184,8 +184,8 @@ impl Pass {
     ) -> (Vec<PassReport>, bool, Option<Error>) {
         let batch_size = self.evict.batch_keys;
         let depth = self.evict.pipeline_depth;
-        let glob = walk::common_glob(sweeps.iter().map(|s| &s.config().pattern));
-        let mut pages = pin!(walk::pages(node.clone(), glob, self.scan.count));
+        let glob = scan::common_glob(sweeps.iter().map(|s| &s.config().pattern));
+        let mut pages = pin!(scan::pages(node.clone(), glob, self.scan.count));
         // Keys waiting for a batch, per sweep.
         let mut queues: Vec<Queue> = vec![Queue::default(); sweeps.len()];
         let mut in_flight = FuturesUnordered::new();
@@ -222,7 +222,7 @@ impl Pass {
             let want_page = !stopping
                 && !scan_done
                 && !paced
-                && walk::room_for_page(waiting, batch_size, depth);
+                && scan::room_for_page(waiting, batch_size, depth);
             tokio::select! {
                 Some((s, checked)) = in_flight.next(), if !in_flight.is_empty() => {
                     reports[s].counts.add(&checked.counts);

@@ -99,6 +99,9 @@ impl Observer for SweepHandle {
     fn scores_ahead(&self, keys: u64) {
         self.metrics.scores_ahead(keys);
     }
+    fn read_refused(&self) {
+        self.all.redis_failure(Trouble::Permission);
+    }
     fn events_failed(&self, events: u64) {
         self.metrics.events_failed(events);
     }

@@ -20,12 +20,12 @@ mod name;
 pub(crate) mod packed;
 pub(crate) mod reply;
 pub(crate) mod resp;
+pub(crate) mod scan;
 mod sentinel;
 mod slots;
 pub(crate) mod subscriber;
 mod tls;
 mod version;
-pub(crate) mod walk;
 mod wire;
 
 use std::collections::HashMap;

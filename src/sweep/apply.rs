@@ -18,7 +18,7 @@ use crate::evict::read::{self, Read};
 use crate::evict::script::{KeyReply, Params};
 use crate::evict::transaction::{self, TxKey};
 use crate::store::Node;
-use crate::store::walk::FIRST_PAGE_SHARE;
+use crate::store::scan::FIRST_PAGE_SHARE;
 
 /// The keys of one transaction (as indices into the batch) and what it did.
 pub(super) type Outcome = (Vec<usize>, Result<(f64, Vec<TxKey>), Error>);

@@ -191,6 +191,9 @@ impl Sweep {
         let guarded = purpose.guarded() && self.guard.enabled();
         let reads = read::read(node, &refs, purpose.read(&cutoff, guarded)).await?;
         out.time = reads.time;
+        if reads.pttl_refused > 0 {
+            self.pttl_refused(ctx.observer);
+        }
         if purpose.tracks() {
             out.expires_in = reads
                 .keys
@@ -256,6 +259,20 @@ impl Sweep {
         let plan = plan::plan(&triage.stale, self.budget(), |z| self.sizing.key_bytes(z));
         self.evict(node, &refs, plan, &triage.clean, &cutoff, opts, ctx, out)
             .await
+    }
+
+    /// The ACL refused `PTTL` on this sweep's keys: said once, counted every time.
+    fn pttl_refused(&self, observer: &dyn Observer) {
+        observer.read_refused();
+        if !self
+            .pttl_said
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                sweep = %self.config.name,
+                "the Redis user may not run PTTL on the sweep's keys: a key that ends by its own TTL is forgotten only at its next check (add +pttl to its ACL)"
+            );
+        }
     }
 
     /// Most zombies one transaction may remove now.

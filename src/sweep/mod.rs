@@ -71,6 +71,8 @@ pub struct Sweep {
     units: UnitWatch,
     /// Scores ahead of Redis's clock: reported, never a reason to evict.
     ahead: ahead::AheadWatch,
+    /// Whether a refused `PTTL` was said in the log already.
+    pttl_said: std::sync::atomic::AtomicBool,
     /// How big its calls may be, from its ids' length.
     sizing: sizing::Sizing,
     /// When each node (by its id) last passed its preflight.
@@ -103,6 +105,7 @@ impl Sweep {
     ) -> Self {
         Self {
             ahead: ahead::AheadWatch::new(&config.name),
+            pttl_said: std::sync::atomic::AtomicBool::new(false),
             units: UnitWatch::new(
                 &config.name,
                 config.score_unit,
@@ -228,6 +231,8 @@ pub trait Observer: Send + Sync {
     fn member_evicted(&self, lag_seconds: f64) {
         let _ = lag_seconds;
     }
+    /// The ACL refused a read the checks can do without (`PTTL`).
+    fn read_refused(&self) {}
     /// Keys were read whose scores lay ahead of Redis's clock (see `ahead`).
     fn scores_ahead(&self, keys: u64) {
         let _ = keys;

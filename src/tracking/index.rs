@@ -153,6 +153,23 @@ impl Index {
             .map(|&(_, slot)| self.slots[slot as usize].id.as_slice())
     }
 
+    /// Makes the `n` keys with the latest deadlines due at `at` (ms, Redis's clock), when that
+    /// is earlier: after a backward step of Redis's clock their scores may lie in its future,
+    /// and their checks say how far.
+    pub(crate) fn recheck_latest(&mut self, n: usize, at: u64) {
+        let latest: Vec<(u64, u32)> = self
+            .due
+            .iter()
+            .rev()
+            .take(n)
+            .copied()
+            .filter(|&(deadline, _)| deadline > at)
+            .collect();
+        for (_, s) in latest {
+            self.schedule(s, at);
+        }
+    }
+
     /// Keys tracked.
     pub(crate) fn len(&self) -> usize {
         self.table.len()
@@ -418,6 +435,25 @@ impl Index {
 impl Drop for Index {
     fn drop(&mut self) {
         self.capacity.give_back(self.table.len());
+    }
+}
+
+#[cfg(test)]
+mod recheck_tests {
+    use super::*;
+
+    #[test]
+    fn the_latest_deadlines_come_due_first() {
+        let mut index = Index::new(Capacity::new(10));
+        for (i, due) in [100, 900, 500, 700].into_iter().enumerate() {
+            index.track(format!("c{i}").as_bytes(), due);
+        }
+        index.recheck_latest(2, 50);
+        let mut out = Vec::new();
+        index.take_due(50, 10, &mut out);
+        let ids: Vec<&[u8]> = out.iter().map(|(_, id)| id.as_slice()).collect();
+        assert_eq!(ids, [b"c1".as_slice(), b"c3"], "900 and 700");
+        assert_eq!(index.next_due(), Some(100));
     }
 }
 

@@ -56,6 +56,26 @@ fn live_scores(con: &mut redis::Connection) -> std::collections::HashMap<String,
 
 #[test]
 fn a_failover_to_a_lagging_replica_announces_no_live_user() {
+    failover_to_a_lagging_replica(OldPrimary::Dies);
+}
+
+/// The replica takes over while the old primary still answers: it learns of the takeover from
+/// the cluster's gossip and turns replica, answering redirections to the apps and the daemon,
+/// and its data is R's once it resyncs. The daemon follows R, announces no live user from P's
+/// data or R's lagging one, and every zombie once.
+#[test]
+fn a_takeover_while_the_old_primary_still_answers_announces_no_live_user() {
+    failover_to_a_lagging_replica(OldPrimary::StillAnswers);
+}
+
+/// What becomes of P at the failover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OldPrimary {
+    Dies,
+    StillAnswers,
+}
+
+fn failover_to_a_lagging_replica(old: OldPrimary) {
     let mut cluster = RedisCluster::start_with(
         3,
         1,
@@ -157,10 +177,12 @@ fn a_failover_to_a_lagging_replica_announces_no_live_user() {
         .arg("replica")
         .query(&mut cluster.nodes[pi].con())
         .unwrap();
-    // Heartbeats go on on P while R sleeps; then P crashes.
+    // Heartbeats go on on P while R sleeps; then P crashes, or stays.
     std::thread::sleep(Duration::from_secs(3));
     let on_p = live_scores(&mut cluster.nodes[pi].con());
-    cluster.nodes[pi].stop();
+    if old == OldPrimary::Dies {
+        cluster.nodes[pi].stop();
+    }
     sleeper.join().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let mut con = cluster.nodes[ri].con();
@@ -210,8 +232,8 @@ fn a_failover_to_a_lagging_replica_announces_no_live_user() {
         .filter(|u| now - on_r.get(*u).unwrap_or(&0.0) > TTL)
         .count();
     eprintln!(
-        "failover to a lagging replica (takeover: {takeover:?}): {behind} of {} live users' \
-         scores on R older than on P, {stale} older than the ttl ({TTL} s) at the promotion",
+        "failover to a lagging replica, P {old:?} (takeover: {takeover:?}): {behind} of {} live \
+         users' scores on R older than on P, {stale} older than the ttl ({TTL} s) at the promotion",
         ids.len()
     );
     assert_eq!(behind, ids.len(), "R lags P for every live user");

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{Binary, RedisServer, http_get, metric, scrape};
 
+mod clock_steps;
 mod daemon_paused;
 mod debug_reload;
 mod deletions;
@@ -23,6 +24,7 @@ mod flushall;
 mod notifications;
 mod restored_snapshot;
 mod silent_redis;
+mod writes_refused;
 
 /// The README's heartbeat: score from Redis TIME, ZADD GT.
 const HEARTBEAT: &str = "local t = redis.call('TIME') \
@@ -72,6 +74,20 @@ impl LiveUsers {
         users: usize,
         period: Duration,
     ) -> Self {
+        Self::start_keys(servers, prefix, "online", conversations, users, period)
+    }
+
+    /// [`LiveUsers::start_on`] for the sweep `sweep` (`online`, `typing`): keys
+    /// `presence:<prefix>f<c>:<sweep>`.
+    pub fn start_keys(
+        servers: &[&RedisServer],
+        prefix: &str,
+        sweep: &str,
+        conversations: usize,
+        users: usize,
+        period: Duration,
+    ) -> Self {
+        let sweep = sweep.to_owned();
         let running = Arc::new(AtomicBool::new(true));
         let written = Arc::new(AtomicU64::new(0));
         let lost = Arc::new(AtomicU64::new(0));
@@ -111,7 +127,7 @@ impl LiveUsers {
                 }
                 let ok = con.as_mut().is_some_and(|con| {
                     script
-                        .key(format!("presence:{prefix}f{c}:online"))
+                        .key(format!("presence:{prefix}f{c}:{sweep}"))
                         .arg(format!("live-c{c}-{u}"))
                         .invoke::<String>(con)
                         .is_ok()
@@ -180,18 +196,31 @@ pub fn write_zombies_in(
     live_conversations: usize,
     age: f64,
 ) -> Vec<String> {
+    write_zombies_of(server, "online", prefix, tag, n, live_conversations, age)
+}
+
+/// [`write_zombies_in`] into the keys of the sweep `sweep` (`presence:<prefix>...:<sweep>`).
+pub fn write_zombies_of(
+    server: &RedisServer,
+    sweep: &str,
+    prefix: &str,
+    tag: &str,
+    n: usize,
+    live_conversations: usize,
+    age: f64,
+) -> Vec<String> {
     let mut con = server.con();
     let now = crate::support::redis_now(&mut con);
     let mut ids = Vec::new();
     for c in 0..n {
         let (key, id) = if c < live_conversations {
             (
-                format!("presence:{prefix}f{c}:online"),
+                format!("presence:{prefix}f{c}:{sweep}"),
                 format!("zombie-{tag}-f{c}"),
             )
         } else {
             (
-                format!("presence:{prefix}z{tag}{c}:online"),
+                format!("presence:{prefix}z{tag}{c}:{sweep}"),
                 format!("zombie-{tag}-{c}"),
             )
         };

@@ -3,6 +3,7 @@
 //! leaves nothing behind.
 
 pub mod cluster;
+pub mod faketime;
 pub mod sentinel;
 pub mod tls;
 
@@ -89,6 +90,10 @@ pub struct RedisServer {
     dir: tempfile::TempDir,
     child: Option<Child>,
     extra: Vec<String>,
+    /// Another server binary than [`redis_server_binary`], and its environment (a server
+    /// under libfaketime, see `faketime`).
+    program: Option<String>,
+    env: Vec<(String, String)>,
 }
 
 impl RedisServer {
@@ -120,7 +125,14 @@ impl RedisServer {
             dir: tempfile::tempdir().expect("temp dir"),
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            program: None,
+            env: Vec::new(),
         }
+    }
+
+    /// The server's own directory (its data, its log).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     fn log_path(&self) -> PathBuf {
@@ -142,8 +154,9 @@ impl RedisServer {
     pub fn try_start(&mut self) -> Result<(), StartError> {
         let log_path = self.log_path();
         let log_start = std::fs::metadata(&log_path).map_or(0, |m| m.len());
-        let mut cmd = Command::new(redis_server_binary());
-        cmd.args(["--port", &self.port.to_string()])
+        let mut cmd = Command::new(self.program.as_deref().unwrap_or(redis_server_binary()));
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)))
+            .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", &self.dir.path().to_string_lossy()])
@@ -217,6 +230,11 @@ impl RedisServer {
     }
 
     /// Kills the server (SIGKILL: like a crash).
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

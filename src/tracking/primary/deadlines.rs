@@ -43,7 +43,7 @@ impl Batching {
 
     /// Whether a walk with `queued` keys waiting may ask for another page.
     pub(crate) fn room_for_page(&self, queued: usize) -> bool {
-        crate::store::walk::room_for_page(queued, self.batch, self.depth)
+        crate::store::scan::room_for_page(queued, self.batch, self.depth)
     }
 
     /// Whether a sweep whose next key is due at `next_due` (ms, Redis's clock) has a batch to

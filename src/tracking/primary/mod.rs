@@ -54,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::{EvictConfig, NotificationMode, ScanConfig, TrackingConfig};
-use crate::store::walk::Page;
+use crate::store::scan::Page;
 use crate::store::{Node, Store};
 use crate::sweep::Checked;
 use crate::tracking::index::{Capacity, Ticket};
@@ -285,6 +285,10 @@ impl Run {
                 Action::Refresh(failure) => self.in_flight.push(self.ops.refresh(failure)),
                 Action::Walk(start) => self.start_walk(now, start),
                 Action::Unnoticed => self.sweeps.set_unnoticed(),
+                Action::RecheckLatest => {
+                    let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
+                    self.sweeps.recheck_latest(now_ms);
+                }
             }
         }
     }

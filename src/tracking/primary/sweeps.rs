@@ -8,10 +8,14 @@ use tokio::time::Instant;
 use super::tracked::{Job, Tick, Tracked};
 use super::walks::WalkKind;
 use crate::store::NodeId;
-use crate::store::walk::Page;
+use crate::store::scan::Page;
 use crate::tracking::index::Capacity;
 use crate::tracking::keyspace::Notice;
 use crate::tracking::report::Beat;
+
+/// Keys per sweep checked at once after a backward step of Redis's clock: enough to report
+/// scores it left in Redis's future, not a burst of the whole index.
+const RECHECK: usize = 1000;
 
 /// The sweeps running on one primary.
 pub(crate) struct Sweeps {
@@ -110,6 +114,14 @@ impl Sweeps {
     pub(crate) fn set_unnoticed(&mut self) {
         for t in &mut self.list {
             t.index.set_unnoticed(true);
+        }
+    }
+
+    /// Up to [`RECHECK`] keys of each sweep, those with the latest deadlines, are checked at
+    /// `now_ms` (Redis's clock stepped back).
+    pub(crate) fn recheck_latest(&mut self, now_ms: u64) {
+        for t in &mut self.list {
+            t.index.recheck_latest(RECHECK, now_ms);
         }
     }
 

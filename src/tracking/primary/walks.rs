@@ -1,6 +1,6 @@
 //! When one primary's loop walks its keyspace, and the bookkeeping of the walk in flight. No
 //! I/O: the walk's SCAN pages are a stream the loop polls; pacing and batching are the shared
-//! [`crate::store::walk`] pieces a full pass uses too.
+//! [`crate::store::scan`] pieces a full pass uses too.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::tracked::WalkEnding;
 use crate::Error;
-use crate::store::walk::{Pace, Page};
+use crate::store::scan::{Pace, Page};
 use crate::tracking::schedule::after;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,19 +61,6 @@ impl Walks {
     /// A catch-up walk is wanted, whenever one was already due.
     pub(crate) fn want_sync_soon(&mut self) {
         self.sync_wanted = true;
-    }
-
-    /// A reconciliation as soon as the subscription (if one is being made) allows, for whoever
-    /// learns that Redis lost or rewound what it held (a flush, a restart, a rewind): it
-    /// forgets every tracked key that is gone, finds the keys the index does not know, and
-    /// counts no missed notification. (To have it read every tracked key's lowest score as
-    /// well, mark the indexes `set_unnoticed(true)`.)
-    #[allow(
-        dead_code,
-        reason = "for liveness, after a detected flush or rewind (work in progress elsewhere)"
-    )]
-    pub(crate) fn reconcile_now(&mut self, at: Instant) {
-        self.want_sync(at);
     }
 
     /// Whether the periodic reconciliation is due (the subscription's settings are looked at
@@ -275,26 +262,6 @@ mod tests {
             "a subscription's outcome wakes it"
         );
         assert!(w.due(t0 + Duration::from_secs(1), false));
-    }
-
-    #[test]
-    fn a_reconciliation_asked_for_comes_at_once_and_counts_nothing_missed() {
-        let t0 = Instant::now();
-        let mut w = Walks::new(t0, HOUR);
-        w.start(t0, WalkKind::Reconcile, true);
-        let flushed = t0 + Duration::from_secs(30);
-        w.reconcile_now(flushed);
-        assert_eq!(w.next_wake(false), flushed);
-        assert!(w.due(flushed, false));
-        let start = w.start(flushed, WalkKind::Discover, true);
-        assert_eq!(
-            start,
-            Start {
-                kind: WalkKind::Reconcile,
-                count_missed: false
-            }
-        );
-        assert_eq!(w.next_wake(false), flushed + HOUR);
     }
 
     #[test]

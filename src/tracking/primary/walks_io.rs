@@ -8,7 +8,7 @@ use super::ops::{Done, Ops, Walked};
 use crate::Error;
 use crate::config::pattern::KeyPattern;
 use crate::evict::read::{self, Read, Reads};
-use crate::store::walk::{self, Page};
+use crate::store::scan::{self, Page};
 
 impl Ops {
     /// The SCAN pages of a walk for sweeps of `patterns`.
@@ -16,8 +16,8 @@ impl Ops {
         &self,
         patterns: impl IntoIterator<Item = &'p KeyPattern>,
     ) -> BoxStream<'static, Result<Page, Error>> {
-        let glob = walk::common_glob(patterns);
-        walk::pages(self.node.clone(), glob, self.settings.scan.count).boxed()
+        let glob = scan::common_glob(patterns);
+        scan::pages(self.node.clone(), glob, self.settings.scan.count).boxed()
     }
 
     /// Reads the lowest score of each of `keys` (the ids `ids` of sweep `epoch`).

@@ -42,6 +42,9 @@ pub(crate) enum Action {
     Walk(Start),
     /// Writes may have gone unnoticed: every index reads its keys at the next reconciliation.
     Unnoticed,
+    /// Redis's clock stepped back: the keys with the latest deadlines are checked at once, and
+    /// their scores in Redis's future reported.
+    RecheckLatest,
 }
 
 /// What the loop knows of its surroundings at a turn.
@@ -405,7 +408,8 @@ impl<S> Coordinator<S> {
                     tracing::warn!(%node, %seconds, "Redis's clock stepped forward: every member it holds gets a full ttl of real time from now")
                 }
                 Step::Backward(_) => {
-                    tracing::warn!(%node, %seconds, "Redis's clock stepped back: zombies leave that much later, and scores written before the step lie in its future")
+                    tracing::warn!(%node, %seconds, "Redis's clock stepped back: zombies leave that much later, and scores written before the step lie in its future");
+                    self.actions.push(Action::RecheckLatest);
                 }
             }
         }

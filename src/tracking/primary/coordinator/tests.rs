@@ -72,6 +72,7 @@ fn turn(c: &mut C, at: Instant, t: Turn) -> (Vec<String>, Vec<&'static str>) {
             Action::Refresh(e) => format!("refresh {}", e.is_some()),
             Action::Walk(start) => format!("walk {:?}", start.kind).to_lowercase(),
             Action::Unnoticed => "unnoticed".to_owned(),
+            Action::RecheckLatest => "recheck latest".to_owned(),
         })
         .collect();
     (actions, ops)
@@ -558,6 +559,11 @@ fn a_step_of_redis_s_clock_is_reported_once_and_a_forward_one_spares_everyone() 
     assert_eq!(v.spare_until, Some(1037.0));
     c.on_time(t0 + secs(2), 1002.0);
     assert_eq!(said.take(), ["step backward 30"]);
+    assert_eq!(
+        turn(&mut c, t0 + secs(2), walking()).0[0],
+        "recheck latest",
+        "the latest deadlines are checked at once: their scores may lie in Redis's future"
+    );
 }
 
 fn oom(time: f64) -> Result<Evidence, Error> {

@@ -12,7 +12,7 @@ use super::liveness::Verdict;
 use super::walks::WalkKind;
 use crate::evict::read::{KeyRead, KeyStatus, Reads};
 use crate::store::NodeId;
-use crate::store::walk::Queue;
+use crate::store::scan::Queue;
 use crate::sweep::{Checked, Observer, Sweep};
 use crate::tracking::index::{Capacity, Index, NEVER, Ticket, Track};
 use crate::tracking::keyspace::{self, Change};
@@ -519,6 +519,9 @@ impl Observer for LoopObserver {
     }
     fn scores_ahead(&self, keys: u64) {
         self.report.scores_ahead(keys);
+    }
+    fn read_refused(&self) {
+        self.report.read_refused();
     }
     fn events_failed(&self, events: u64) {
         self.report.events_failed(events);

@@ -305,12 +305,14 @@ fn reads_after_a_walk_forget_what_is_gone_and_move_deadlines_earlier() {
     let reads = Reads {
         keys: vec![set(None, 0), set(Some(NOW_S), 2)],
         time: Some(NOW_S),
+        pttl_refused: 0,
     };
     let gone = t.unseen_read(&node(), &[b"c1".to_vec(), b"c2".to_vec()], reads);
     assert_eq!(gone, 1, "c1 is gone; c2 is there");
     let reads = Reads {
         keys: vec![set(Some(NOW_S - 40.0), 2), set(None, 0)],
         time: Some(NOW_S),
+        pttl_refused: 0,
     };
     t.verified(&node(), &[b"c2".to_vec(), b"c3".to_vec()], reads);
     assert_eq!(t.index.len(), 1, "c3 read gone");
@@ -356,7 +358,7 @@ fn pages_and_notices_go_to_the_sweeps_whose_keys_they_are() {
     let (typing, _) = job("typing");
     let mut s = Sweeps::new(node(), 0, Capacity::new(100), Arc::new(NoBeat));
     s.set(vec![online, typing]);
-    let page = crate::store::walk::Page {
+    let page = crate::store::scan::Page {
         keys: vec![key("c1"), b"presence:c2:typing".to_vec(), b"other".to_vec()],
         time: NOW_S,
     };
