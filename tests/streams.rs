@@ -76,7 +76,7 @@ fn without_id(payload: &[u8]) -> (Vec<u8>, String) {
         .rfind(r#","id":""#)
         .expect("a published event has an id");
     let id = text[at + 7..text.len() - 2].to_owned();
-    let mut entry = text[..at].as_bytes().to_vec();
+    let mut entry = text.as_bytes()[..at].to_vec();
     entry.push(b'}');
     (entry, id)
 }
@@ -99,7 +99,7 @@ impl Rng {
         let x = match r % 6 {
             0 => below - 1.0 - (r >> 8) as f64 % 1e6 - ((r >> 40) % 1_000_000) as f64 / 1e6,
             1 => -(((r >> 8) % 1_000_000_000) as f64),
-            2 => f64::from_bits(r >> 2) * -1.0,
+            2 => -f64::from_bits(r >> 2),
             3 => -(2f64.powi((r >> 8) as i32 % 1000 - 500)),
             4 => ((r >> 8) % 100_000) as f64 / 7.0,
             _ => f64::from_bits(self.next() & !(1 << 63)).min(below - 1.0),
@@ -221,8 +221,7 @@ async fn entries_and_events_are_the_daemons_json_byte_for_byte() {
                 roster_field: "online".into(),
                 max_bytes: 8192,
                 stream: true,
-                conversation_id: s.key["presence:".len()..s.key.len() - ":online".len()]
-                    .as_bytes()
+                conversation_id: s.key.as_bytes()["presence:".len()..s.key.len() - ":online".len()]
                     .to_vec(),
                 leaves: zombies
                     .iter()

@@ -191,7 +191,7 @@ impl ChannelTemplate {
                     let after = &text[open + 1..];
                     return match after.find('}') {
                         Some(0) => SlotSource::Unknown,
-                        Some(close) => SlotSource::Fixed(after[..close].as_bytes().to_vec()),
+                        Some(close) => SlotSource::Fixed(after.as_bytes()[..close].to_vec()),
                         None if after.is_empty()
                             && segments.next() == Some(&Segment::ConversationId)
                             && matches!(segments.peek(), Some(Segment::Text(t)) if t.starts_with('}')) =>
