@@ -862,3 +862,46 @@ async fn a_cluster_streams_each_leave_once_in_the_keys_slot() {
         "{err}"
     );
 }
+
+/// Without a stream, through transactions and the bounded script alike: batch events list every
+/// leave, member events are today's plus `vacated` on the emptying one, and no `id` or `prev`.
+#[tokio::test]
+async fn without_a_stream_batches_and_vacated_rooms_are_published_too() {
+    let server = RedisServer::start();
+    let mut con = server.con();
+    for (shape, evict) in [
+        ("batch", ""),
+        ("batch", "max_members_per_call = 2"),
+        ("member", ""),
+    ] {
+        crate::support::seed_keys(&mut con, ["presence:v1:online"], 5, 0);
+        crate::support::seed_keys(&mut con, ["presence:v2:online"], 3, 1);
+        let toml = format!(
+            "[sweeps.typing]\nenabled = false\n[sweeps.online]\nevent_shape = \"{shape}\"\n[evict]\n{evict}\n"
+        );
+        let sub = Subscriber::start(&server.url(), "presence:*:events").await;
+        let report = pass(&server.url(), &toml).await;
+        assert_eq!(report.counts.evicted, 8, "{shape} {evict}");
+        let events = sub
+            .wait_for(
+                report.counts.events_published as usize,
+                Duration::from_secs(5),
+            )
+            .await;
+        let (mut leaves, mut vacated) = (0, Vec::new());
+        for e in &events {
+            let v = e.json();
+            assert!(v.get("id").is_none() && v.get("prev").is_none());
+            leaves += v["leaves"].as_array().map_or(1, Vec::len);
+            if v["vacated"] == true {
+                vacated.push(v["conversation_id"].as_str().unwrap().to_owned());
+                assert_eq!(v["online_count"], 0);
+            }
+        }
+        assert_eq!(leaves, 8, "{shape} {evict}");
+        assert_eq!(vacated, ["v1"], "{shape} {evict}");
+        if shape == "batch" && evict.is_empty() {
+            assert_eq!(events.len(), 2);
+        }
+    }
+}

@@ -726,4 +726,44 @@ mod tests {
             assert_eq!(v.get("online_truncated").is_some(), truncated, "{count}");
         }
     }
+
+    #[test]
+    fn a_batch_splits_to_fit_lists_every_leave_and_vacates_once() {
+        let enc = EventEncoder::new("presence.leave", "online", 4096, true);
+        let mut leaves = Leaves::default();
+        for i in 0..500 {
+            leaves.push(
+                format!("user-{i:05}").as_bytes(),
+                1764460000.0 + f64::from(i),
+            );
+        }
+        leaves.push(b"\xffbad", 1.5);
+        let roster = Roster::default();
+        let step = Step {
+            conversation_id: b"c42",
+            leaves: &leaves,
+            timestamp: 1764460046.5,
+            roster: &roster,
+            roster_count: 0,
+            vacated: true,
+        };
+        let splits = enc.batch_splits(&step);
+        assert!(splits.len() > 1 && splits.len() < 20, "{splits:?}");
+        let (mut from, mut listed, mut vacated) = (0, Vec::new(), 0);
+        for (i, &to) in splits.iter().enumerate() {
+            let mut json = Vec::new();
+            let last = i + 1 == splits.len();
+            enc.batch_into(&step, (from, to), last, Some(b"1764460046500-0"), &mut json);
+            assert!(json.len() + 8 + ID_MAX <= 4096, "{} bytes", json.len());
+            let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+            vacated += usize::from(v["vacated"] == true);
+            assert_eq!(v["prev"], "1764460046500-0");
+            for l in v["leaves"].as_array().unwrap() {
+                listed.push(l["user_id"].as_str().unwrap().to_owned());
+            }
+            from = to;
+        }
+        assert_eq!((listed.len(), vacated), (501, 1));
+        assert_eq!(listed[500], "\u{fffd}bad");
+    }
 }
