@@ -24,9 +24,12 @@
 //!   `subscriber` (pub/sub, for keyspace notifications and `simulate`, read only as fast as it
 //!   is asked), `name` (connection names), `version` (which server answers) and `backoff`.
 //! - `evict`: `read` (the native reads of a batch), `transaction` and `script` (`evict.lua`),
-//!   the two atomic evictions, and `preflight` (proving the Redis user may do all that).
+//!   the two atomic evictions, `stream` (`stream.lua`: the eviction of a sweep with a stream,
+//!   which appends and publishes each event in the same step), and `preflight` (proving the
+//!   Redis user may do all that).
 //! - [`sweep`](Sweep): one sweep at run time and the check of a batch of its keys (`plan`:
-//!   classify and split; `apply`: evict; `announce`): the one evictor every source of work goes
+//!   classify and split; `apply`: evict; `streamed`: evict through the stream script;
+//!   `announce`): the one evictor every source of work goes
 //!   through; `storm`, the storm guard every eviction asks first; `units`, the score-unit check.
 //! - `tracking`: where the daemon's work comes from: `index` (each key's deadline), `keyspace`
 //!   (notifications of new keys), `primary` (one primary's loop), `engine` (every sweep on every
@@ -66,6 +69,8 @@ mod tracking;
 pub mod version;
 
 pub use error::Error;
+#[cfg(feature = "test-hooks")]
+pub use events::hooks as event_hooks;
 pub use evict::EvictScript;
 pub use store::scan::FIRST_PAGE_SHARE;
 pub use store::subscriber::{Push, Subscriber};

@@ -396,6 +396,8 @@ mod tests {
                 "presence:{conversation_id}:events",
             ),
             score_unit: crate::config::ScoreUnit::Seconds,
+            event_shape: crate::config::EventShape::Member,
+            stream: None,
             enabled: true,
             storm_guard: Default::default(),
         }

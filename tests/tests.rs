@@ -33,6 +33,7 @@ mod operations;
 mod replicas;
 mod score_unit;
 mod sentinel;
+mod streams;
 mod tls;
 mod tools;
 mod tracking;

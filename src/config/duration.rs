@@ -15,6 +15,8 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_TIMEOUT: Duration = HOUR;
 /// The longest `sweeps.<name>.ttl` and `sweeps.<name>.storm_guard.hold`: a week.
 pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest `sweeps.<name>.stream_retention` and `sweeps.<name>.stream_ttl`: 30 days.
+pub const MAX_STREAM_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The longest period of `sweeps.<name>.schedule` and `tracking.reconcile_interval`: a day.
 /// A cron expression may run less often.
 pub const MAX_INTERVAL: Duration = DAY;

@@ -36,7 +36,7 @@ use std::path::PathBuf;
 use config::FileFormat;
 
 pub use self::coordination::CoordinationConfig;
-pub use self::duration::{MAX_INTERVAL, MAX_LEASE_TTL, MAX_TIMEOUT, MAX_TTL};
+pub use self::duration::{MAX_INTERVAL, MAX_LEASE_TTL, MAX_STREAM_AGE, MAX_TIMEOUT, MAX_TTL};
 pub use self::env::{CONFIG_VAR, UnknownVariable};
 pub use self::error::{ConfigError, Origin};
 pub use self::events::EventsConfig;
@@ -44,13 +44,13 @@ pub use self::evict::EvictConfig;
 pub use self::http::HttpConfig;
 use self::layers::{EnvLayer, FileLayer, FlagLayer};
 pub use self::log::{LogConfig, LogFormat};
-pub use self::pattern::{CONVERSATION_ID, KeyPattern};
+pub use self::pattern::{CONVERSATION_ID, ChannelTemplate, HASH_TAG, KeyPattern};
 pub use self::redis::{RedisConfig, RedisMode, TlsConfig};
 pub use self::scan::ScanConfig;
 pub use self::schedule::{Schedule, ScheduleError};
 pub use self::secret::{Secret, redact_url};
 use self::section::Key;
-pub use self::sweep::{ScoreUnit, StormGuardConfig, SweepConfig};
+pub use self::sweep::{EventShape, ScoreUnit, StormGuardConfig, StreamConfig, SweepConfig};
 pub use self::tracking::{NotificationMode, TrackingConfig};
 use self::tree::{Table, one_line};
 
@@ -174,8 +174,10 @@ impl Config {
     fn from_tree(mut root: Table) -> Result<Self, ConfigError> {
         let mut redis = root.table("redis")?;
         let mut sweeps = root.table("sweeps")?;
+        let redis_config = RedisConfig::read(&mut redis)?;
         let config = Self {
-            redis: RedisConfig::read(&mut redis)?,
+            sweeps: SweepConfig::read_all(&mut sweeps, &redis_config)?,
+            redis: redis_config,
             scan: read_section(&mut root, "scan", ScanConfig::KEYS)?,
             evict: read_section(&mut root, "evict", EvictConfig::KEYS)?,
             events: read_section(&mut root, "events", EventsConfig::KEYS)?,
@@ -183,7 +185,6 @@ impl Config {
             coordination: read_section(&mut root, "coordination", CoordinationConfig::KEYS)?,
             http: read_section(&mut root, "http", HttpConfig::KEYS)?,
             log: read_section(&mut root, "log", LogConfig::KEYS)?,
-            sweeps: SweepConfig::read_all(&mut sweeps)?,
             file: None,
         };
         redis.finish()?;

@@ -565,3 +565,86 @@ fn a_negative_duration_is_called_negative() {
         "{e}"
     );
 }
+
+#[test]
+fn a_stream_and_its_settings() {
+    let c = load_with(
+        Some(
+            r#"
+            [sweeps.online]
+            stream = "presence:{hash_tag}:log"
+            stream_retention = "1h"
+            event_shape = "batch"
+            [sweeps.typing]
+            stream = "presence-sweeper:typing"
+            stream_maxlen = 0
+            "#,
+        ),
+        &[],
+    )
+    .unwrap();
+    let online = c.sweep("online").unwrap();
+    assert_eq!(online.event_shape, EventShape::Batch);
+    let stream = online.stream.as_ref().unwrap();
+    assert_eq!(
+        (stream.maxlen, stream.retention),
+        (10_000, Some(Duration::from_secs(3600)))
+    );
+    assert_eq!(
+        stream.effective_ttl(),
+        Some(Duration::from_secs(3600)),
+        "the retention"
+    );
+    let typing = c.sweep("typing").unwrap().stream.as_ref().unwrap();
+    assert_eq!(
+        (typing.maxlen, typing.effective_ttl()),
+        (0, None),
+        "a fixed stream: no TTL"
+    );
+    assert!(
+        c.to_toml()
+            .contains("stream_ttl = \"1h\"  # a per-conversation stream's default")
+    );
+    assert_eq!(c.sweep("typing").unwrap().event_shape, EventShape::Member);
+}
+
+#[test]
+fn stream_settings_without_a_stream_and_bad_shapes_are_refused() {
+    let e = load_with(Some("[sweeps.online]\nstream_maxlen = 5\n"), &[]).unwrap_err();
+    assert!(
+        e.to_string().contains("sweeps.online.stream_maxlen")
+            && e.to_string().contains("needs `stream`"),
+        "{e}"
+    );
+    let e = load_with(Some("[sweeps.online]\nevent_shape = \"bulk\"\n"), &[]).unwrap_err();
+    assert!(e.to_string().contains("\"member\" or \"batch\""), "{e}");
+    for name in ["leaves", "vacated", "id", "prev"] {
+        let toml = format!(
+            "[sweeps.{name}]\nmatch = \"a:*\"\nttl = \"5s\"\nschedule = \"1s\"\nevent = \"x\"\n"
+        );
+        assert!(load_with(Some(&toml), &[]).is_err(), "{name}");
+    }
+}
+
+#[test]
+fn in_a_cluster_a_stream_must_share_its_keys_slot() {
+    let cluster = "[redis]\nmode = \"cluster\"\nnodes = [\"redis://127.0.0.1:7000\"]\n";
+    let fixed = format!("{cluster}[sweeps.online]\nstream = \"presence-sweeper:leaves\"\n");
+    let e = load_with(Some(&fixed), &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("sweeps.online.stream") && e.contains("{hash_tag}"),
+        "{e}"
+    );
+    let tagged = format!("{cluster}[sweeps.online]\nstream = \"presence:{{hash_tag}}:log\"\n");
+    load_with(Some(&tagged), &[]).unwrap();
+    // Sharded publishing from the script: the channel too.
+    let sharded = tagged.replace("[sweeps", "sharded_pubsub = true\n[sweeps");
+    let e = load_with(Some(&sharded), &[]).unwrap_err().to_string();
+    assert!(e.contains("sweeps.online.channel"), "{e}");
+    // Without a cluster, any name.
+    load_with(
+        Some("[sweeps.online]\nstream = \"presence-sweeper:leaves\"\n"),
+        &[],
+    )
+    .unwrap();
+}

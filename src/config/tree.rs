@@ -83,6 +83,11 @@ impl Table {
         Some((self.key(name), value))
     }
 
+    /// Whether key `name` was given (and read).
+    pub(super) fn was_read(&self, name: &str) -> bool {
+        self.read.contains_key(name)
+    }
+
     /// An error about key `name`, already read, found only in the light of other keys.
     pub(super) fn invalid_key(&self, name: &str, reason: &str) -> ConfigError {
         let (value, origin) = self

@@ -11,6 +11,9 @@
 //!   Native commands cost Redis about half what the same work costs through Lua.
 //! - `script` (`evict.lua`): keys with more zombies than one call may remove go to a Lua
 //!   script that takes the time itself and removes in bounded chunks, a budget per call.
+//! - `stream` (`stream.lua`): a sweep with a stream evicts every key through this script
+//!   instead, which also appends each event to the stream and publishes it, in the same atomic
+//!   step as the removal.
 //!
 //! Both eviction paths judge staleness against Redis's clock: the script reads `TIME` inside
 //! itself; the precheck and the transaction use a cutoff from an instant on Redis's clock read a
@@ -20,6 +23,7 @@
 pub(crate) mod preflight;
 pub(crate) mod read;
 pub(crate) mod script;
+pub(crate) mod stream;
 pub(crate) mod transaction;
 
 use std::time::Duration;

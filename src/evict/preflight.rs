@@ -14,6 +14,7 @@ use redis::aio::ConnectionLike;
 
 use crate::Error;
 use crate::evict::EvictScript;
+use crate::evict::stream::StreamScript;
 use crate::store::reply::{ReplyError, refused};
 
 /// How a refusal names what it was refused on: the sweep's key pattern and its channel
@@ -25,6 +26,21 @@ pub(crate) struct Names<'a> {
     pub(crate) keys: &'a str,
     /// The channel, e.g. `presence:{conversation_id}:events`.
     pub(crate) channel: &'a str,
+    /// The stream, e.g. `presence:{hash_tag}:log`, if the sweep has one.
+    pub(crate) stream: Option<&'a str>,
+}
+
+/// What a sweep with a stream does to it, for the preflight to probe.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StreamProbe<'a> {
+    /// The stream of the key probed.
+    pub(crate) key: &'a [u8],
+    /// The script that writes it.
+    pub(crate) script: &'a StreamScript,
+    /// It is trimmed by age (`XTRIM`).
+    pub(crate) trims: bool,
+    /// It gets a key TTL (`PEXPIRE`).
+    pub(crate) expires: bool,
 }
 
 /// What a probe touches.
@@ -33,6 +49,7 @@ enum On {
     Connection,
     Key,
     Channel,
+    Stream,
 }
 
 impl On {
@@ -41,6 +58,7 @@ impl On {
             On::Connection => "this connection".into(),
             On::Key => format!("the keys {}", names.keys),
             On::Channel => format!("the channel {}", names.channel),
+            On::Stream => format!("the stream {}", names.stream.unwrap_or_default()),
         }
     }
 }
@@ -57,6 +75,7 @@ pub(crate) async fn prove<C>(
     names: Names<'_>,
     publish: Option<&'static str>,
     script: &EvictScript,
+    stream: Option<StreamProbe<'_>>,
 ) -> Result<(), Error>
 where
     C: ConnectionLike + Send,
@@ -115,6 +134,9 @@ where
             On::Connection,
         ),
     ];
+    if let Some(stream) = stream {
+        probes.extend(stream_probes(key, stream));
+    }
     if let Some(publish) = publish {
         probes.push((
             publish,
@@ -123,6 +145,70 @@ where
         ));
     }
     run_probes(con, &probes, names).await
+}
+
+/// What a sweep with a stream runs besides, none of which would change anything if it ran:
+/// an `XADD` with the id `0-0` is always refused, a `MINID` of 0 trims nothing, and the `PEXPIRE`
+/// is never run (its TTL would be refused as out of range anyway).
+fn stream_probes(key: &[u8], stream: StreamProbe<'_>) -> Vec<Probe> {
+    let mut probes: Vec<Probe> = vec![
+        (
+            "XREVRANGE",
+            redis::cmd("XREVRANGE")
+                .arg(stream.key)
+                .arg("+")
+                .arg("-")
+                .arg("COUNT")
+                .arg(1)
+                .to_owned(),
+            On::Stream,
+        ),
+        (
+            "XADD",
+            redis::cmd("XADD")
+                .arg(stream.key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(1)
+                .arg("0-0")
+                .arg("event")
+                .arg("")
+                .to_owned(),
+            On::Stream,
+        ),
+        ("EVALSHA", stream.script.idle_call(key, stream.key), On::Key),
+        (
+            "SCRIPT LOAD",
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(StreamScript::SOURCE)
+                .to_owned(),
+            On::Connection,
+        ),
+    ];
+    if stream.trims {
+        probes.push((
+            "XTRIM",
+            redis::cmd("XTRIM")
+                .arg(stream.key)
+                .arg("MINID")
+                .arg("~")
+                .arg(0)
+                .to_owned(),
+            On::Stream,
+        ));
+    }
+    if stream.expires {
+        probes.push((
+            "PEXPIRE",
+            redis::cmd("PEXPIRE")
+                .arg(stream.key)
+                .arg(i64::MAX)
+                .to_owned(),
+            On::Stream,
+        ));
+    }
+    probes
 }
 
 /// Like [`check`] for a sharded publish in a cluster, which must be probed on the primary owning

@@ -1,5 +1,7 @@
-//! The events of what a check removed: one JSON message per removed member, published on the
-//! sweep's channel right after the eviction that removed it.
+//! The events of what a check removed without a stream: one JSON message per removed member
+//! (or per key and step, for `event_shape = "batch"`), published on the sweep's channel right
+//! after the eviction that removed them. With a stream, the eviction script publishes them
+//! itself (`evict::stream`); only the metrics and logs are done here.
 //!
 //! Events go out in pipelines of at most [`CHUNK_BYTES`]: memory does not grow with the ids'
 //! size times the batch, and Redis hands subscribers a chunk at a time (a subscriber more than
@@ -7,7 +9,8 @@
 
 use super::{CheckCtx, Counts, Sweep};
 use crate::Error;
-use crate::events::{Event, Roster};
+use crate::config::EventShape;
+use crate::events::{Event, Leaves, Roster, Step};
 use crate::evict::transaction::Evicted;
 use crate::store::{Node, Packed, SendPacked, all_ok};
 
@@ -27,7 +30,7 @@ pub(crate) const MAX_LAG: f64 = 86_400.0;
 /// How late an eviction at `now` (Redis's clock) was for a member last seen at `last_seen`, in a
 /// sweep of `ttl` seconds; infinite (not observed) when that says nothing of the sweeper: a
 /// score before 1970 (`-inf`) or a lag over [`MAX_LAG`].
-fn lag(now: f64, last_seen: f64, ttl: f64) -> f64 {
+pub(super) fn lag(now: f64, last_seen: f64, ttl: f64) -> f64 {
     let lag = now - (last_seen + ttl);
     if last_seen > 0.0 && lag <= MAX_LAG {
         lag
@@ -105,10 +108,12 @@ impl Sweep {
         let conversation_id = self.config.pattern.conversation_id(key).unwrap_or(key);
         self.config
             .channel
-            .render_into(conversation_id, &mut events.channel);
+            .render_into(key, conversation_id, &mut events.channel);
         let ttl = self.config.ttl.as_secs_f64();
-        let command = self.publish_command().as_bytes();
-        for (member, score) in removed {
+        // Only the call whose removal emptied the set sees it empty: said once per emptying.
+        let vacated = card == 0;
+        let mut leaves = Leaves::default();
+        for (i, (member, score)) in removed.iter().enumerate() {
             let last_seen = self.config.score_unit.to_seconds(*score);
             ctx.observer.member_evicted(lag(now, last_seen, ttl));
             tracing::debug!(
@@ -118,9 +123,8 @@ impl Sweep {
                 last_seen,
                 "evicted"
             );
-            if events.failed.is_some() {
-                counts.events_failed += 1;
-                ctx.observer.events_failed(1);
+            if self.config.event_shape == EventShape::Batch {
+                leaves.push(member, last_seen);
                 continue;
             }
             let event = Event {
@@ -130,14 +134,53 @@ impl Sweep {
                 timestamp: now,
                 roster,
                 roster_count: card,
+                vacated: vacated && i + 1 == removed.len(),
             };
-            self.encoder.encode_into(&event, &mut events.payload);
-            events
-                .batch
-                .command(&[command, &events.channel, &events.payload]);
-            if events.batch.byte_len() >= CHUNK_BYTES {
-                self.flush(events, node, ctx, counts).await;
-            }
+            self.encoder.encode_into(&event, None, &mut events.payload);
+            self.queue(events, node, ctx, counts).await;
+        }
+        if leaves.len() == 0 {
+            return;
+        }
+        let step = Step {
+            conversation_id,
+            leaves: &leaves,
+            timestamp: now,
+            roster,
+            roster_count: card,
+            vacated,
+        };
+        let splits = self.encoder.batch_splits(&step);
+        let mut from = 0;
+        for (i, &to) in splits.iter().enumerate() {
+            let last = i + 1 == splits.len();
+            self.encoder
+                .batch_into(&step, (from, to), last, None, &mut events.payload);
+            self.queue(events, node, ctx, counts).await;
+            from = to;
+        }
+    }
+
+    /// Queues the event in `events.payload`, publishing whenever [`CHUNK_BYTES`] are queued;
+    /// after a failure it only counts it (events are messages: a batch event is one).
+    async fn queue(
+        &self,
+        events: &mut Events,
+        node: &mut Node,
+        ctx: CheckCtx<'_>,
+        counts: &mut Counts,
+    ) {
+        if events.failed.is_some() {
+            counts.events_failed += 1;
+            ctx.observer.events_failed(1);
+            return;
+        }
+        let command = self.publish_command().as_bytes();
+        events
+            .batch
+            .command(&[command, &events.channel, &events.payload]);
+        if events.batch.byte_len() >= CHUNK_BYTES {
+            self.flush(events, node, ctx, counts).await;
         }
     }
 

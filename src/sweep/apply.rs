@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use redis::cluster_routing::Slot;
 
+use super::Counts;
 use super::Sweep;
 use super::announce::{Events, Removal};
 use super::check::{CheckCtx, CheckOpts, Checked};
@@ -46,6 +47,11 @@ impl Sweep {
             // Before anything is removed: may this user do all a check does?
             self.preflight(ctx.store, node, refs[i]).await?;
         }
+        if self.config.stream.is_some() {
+            return self
+                .evict_streamed(node, refs, plan, clean, opts, ctx, out)
+                .await;
+        }
         let mut transactions = plan.transactions.into_iter();
         let first = transactions.next().unwrap_or_default();
         let mut card_node = node.clone();
@@ -85,6 +91,63 @@ impl Sweep {
             self.sweep_big(node, refs, plan.big, opts, ctx, out).await?;
         }
         Ok(())
+    }
+
+    /// The evict step of a sweep with a stream: the clean keys' sizes are read alongside the
+    /// first calls of the stream script, which takes every stale key.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the steps' shared state, passed as it is"
+    )]
+    async fn evict_streamed(
+        &self,
+        node: &mut Node,
+        refs: &[&[u8]],
+        plan: Plan,
+        clean: &[usize],
+        opts: CheckOpts,
+        ctx: CheckCtx<'_>,
+        out: &mut Checked,
+    ) -> Result<(), Error> {
+        let mut card_node = node.clone();
+        let clean_refs: Vec<&[u8]> = clean.iter().map(|&i| refs[i]).collect();
+        let first = self.evict.max_members_per_call / FIRST_PAGE_SHARE as usize;
+        let mut streamed = Checked {
+            counts: Counts::default(),
+            states: std::mem::take(&mut out.states),
+            time: None,
+            expires_in: Vec::new(),
+            hold_until: None,
+            error: None,
+        };
+        let (cards, result) = tokio::join!(
+            read::read(&mut card_node, &clean_refs, Read::Members),
+            self.sweep_streams(
+                node,
+                refs,
+                plan.transactions,
+                plan.big,
+                first,
+                opts,
+                ctx,
+                &mut streamed
+            )
+        );
+        out.states = streamed.states;
+        out.counts.add(&streamed.counts);
+        // What the script removed is counted even if reading the sizes failed.
+        let cards = match cards {
+            Ok(cards) => cards,
+            Err(e) => return result.and(Err(e)),
+        };
+        for (&i, status) in clean.iter().zip(cards.keys) {
+            let state = match KeyState::of(status) {
+                Ok(read) => self.live(read.card, None),
+                Err(state) => state,
+            };
+            self.settle(i, state, out, ctx.observer);
+        }
+        result
     }
 
     /// Evicts the keys `group` (indices into `keys`) in transactions: one for all of them on a
@@ -309,7 +372,7 @@ impl Sweep {
 
 /// The indices `group` of `keys` split into the groups one transaction or script call may hold:
 /// everything at once on a single server, one hash slot per group in a cluster.
-fn slot_groups(keys: &[&[u8]], group: &[usize], by_slot: bool) -> Vec<Vec<usize>> {
+pub(super) fn slot_groups(keys: &[&[u8]], group: &[usize], by_slot: bool) -> Vec<Vec<usize>> {
     if !by_slot {
         return vec![group.to_vec()];
     }

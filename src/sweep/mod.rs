@@ -7,6 +7,7 @@
 //! - `plan`: the check's pure steps (what each read says, how zombies split into calls);
 //! - `apply`: the evict step (transactions, the bounded script, counting and announcing);
 //! - `announce`: the events of what was removed, and publishing them;
+//! - `streamed`: the evict step of a sweep with a stream (the stream script's calls);
 //! - `sizing`: how big calls may be, from the length of the ids met;
 //! - `units`: whether the scores read fit the sweep's `score_unit`.
 //!
@@ -27,6 +28,7 @@ mod check;
 mod plan;
 mod sizing;
 pub(crate) mod storm;
+mod streamed;
 pub(crate) mod units;
 
 use std::collections::HashMap;
@@ -40,6 +42,7 @@ use crate::config::{Config, EventsConfig, EvictConfig, SweepConfig};
 use crate::events::EventEncoder;
 use crate::evict::EvictScript;
 use crate::evict::preflight;
+use crate::evict::stream::StreamScript;
 use crate::store::{Node, Store};
 use crate::sweep::storm::{GuardMetrics, StormGuard};
 use crate::sweep::units::{UnitAlarm, UnitWatch};
@@ -57,6 +60,10 @@ pub struct Sweep {
     config: SweepConfig,
     encoder: EventEncoder,
     script: EvictScript,
+    /// The eviction of a sweep with a stream.
+    stream_script: StreamScript,
+    /// `events.max_bytes`.
+    max_bytes: usize,
     evict: EvictConfig,
     sharded_pubsub: bool,
     guard: StormGuard,
@@ -105,11 +112,18 @@ impl Sweep {
                 config.ttl.as_secs_f64(),
                 units,
             ),
-            encoder: EventEncoder::new(&config.event, &config.name, events.max_bytes),
+            encoder: EventEncoder::new(
+                &config.event,
+                &config.name,
+                events.max_bytes,
+                config.stream.is_some(),
+            ),
             sizing: sizing::Sizing::new(events.max_bytes),
             guard: StormGuard::new(&config.storm_guard, &config.name, config.ttl, guard),
             config: config.clone(),
             script: EvictScript::new(),
+            stream_script: StreamScript::new(),
+            max_bytes: events.max_bytes,
             evict: evict.clone(),
             sharded_pubsub,
             preflights: Mutex::default(),
@@ -144,20 +158,45 @@ impl Sweep {
         if fresh {
             return Ok(());
         }
-        let channel = self
-            .config
-            .channel
-            .render(self.config.pattern.conversation_id(key).unwrap_or(key));
+        let conversation_id = self.config.pattern.conversation_id(key).unwrap_or(key);
+        let channel = self.config.channel.render(key, conversation_id);
         // A sharded publish in a cluster goes to the channel's own shard: probe it there.
         let routed_publish = self.sharded_pubsub && node.needs_slot_groups();
         let publish = (!routed_publish).then(|| self.publish_command());
         let template = self.config.channel.to_string();
+        let stream_template = self.config.stream.as_ref().map(|s| s.key.to_string());
         let names = preflight::Names {
             keys: self.config.pattern.glob(),
             channel: &template,
+            stream: stream_template.as_deref(),
         };
+        let stream_key = self
+            .config
+            .stream
+            .as_ref()
+            .map(|s| s.key.render(key, conversation_id));
+        let stream =
+            self.config
+                .stream
+                .as_ref()
+                .zip(stream_key.as_deref())
+                .map(|(config, stream_key)| preflight::StreamProbe {
+                    key: stream_key,
+                    script: &self.stream_script,
+                    trims: config.retention.is_some(),
+                    expires: config.effective_ttl().is_some(),
+                });
         let mut con = store.dedicated(node).await?;
-        preflight::prove(&mut con, key, &channel, names, publish, &self.script).await?;
+        preflight::prove(
+            &mut con,
+            key,
+            &channel,
+            names,
+            publish,
+            &self.script,
+            stream,
+        )
+        .await?;
         if routed_publish {
             let mut con = store.dedicated_for_key(&channel).await?;
             preflight::prove_sharded_publish(&mut con, &channel, names).await?;

@@ -68,7 +68,13 @@ impl Sizing {
 
     /// Most members one call may remove: `most`, or fewer when ids are long.
     pub(crate) fn budget(&self, most: usize) -> usize {
-        (CALL_BYTES / self.member_bytes()).clamp(1, most.max(1))
+        self.budget_within(CALL_BYTES, most)
+    }
+
+    /// Most members one call that brings back about `bytes` at most may remove: `most`, or
+    /// fewer when ids are long.
+    pub(crate) fn budget_within(&self, bytes: usize, most: usize) -> usize {
+        (bytes / self.member_bytes()).clamp(1, most.max(1))
     }
 
     /// How many remaining members to read for a roster: as many as an event can carry, up to
