@@ -413,7 +413,8 @@ async fn notifications_on_every_primary_through_a_failover() {
     for e in &events {
         let v = e.json();
         let lag = v["timestamp"].as_f64().unwrap() - v["last_seen"].as_f64().unwrap() - 2.0;
-        assert!((0.0..0.25).contains(&lag), "lag {lag:.3} s: {v}");
+        // At its deadline, not at a walk; bounds wide enough for a loaded machine.
+        assert!((0.0..1.0).contains(&lag), "lag {lag:.3} s: {v}");
     }
 
     kill_a_primary(&mut cluster);

@@ -45,7 +45,8 @@ fn sub_second_schedule_sweeps_continuously() {
     let before = d.walks("typing");
     std::thread::sleep(Duration::from_secs(2));
     let walks = d.walks("typing") - before;
-    assert!((12..=22).contains(&walks), "{walks} walks in 2 s");
+    // 20 at the schedule's pace; a loaded machine runs fewer, never none.
+    assert!((5..=22).contains(&walks), "{walks} walks in 2 s");
 }
 
 #[test]

@@ -263,7 +263,8 @@ async fn redis_outage_flips_redis_up_and_readiness_but_not_liveness() {
     .unwrap();
     assert!(down_after < Duration::from_secs(6), "took {down_after:?}");
     assert!(
-        worst_scrape < Duration::from_millis(100),
+        // Never waits on Redis (a command timeout is 5 s); a loaded machine slows it a little.
+        worst_scrape < Duration::from_secs(1),
         "/metrics took {worst_scrape:?}"
     );
 

@@ -183,7 +183,7 @@ async fn with_a_lease_one_replica_sweeps_and_a_standby_takes_over() {
     });
     let took = killed.elapsed();
     assert!(
-        took <= ttl + Duration::from_millis(800),
+        took <= ttl + Duration::from_secs(2),
         "took over after {took:?}"
     );
     seed_wave(&server, 1, 100);

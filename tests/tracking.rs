@@ -93,7 +93,8 @@ async fn with_notifications_a_new_key_is_tracked_at_once_and_leaves_at_its_deadl
         1.0,
         Duration::from_secs(1),
     );
-    assert!(tracked.elapsed() < Duration::from_millis(500));
+    // Not at the next walk (30 s): bounds wide enough for a machine other runs load.
+    assert!(tracked.elapsed() < Duration::from_secs(2));
 
     let events = sub.wait_for(2, Duration::from_secs(6)).await;
     let lags = lags(&events, 2.0);
@@ -193,7 +194,7 @@ async fn notifications_switched_off_at_runtime_are_noticed_within_one_reconcile_
         in_use(&d, &server) == 0.0
     });
     assert!(
-        off.elapsed() < Duration::from_millis(2500),
+        off.elapsed() < Duration::from_secs(5),
         "{:?}",
         off.elapsed()
     );
@@ -413,7 +414,8 @@ async fn past_the_cap_keys_are_checked_by_scheduled_walks() {
     let events = sub.wait_for(5, Duration::from_secs(5)).await;
     assert_eq!(events.len(), 5, "{}", d.log());
     let late: Vec<f64> = lags(&events, 2.0).into_values().collect();
-    assert!(late.iter().all(|&l| l < 0.8), "{late:?}");
+    // Within a few walks of 500 ms, on a machine other runs may load.
+    assert!(late.iter().all(|&l| l < 2.0), "{late:?}");
 }
 
 /// The cap reached by a notification, not a walk: the key written past it is left to walks on
@@ -446,7 +448,8 @@ async fn a_new_key_noticed_past_the_cap_is_checked_by_scheduled_walks() {
     let events = sub.wait_for(1, Duration::from_secs(5)).await;
     assert_eq!(events.len(), 1, "{}", d.log());
     let late: Vec<f64> = lags(&events, 2.0).into_values().collect();
-    assert!(late.iter().all(|&l| l < 0.8), "{late:?}");
+    // Within a few walks of 500 ms, on a machine other runs may load.
+    assert!(late.iter().all(|&l| l < 2.0), "{late:?}");
     assert!(
         d.log()
             .contains("tracking.max_keys reached: new keys are checked by walks"),

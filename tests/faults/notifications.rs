@@ -103,8 +103,8 @@ async fn notifications_on_a_server_that_refuses_config_are_used() {
         .expect("announced");
     let late = arrival.at.saturating_duration_since(deadline);
     eprintln!("typing zombie in a new key announced {late:?} after its deadline");
-    // Target 0.5 s; slack for 2 cores shared with other test runs.
-    assert!(late < Duration::from_millis(900), "{late:?}\n{}", d.log());
+    // Target 0.5 s; slack for 2 cores shared with other test runs (a walk would be 30 s).
+    assert!(late < Duration::from_secs(2), "{late:?}\n{}", d.log());
 
     // A minute of running: few complaints, no reconnections.
     let minute = started + Duration::from_secs(60);

@@ -21,6 +21,15 @@ fn config(con: &mut redis::Connection, name: &str, value: &str) {
         .unwrap();
 }
 
+/// Stops a polling loop when dropped, on a panic too.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Polls `/readyz` every 200 ms until stopped; returns every reason it gave for 503.
 fn readiness_reasons(d: &Binary, running: &std::sync::atomic::AtomicBool) -> Vec<String> {
     let mut reasons = Vec::new();
@@ -58,6 +67,8 @@ fn scenario(
     let running = std::sync::atomic::AtomicBool::new(true);
     let reasons = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| readiness_reasons(&d, &running));
+        // Whatever fails below, the watcher stops, so that the scope (and the test) ends.
+        let _stop = StopOnDrop(&running);
         refuse();
         let refused = Instant::now();
         std::thread::sleep(lasting);
