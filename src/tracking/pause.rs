@@ -23,8 +23,16 @@ pub(crate) const PAUSED_AFTER: Duration = Duration::from_millis(500);
 pub(crate) struct PauseWatch {
     /// How many pauses were seen.
     count: AtomicU64,
-    /// Their total length, and when the last one ended.
-    total: Mutex<(Duration, Option<Instant>)>,
+    /// Their total length, when the last one ended, and when the process was last seen
+    /// running (by the watch's timer or by a reader).
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    total: Duration,
+    ended: Option<Instant>,
+    alive: Option<Instant>,
 }
 
 /// What a reader of the watch has taken in so far.
@@ -37,41 +45,59 @@ pub(crate) struct Seen {
 impl PauseWatch {
     /// Watches until `cancel` fires.
     pub(crate) async fn run(&self, cancel: CancellationToken) {
+        self.alive(Instant::now());
         loop {
-            let due = Instant::now() + TICK;
             tokio::select! {
                 () = cancel.cancelled() => return,
-                () = tokio::time::sleep_until(due) => {}
+                () = tokio::time::sleep(TICK) => {}
             }
-            let now = Instant::now();
-            let late = now.saturating_duration_since(due);
-            if late > PAUSED_AFTER {
-                self.record(now, late);
-            }
+            self.alive(Instant::now());
         }
+    }
+
+    /// The process runs at `now`: if it was last seen running far longer than a tick ago, it
+    /// was paused meanwhile. The watch's timer says so; so does a loop that turns before the
+    /// timer (the runtime hands out what waited on sockets first after a resume).
+    fn alive(&self, now: Instant) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let gap = state
+            .alive
+            .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+        state.alive = Some(now);
+        if gap > TICK + PAUSED_AFTER {
+            Self::add(&mut state, now, gap.saturating_sub(TICK));
+            self.count.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    fn add(state: &mut State, now: Instant, pause: Duration) {
+        state.total = state.total.saturating_add(pause);
+        state.ended = Some(now);
     }
 
     /// The daemon did not run for `pause`, until `now`.
+    #[cfg(test)]
     pub(crate) fn record(&self, now: Instant, pause: Duration) {
-        let mut total = self.total.lock().unwrap_or_else(|e| e.into_inner());
-        total.0 = total.0.saturating_add(pause);
-        total.1 = Some(now);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Self::add(&mut state, now, pause);
         self.count.fetch_add(1, Ordering::Release);
     }
 
-    /// The pauses since `seen`, summed, and when the last ended; `seen` takes them in. Cheap
-    /// when there was none (every turn of every loop asks).
-    pub(crate) fn since(&self, seen: &mut Seen) -> Option<(Instant, Duration)> {
+    /// The pauses since `seen`, summed, and when the last ended; `seen` takes them in. At
+    /// `now`, a watch whose timer is overdue is a pause ending now, whether or not the timer
+    /// fired yet. Cheap when there was none (every turn of every loop asks).
+    pub(crate) fn since(&self, seen: &mut Seen, now: Instant) -> Option<(Instant, Duration)> {
+        self.alive(now);
         if self.count.load(Ordering::Acquire) == seen.count {
             return None;
         }
-        let total = *self.total.lock().unwrap_or_else(|e| e.into_inner());
-        let pause = total.0.saturating_sub(seen.total);
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let pause = state.total.saturating_sub(seen.total);
         *seen = Seen {
             count: self.count.load(Ordering::Acquire),
-            total: total.0,
+            total: state.total,
         };
-        Some((total.1?, pause))
+        Some((state.ended?, pause))
     }
 }
 
@@ -89,14 +115,18 @@ mod tests {
         });
         let (mut a, mut b) = (Seen::default(), Seen::default());
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(watch.since(&mut a), None, "on time: no pause");
+        assert_eq!(
+            watch.since(&mut a, Instant::now()),
+            None,
+            "on time: no pause"
+        );
         watch.record(Instant::now(), Duration::from_secs(3));
         watch.record(Instant::now(), Duration::from_secs(1));
-        let (_, pause) = watch.since(&mut a).expect("seen");
+        let (_, pause) = watch.since(&mut a, Instant::now()).expect("seen");
         assert_eq!(pause, Duration::from_secs(4), "summed");
-        assert_eq!(watch.since(&mut a), None, "once");
+        assert_eq!(watch.since(&mut a, Instant::now()), None, "once");
         assert_eq!(
-            watch.since(&mut b).map(|p| p.1),
+            watch.since(&mut b, Instant::now()).map(|p| p.1),
             Some(Duration::from_secs(4))
         );
         cancel.cancel();
@@ -125,7 +155,25 @@ mod tests {
             cancel.cancel();
             task.await.unwrap();
         });
-        let (_, pause) = watch.since(&mut seen).expect("a pause");
+        let (_, pause) = watch.since(&mut seen, Instant::now()).expect("a pause");
         assert!(pause >= Duration::from_millis(500), "{pause:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_turning_before_the_overdue_timer_sees_the_pause_once() {
+        let watch = PauseWatch::default();
+        let t0 = Instant::now();
+        watch.alive(t0);
+        let mut seen = Seen::default();
+        // Resumed after 3 s: a loop turns first, the watch's timer fires after it.
+        let resumed = t0 + Duration::from_secs(3);
+        let (ended, pause) = watch.since(&mut seen, resumed).expect("a pause");
+        assert_eq!((ended, pause), (resumed, Duration::from_millis(2900)));
+        watch.alive(resumed + Duration::from_millis(1));
+        assert_eq!(
+            watch.since(&mut seen, resumed + Duration::from_millis(2)),
+            None,
+            "once"
+        );
     }
 }

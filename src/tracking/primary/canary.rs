@@ -97,6 +97,11 @@ pub(crate) enum WriteRefusal {
     Misconf,
     /// The server is a replica now (a failover demoted it).
     ReadOnly,
+    /// The server is loading its data (a restart from RDB or AOF): it answers `TIME` and
+    /// `INFO`, but takes no write until the load ends.
+    Loading,
+    /// `min-replicas-to-write` is not met: too few replicas answer.
+    NoReplicas,
 }
 
 impl WriteRefusal {
@@ -106,6 +111,8 @@ impl WriteRefusal {
             "OOM" => Some(Self::Oom),
             "MISCONF" => Some(Self::Misconf),
             "READONLY" => Some(Self::ReadOnly),
+            "LOADING" => Some(Self::Loading),
+            "NOREPLICAS" => Some(Self::NoReplicas),
             _ => None,
         }
     }
@@ -116,6 +123,8 @@ impl WriteRefusal {
             Self::Oom => "OOM",
             Self::Misconf => "MISCONF",
             Self::ReadOnly => "READONLY",
+            Self::Loading => "LOADING",
+            Self::NoReplicas => "NOREPLICAS",
         }
     }
 }
@@ -180,6 +189,21 @@ mod tests {
         );
         assert_eq!(Reading::from_reply(&Value::Int(1)), Reading::Count(1));
         assert_eq!(Reading::from_reply(&Value::Nil), Reading::Unknown);
+        for (code, refusal) in [
+            ("OOM", WriteRefusal::Oom),
+            ("MISCONF", WriteRefusal::Misconf),
+            ("READONLY", WriteRefusal::ReadOnly),
+            ("LOADING", WriteRefusal::Loading),
+            ("NOREPLICAS", WriteRefusal::NoReplicas),
+        ] {
+            let line = format!("-{code} the server says no\r\n");
+            let reply = crate::store::resp::Reader::new(line.as_bytes()).value();
+            assert_eq!(
+                reply.ok().flatten().map(|v| Reading::from_reply(&v)),
+                Some(Reading::WritesRefused(refusal)),
+                "{code}"
+            );
+        }
         let info =
             Value::BulkString(b"# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\n".to_vec());
         assert_eq!(run_id(&info).as_deref(), Some("abc123"));

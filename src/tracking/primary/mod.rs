@@ -193,7 +193,7 @@ impl Run {
             self.beat.alive();
             let event = self.next_event().await;
             let now = Instant::now();
-            self.coord.on_turn();
+            self.coord.on_turn(now);
             match event {
                 Event::Cancelled | Event::Command(None) => return,
                 Event::Command(Some(c)) => self.command(now, c),
@@ -326,7 +326,7 @@ impl Run {
             return;
         }
         let now_ms = clock.now_ms();
-        let read_time = clock.read_at.elapsed() > deadlines::CLOCK_REFRESH;
+        let read_time = self.coord.wants_time();
         let mut any = true;
         while any {
             any = false;
@@ -341,7 +341,7 @@ impl Run {
                     continue;
                 };
                 any = true;
-                let epoch = t.epoch;
+                let (epoch, sent) = (t.epoch, Instant::now());
                 let check = self
                     .ops
                     .check(t, keys, deadlines::deadline_opts(verdict, read_time));
@@ -350,6 +350,7 @@ impl Run {
                         epoch,
                         tickets,
                         checked: check.await,
+                        sent,
                     }
                 }));
             }
@@ -377,18 +378,22 @@ impl Run {
                 epoch,
                 tickets,
                 checked,
-            } => self.checked(now, epoch, tickets, checked),
+                sent,
+            } => self.checked((now, sent), epoch, tickets, checked),
             Done::Walked { epoch, walked } => self.walked(now, epoch, walked),
         }
         self.finish_walk_if_done(now);
     }
 
-    fn checked(&mut self, now: Instant, epoch: u64, tickets: Vec<Ticket>, checked: Checked) {
-        match (&checked.error, checked.time) {
-            (None, time) => self.coord.on_reply(now, time),
-            (Some(_), Some(time)) => self.coord.on_time(now, time),
-            (Some(_), None) => {}
-        }
+    fn checked(
+        &mut self,
+        (now, sent): (Instant, Instant),
+        epoch: u64,
+        tickets: Vec<Ticket>,
+        checked: Checked,
+    ) {
+        let failed = checked.error.is_some();
+        self.coord.on_check(sent, now, checked.time, failed);
         let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
         let credit = |ttl: f64| self.coord.credit_until(ttl);
         let node = self.sweeps.node().clone();
@@ -485,7 +490,7 @@ impl Run {
                 let (kind, count_missed) = (walk.kind, walk.count_missed);
                 let epochs = walk.epochs.clone();
                 self.beat.progress();
-                self.coord.on_reply(now, Some(page.time));
+                self.coord.on_reply(None, now, Some(page.time));
                 let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
                 self.sweeps
                     .route(&page, &epochs, kind, count_missed, now_ms);
@@ -528,8 +533,11 @@ impl Run {
         let pattern = &job.sweep.config().pattern;
         Some(
             match t.walk_work(self.batching.batch, scan_done, verdict)? {
-                WalkWork::Direct { keys, page_time } => {
-                    let verdict = verdict.expect("direct work only with a verdict");
+                WalkWork::Direct {
+                    keys,
+                    page_time,
+                    verdict,
+                } => {
                     let check = self
                         .ops
                         .check(t, keys, deadlines::walk_opts(verdict, page_time));
@@ -595,7 +603,7 @@ impl Run {
         let error = match walked {
             Walked::Direct(checked) => {
                 if checked.error.is_none() {
-                    self.coord.on_reply(now, checked.time);
+                    self.coord.on_reply(None, now, checked.time);
                 }
                 if let Some(t) = self.sweeps.by_epoch(epoch) {
                     t.direct_checked(&node, checked.counts.members);
@@ -604,14 +612,14 @@ impl Run {
             }
             Walked::Verified(_, Err(e)) | Walked::Unseen(_, Err(e)) => Some(e),
             Walked::Verified(ids, Ok(reads)) => {
-                self.coord.on_reply(now, reads.time);
+                self.coord.on_reply(None, now, reads.time);
                 if let Some(t) = self.sweeps.by_epoch(epoch) {
                     t.verified(&node, &ids, reads);
                 }
                 None
             }
             Walked::Unseen(ids, Ok(reads)) => {
-                self.coord.on_reply(now, reads.time);
+                self.coord.on_reply(None, now, reads.time);
                 if let Some(t) = self.sweeps.by_epoch(epoch) {
                     let keys = t.unseen_read(&node, &ids, reads);
                     if keys > 0 {

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Settings;
@@ -27,11 +28,12 @@ pub(crate) enum Done {
     Permitted(Result<(), Error>),
     /// The primary was looked up again: the node to use from now on, if it changed.
     Refreshed(Refreshed, Option<Node>),
-    /// A check of keys the index handed out.
+    /// A check of keys the index handed out, sent at `sent`.
     Checked {
         epoch: u64,
         tickets: Vec<Ticket>,
         checked: Checked,
+        sent: Instant,
     },
     /// Work of the walk in flight, for the sweep of `epoch`.
     Walked { epoch: u64, walked: Walked },
@@ -92,9 +94,11 @@ impl Ops {
 
     /// Looks the primary up again, recovering the store from `failure` first (behind Sentinel,
     /// a READONLY reply or a lost connection asks where the primary is now). Ends at once on
-    /// shutdown.
+    /// shutdown, and fails after a few command timeouts: nothing is judged while it runs, so it
+    /// must not run forever.
     pub(crate) fn refresh(&self, failure: Option<Error>) -> BoxFuture<'static, Done> {
         let (store, node, cancel) = (self.store.clone(), self.node.clone(), self.cancel.clone());
+        let limit = self.settings.command_timeout.saturating_mul(3);
         Box::pin(async move {
             let look = async {
                 if let Some(e) = &failure {
@@ -104,7 +108,12 @@ impl Ops {
             };
             let found = tokio::select! {
                 () = cancel.cancelled() => return Done::Refreshed(Refreshed::Cancelled, None),
-                found = look => found,
+                found = tokio::time::timeout(limit, look) => found.unwrap_or_else(|_| {
+                    Err(Error::Redis(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "looking the primary up again took too long",
+                    ))))
+                }),
             };
             match found {
                 Ok(Some(new)) if new.server() != node.server() => {

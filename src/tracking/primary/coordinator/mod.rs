@@ -70,6 +70,7 @@ pub(crate) enum Refreshed {
     Moved(String),
     /// This server is no longer a primary: the engine stops the loop.
     NotPrimary,
+    /// It could not be looked up (its error): tried again after a while.
     Failed(Error),
     /// Shutdown came first.
     Cancelled,
@@ -129,6 +130,8 @@ struct Refresh {
     in_flight: bool,
 }
 
+/// The rules of one primary's loop; `S` is the subscription's type (a real one in the loop, a
+/// stand-in in the tests).
 pub(crate) struct Coordinator<S> {
     node: NodeId,
     liveness: Liveness,
@@ -154,7 +157,7 @@ impl<S> Coordinator<S> {
     ) -> Self {
         let mut liveness = Liveness::new(at, setup.inherited_outage);
         if setup.takes_over {
-            liveness.on_moved();
+            liveness.on_moved(at);
         }
         Self {
             node: setup.node,
@@ -289,7 +292,7 @@ impl<S> Coordinator<S> {
             Refreshed::Same | Refreshed::Cancelled => {}
             Refreshed::Moved(server) => {
                 tracing::info!(node = %self.node, %server, "the primary moved; following it");
-                self.liveness.on_moved();
+                self.liveness.on_moved(at);
                 let report = self.notifications.restart(at);
                 self.apply(at, report);
                 self.walks.want_sync_soon();
@@ -306,8 +309,8 @@ impl<S> Coordinator<S> {
 
     /// The loop turned: a pause of the daemon since the last turn is neither an outage nor a
     /// reason for a credit, but Redis is probed before anything is judged again.
-    pub(crate) fn on_turn(&mut self) {
-        let Some((ended, pause)) = self.shared.pauses.since(&mut self.pauses_seen) else {
+    pub(crate) fn on_turn(&mut self, at: Instant) {
+        let Some((ended, pause)) = self.shared.pauses.since(&mut self.pauses_seen, at) else {
             return;
         };
         self.liveness.on_pause(ended, pause);
@@ -351,15 +354,16 @@ impl<S> Coordinator<S> {
         wake
     }
 
-    /// Redis answered at `at` (with its clock, when the reply says).
-    pub(crate) fn on_reply(&mut self, at: Instant, time: Option<f64>) {
-        let seen = self.liveness.on_reply(at, time);
+    /// Redis answered at `at` (with its clock, when the reply says) a request sent at `sent`,
+    /// if known.
+    pub(crate) fn on_reply(&mut self, sent: Option<Instant>, at: Instant, time: Option<f64>) {
+        let seen = self.liveness.on_reply(sent, at, time);
         self.seen(at, seen);
     }
 
     /// A reply that failed still carried Redis's clock.
-    pub(crate) fn on_time(&mut self, at: Instant, time: f64) {
-        let step = self.liveness.observe_time(at, time);
+    pub(crate) fn on_time(&mut self, sent: Option<Instant>, at: Instant, time: f64) {
+        let step = self.liveness.observe_time(sent, at, time);
         self.seen(
             at,
             Seen {
@@ -367,6 +371,23 @@ impl<S> Coordinator<S> {
                 ..Seen::default()
             },
         );
+    }
+
+    /// A check sent at `sent` came back at `at`, carrying Redis's clock if it read it. One that
+    /// failed is no answer (its failure is told apart), but its clock still counts.
+    pub(crate) fn on_check(&mut self, sent: Instant, at: Instant, time: Option<f64>, failed: bool) {
+        match (failed, time) {
+            (false, time) => self.on_reply(Some(sent), at, time),
+            (true, Some(time)) => self.on_time(Some(sent), at, time),
+            (true, None) => {}
+        }
+    }
+
+    /// Whether a check should read Redis's `TIME` anew: no reply carried it for a while.
+    pub(crate) fn wants_time(&self) -> bool {
+        self.liveness
+            .last_read()
+            .is_none_or(|at| at.elapsed() > deadlines::CLOCK_REFRESH)
     }
 
     /// The probe came back at `at`: what it shows of Redis's data, and of an outage it ends.
@@ -531,7 +552,7 @@ impl<S> Coordinator<S> {
         self.apply(at, report);
     }
 
-    /// A walk ended at `at`, failed with `error` if it did.
+    /// A walk failed at `at` with `error`.
     pub(crate) fn on_walk_failed(&mut self, at: Instant, error: Error) {
         self.on_failure(at, "a walk failed; it is tried again", error);
     }

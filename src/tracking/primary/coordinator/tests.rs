@@ -366,7 +366,7 @@ fn a_pause_of_the_daemon_is_no_outage_but_doubt() {
     said.take();
     let resumed = t0 + secs(3);
     shared.pauses.record(resumed, secs(3));
-    c.on_turn();
+    c.on_turn(Instant::now());
     assert_eq!(c.verdict(resumed, 45.0), None);
     assert_eq!(turn(&mut c, resumed, walking()).0, ["probe"]);
     c.on_probe(resumed, evidence(1003.5, 2));
@@ -379,13 +379,13 @@ fn a_pause_of_the_daemon_is_no_outage_but_doubt() {
 fn a_turn_without_a_pause_changes_nothing_and_a_pause_is_taken_once() {
     let t0 = Instant::now();
     let (mut c, _, shared) = answered(t0);
-    c.on_turn();
+    c.on_turn(Instant::now());
     assert!(c.verdict(t0 + ms(100), 45.0).is_some());
     shared.pauses.record(t0 + secs(2), secs(1));
-    c.on_turn();
+    c.on_turn(Instant::now());
     turn(&mut c, t0 + secs(2), walking());
     c.on_probe(t0 + secs(2), evidence(1002.0, 2));
-    c.on_turn();
+    c.on_turn(Instant::now());
     assert!(c.verdict(t0 + secs(2), 45.0).is_some(), "taken once");
 }
 
@@ -400,11 +400,11 @@ fn an_outage_is_reported_once_and_shared_with_the_engine() {
         Some(1000.0),
         "a loop taking over after a failover inherits the outage"
     );
-    c.on_reply(t0 + secs(3), Some(1003.0));
+    c.on_reply(None, t0 + secs(3), Some(1003.0));
     assert_eq!(said.take(), ["outage"]);
     let v = c.verdict(t0 + secs(3), 6.0).expect("judging");
     assert_eq!(v.spare_until, Some(1009.0));
-    c.on_reply(t0 + secs(4), Some(1004.0));
+    c.on_reply(None, t0 + secs(4), Some(1004.0));
     assert!(said.take().is_empty());
     assert_eq!(shared.last_answer.stalled_since(t0 + secs(4)), None);
 }
@@ -520,7 +520,7 @@ fn the_loop_forgets_its_primary_when_it_stops() {
 }
 
 #[test]
-fn a_timer_already_due_is_no_pause() {
+fn a_failure_during_the_look_at_the_primary_asks_for_another_and_the_gap_stays_an_outage() {
     let t0 = Instant::now();
     let (mut c, _, _) = answered(t0);
     c.on_failure(t0, "x", failure());
@@ -530,7 +530,7 @@ fn a_timer_already_due_is_no_pause() {
     let later = t0 + secs(3);
     let wake = c.next_wake(later, secs(5), None, Some(None));
     assert!(wake >= later, "nothing due in the past");
-    c.on_turn();
+    c.on_turn(Instant::now());
     c.on_refreshed(wake, Refreshed::Same);
     assert_eq!(
         turn(&mut c, wake, walking()).0,
@@ -553,11 +553,11 @@ fn a_step_of_redis_s_clock_is_reported_once_and_a_forward_one_spares_everyone() 
     let t0 = Instant::now();
     let (mut c, said, _) = answered(t0);
     said.take();
-    c.on_reply(t0 + secs(1), Some(1031.0));
+    c.on_reply(Some(t0 + secs(1)), t0 + secs(1), Some(1031.0));
     assert_eq!(said.take(), ["step forward 30"]);
     let v = c.verdict(t0 + secs(1), 6.0).expect("judging");
     assert_eq!(v.spare_until, Some(1037.0));
-    c.on_time(t0 + secs(2), 1002.0);
+    c.on_time(Some(t0 + secs(2)), t0 + secs(2), 1002.0);
     assert_eq!(said.take(), ["step backward 30"]);
     assert_eq!(
         turn(&mut c, t0 + secs(2), walking()).0[0],
@@ -610,4 +610,38 @@ fn a_primary_turned_replica_is_looked_up_again() {
     assert_eq!(said.take(), ["writes refused true"]);
     assert!(shared.suspect.notified().now_or_never().is_some());
     assert_eq!(turn(&mut c, t0 + secs(1), walking()).0, ["refresh true"]);
+}
+
+#[test]
+fn a_look_at_the_primary_cut_short_by_shutdown_changes_nothing() {
+    let t0 = Instant::now();
+    let (mut c, said, _) = answered(t0);
+    said.take();
+    c.on_failure(t0, "x", failure());
+    assert_eq!(turn(&mut c, t0, walking()).0, ["refresh true"]);
+    c.on_refreshed(t0, Refreshed::Cancelled);
+    assert!(said.take().is_empty());
+    let stopping = Turn {
+        stopping: true,
+        ..walking()
+    };
+    assert!(
+        turn(&mut c, t0 + secs(5), stopping).0.is_empty(),
+        "no new look while stopping"
+    );
+}
+
+#[test]
+fn a_redis_loading_its_data_judges_nobody_until_it_takes_writes() {
+    let t0 = Instant::now();
+    let (mut c, said, _) = answered(t0);
+    said.take();
+    let loading = Ok(Evidence {
+        time: 1001.0,
+        canary: Reading::WritesRefused(WriteRefusal::Loading),
+        run_id: Some("b".into()),
+    });
+    c.on_probe(t0 + secs(1), loading);
+    assert_eq!(said.take(), ["writes refused true"]);
+    assert_eq!(c.verdict(t0 + secs(1), 5.0), None);
 }

@@ -228,8 +228,13 @@ pub(crate) struct Liveness {
     /// What the probes read of Redis's data.
     witness: Witness,
     probing: bool,
-    /// When the last probe went out.
+    /// When the last probe went out (moved on by pauses, for the probes' pace).
     probed_at: Option<Instant>,
+    /// When the probe in flight went out, and the doubts raised until then.
+    probe_sent: Option<(Instant, u64)>,
+    /// Failures, moves and pauses so far: a probe clears doubt only if none came after it
+    /// went out.
+    doubts: u64,
     /// No probe before then: one that failed at once (the connection refused) is not sent
     /// again on the next turn of the loop, which would spin.
     probe_after: Instant,
@@ -248,6 +253,8 @@ impl Liveness {
             witness: Witness::default(),
             probing: false,
             probed_at: None,
+            probe_sent: None,
+            doubts: 0,
             probe_after: at,
             refused: None,
         }
@@ -256,6 +263,11 @@ impl Liveness {
     /// Redis's clock as estimated from its readings, once read.
     pub(crate) fn clock(&self) -> Option<RedisClock> {
         self.timeline.clock()
+    }
+
+    /// When a reply last carried Redis's clock.
+    pub(crate) fn last_read(&self) -> Option<Instant> {
+        self.timeline.last_read()
     }
 
     /// When Redis last answered (the local instant), and its clock then.
@@ -267,22 +279,33 @@ impl Liveness {
         self.credit
     }
 
-    /// A reply carried Redis's clock (`redis`, Unix seconds), read at `at`. Returns the step
-    /// of Redis's clock it shows, if any: a forward step gives every member a full ttl of real
-    /// time from it (their scores all look older at once), a backward one only delays zombies.
-    pub(crate) fn observe_time(&mut self, at: Instant, redis: f64) -> Option<Step> {
-        let (step, expected) = self.timeline.observe(at, redis)?;
+    /// A reply handled at `at` carried Redis's clock (`redis`, Unix seconds); its request went
+    /// out at `sent`, if known. Returns the step of Redis's clock it shows, if any: a forward
+    /// step gives every member a full ttl of real time from it (their scores all look older at
+    /// once), a backward one only delays zombies.
+    pub(crate) fn observe_time(
+        &mut self,
+        sent: Option<Instant>,
+        at: Instant,
+        redis: f64,
+    ) -> Option<Step> {
+        let (step, expected) = self.timeline.observe(sent, at, redis)?;
         if let Step::Forward(_) = step {
             self.grant(expected, redis);
         }
         Some(step)
     }
 
-    /// Redis answered at `at` (with its clock, when the reply says). Returns the outage this
-    /// answer ends (a gap since the last answer longer than [`STALL`], or the failover this
-    /// loop inherited) and the step of Redis's clock it shows.
-    pub(crate) fn on_reply(&mut self, at: Instant, time: Option<f64>) -> Seen {
-        let step = time.and_then(|time| self.observe_time(at, time));
+    /// Redis answered at `at` (with its clock, when the reply says) a request sent at `sent`,
+    /// if known. Returns the outage this answer ends (a gap since the last answer longer than
+    /// [`STALL`], or the failover this loop inherited) and the step of Redis's clock it shows.
+    pub(crate) fn on_reply(
+        &mut self,
+        sent: Option<Instant>,
+        at: Instant,
+        time: Option<f64>,
+    ) -> Seen {
+        let step = time.and_then(|time| self.observe_time(sent, at, time));
         let Some(redis_now) = time.or_else(|| self.clock().map(|c| c.at(at))) else {
             return Seen::default();
         };
@@ -321,19 +344,23 @@ impl Liveness {
     /// a failure.
     pub(crate) fn on_probe(&mut self, at: Instant, probe: Result<Evidence, ()>) -> Seen {
         self.probing = false;
+        let (sent, doubts) = self.probe_sent.take().unwrap_or((at, self.doubts));
         let Ok(ev) = probe else {
             self.probe_after = at + PROBE_RETRY;
             return Seen::default();
         };
+        // A probe sent before the last failure, move or pause proves nothing of what followed:
+        // the next one is asked at once.
+        let current = doubts == self.doubts;
         let before = self.last_reply.map(|(_, redis)| redis);
-        let reset = self.reset(&ev);
+        let reset = self.reset(&ev, current);
         let canary_refused = self.witness.newly_refused(ev.canary);
         let writes = self.witness.writes(&ev);
         let seen = Seen {
             reset,
             canary_refused,
             writes: writes.map(|(w, _)| w),
-            ..self.on_reply(at, Some(ev.time))
+            ..self.on_reply(Some(sent), at, Some(ev.time))
         };
         if seen.reset.is_some() {
             self.grant(before.unwrap_or(ev.time), ev.time);
@@ -341,29 +368,39 @@ impl Liveness {
         if let Some((Writes::Taken { .. }, since)) = writes {
             self.grant(since, ev.time);
         }
-        self.doubt = false;
+        if current {
+            self.doubt = false;
+        }
         seen
     }
 
-    /// What the probe's evidence says of Redis's data since the last probe.
-    fn reset(&mut self, ev: &Evidence) -> Option<Reset> {
-        let moved = std::mem::take(&mut self.moved).then_some(Reset::Moved);
+    /// What the probe's evidence says of Redis's data since the last probe; a followed failover
+    /// counts once a probe sent after it answers (`current`).
+    fn reset(&mut self, ev: &Evidence, current: bool) -> Option<Reset> {
+        let moved = (current && std::mem::take(&mut self.moved)).then_some(Reset::Moved);
         self.witness.read(ev).or(moved)
+    }
+
+    /// Something that puts liveness in doubt: nothing is judged until a probe sent after it
+    /// answers.
+    fn doubt(&mut self) {
+        self.doubt = true;
+        self.doubts += 1;
     }
 
     /// A request failed: Redis may have restarted, so nothing is judged until a probe shows
     /// whether it kept its data; the probe goes out at once.
     pub(crate) fn on_failure(&mut self) {
-        self.doubt = true;
+        self.doubt();
     }
 
-    /// The loop followed a failover to another server: its data may lag, and the apps could not
-    /// write meanwhile. The next probe ends it with a credit.
-    pub(crate) fn on_moved(&mut self) {
-        self.doubt = true;
+    /// The loop followed a failover to another server at `at`: its data may lag, and the apps
+    /// could not write meanwhile. The next probe ends it with a credit.
+    pub(crate) fn on_moved(&mut self, at: Instant) {
+        self.doubt();
         self.moved = true;
         // Another server's clock: a difference is no step.
-        self.timeline.rebase();
+        self.timeline.rebase(at);
     }
 
     /// The daemon itself did not run for `pause`, until `now` (a SIGSTOP, a frozen VM, a
@@ -377,7 +414,7 @@ impl Liveness {
         if let Some(at) = &mut self.probed_at {
             *at = at.checked_add(pause).map_or(now, |t| t.min(now));
         }
-        self.doubt = true;
+        self.doubt();
     }
 
     /// Redis refused a command the checks need: prove the permissions again in a while.
@@ -415,6 +452,7 @@ impl Liveness {
         if self.probe_due().is_some_and(|due| due <= at) {
             self.probing = true;
             self.probed_at = Some(at);
+            self.probe_sent = Some((at, self.doubts));
             return Some(Action::Probe);
         }
         if let Some(Proof::At(due)) = self.refused

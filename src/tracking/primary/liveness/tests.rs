@@ -40,12 +40,15 @@ fn an_outage_is_declared_only_after_stall_without_replies() {
     let t0 = Instant::now();
     let mut l = answered(t0);
     assert_eq!(
-        l.on_reply(t0 + STALL, Some(1001.5)).outage,
+        l.on_reply(None, t0 + STALL, Some(1001.5)).outage,
         None,
         "a gap of exactly STALL"
     );
     let back = t0 + STALL + STALL + ms(1);
-    let outage = l.on_reply(back, Some(1003.001)).outage.expect("an outage");
+    let outage = l
+        .on_reply(None, back, Some(1003.001))
+        .outage
+        .expect("an outage");
     assert_eq!(outage.from, 1001.5);
     assert!((outage.seconds - 1.501).abs() < 1e-9);
 }
@@ -55,7 +58,9 @@ fn credit_is_granted_when_redis_returns_and_lasts_a_ttl() {
     let t0 = Instant::now();
     let mut l = answered(t0);
     let back = t0 + Duration::from_secs(10);
-    l.on_reply(back, Some(1010.0)).outage.expect("an outage");
+    l.on_reply(None, back, Some(1010.0))
+        .outage
+        .expect("an outage");
     assert_eq!(
         l.credit(),
         Some(Credit {
@@ -70,7 +75,10 @@ fn credit_is_granted_when_redis_returns_and_lasts_a_ttl() {
     assert_eq!(l.judge_at(back), Some(1010.0));
     // After a ttl from its end, no more sparing.
     for s in 1..=46 {
-        assert_eq!(l.on_reply(back + Duration::from_secs(s), None).outage, None);
+        assert_eq!(
+            l.on_reply(None, back + Duration::from_secs(s), None).outage,
+            None
+        );
     }
     let later = back + Duration::from_secs(46);
     assert_eq!(l.spare_until(later, 45.0), None);
@@ -81,8 +89,8 @@ fn credit_is_granted_when_redis_returns_and_lasts_a_ttl() {
 fn two_close_outages_make_one_credit() {
     let t0 = Instant::now();
     let mut l = answered(t0);
-    l.on_reply(t0 + Duration::from_secs(3), Some(1003.0));
-    l.on_reply(t0 + Duration::from_secs(8), Some(1008.0));
+    l.on_reply(None, t0 + Duration::from_secs(3), Some(1003.0));
+    l.on_reply(None, t0 + Duration::from_secs(8), Some(1008.0));
     assert_eq!(
         l.credit(),
         Some(Credit {
@@ -107,7 +115,7 @@ fn an_inherited_outage_ends_with_the_first_reply() {
     let t0 = Instant::now();
     let mut l = Liveness::new(t0, Some(990.0));
     let outage = l
-        .on_reply(t0, Some(1000.0))
+        .on_reply(None, t0, Some(1000.0))
         .outage
         .expect("the failover's outage");
     assert_eq!(
@@ -118,7 +126,7 @@ fn an_inherited_outage_ends_with_the_first_reply() {
         }
     );
     assert_eq!(
-        l.on_reply(t0 + ms(10), Some(1000.01)).outage,
+        l.on_reply(None, t0 + ms(10), Some(1000.01)).outage,
         None,
         "ended once"
     );
@@ -130,11 +138,11 @@ fn no_judging_before_redis_answered() {
     let mut l = Liveness::new(t0, None);
     assert_eq!(l.judge_at(t0), None);
     assert_eq!(
-        l.on_reply(t0, None).outage,
+        l.on_reply(None, t0, None).outage,
         None,
         "no clock: nothing to record"
     );
-    l.observe_time(t0, 1000.0);
+    l.observe_time(Some(t0), t0, 1000.0);
     assert_eq!(l.judge_at(t0), None, "a clock, but no reply yet");
 }
 
@@ -161,7 +169,7 @@ fn probes_go_out_when_redis_is_quiet_one_at_a_time() {
 fn other_replies_put_the_probe_off() {
     let t0 = Instant::now();
     let mut l = answered(t0);
-    l.on_reply(t0 + ms(400), Some(1000.4));
+    l.on_reply(None, t0 + ms(400), Some(1000.4));
     assert_eq!(l.poll(t0 + PROBE_EVERY), None);
     assert_eq!(l.next_wake(), Some(t0 + ms(400) + PROBE_EVERY));
 }
@@ -220,7 +228,7 @@ fn permissions_are_proven_again_at_their_pace_until_they_hold() {
         "the probe comes first"
     );
     let due = t0 + REFUSED_RECHECK;
-    l.on_reply(due, Some(1005.0));
+    l.on_reply(None, due, Some(1005.0));
     assert_eq!(
         poll_past_probes(&mut l, due, 1005.0),
         Some(Action::ProvePermissions)
@@ -233,14 +241,14 @@ fn permissions_are_proven_again_at_their_pace_until_they_hold() {
     l.on_proof(due + ms(5), false);
     assert_eq!(poll_past_probes(&mut l, due + ms(5), 1005.0), None);
     let again = due + ms(5) + REFUSED_RECHECK;
-    l.on_reply(again, Some(1010.0));
+    l.on_reply(None, again, Some(1010.0));
     assert_eq!(
         poll_past_probes(&mut l, again, 1010.0),
         Some(Action::ProvePermissions)
     );
     l.on_proof(again, true);
     let later = again + Duration::from_secs(60);
-    l.on_reply(later, Some(1070.0));
+    l.on_reply(None, later, Some(1070.0));
     assert_eq!(
         poll_past_probes(&mut l, later, 1070.0),
         None,
@@ -378,7 +386,7 @@ async fn a_failure_stops_judging_until_a_probe_answers() {
 async fn a_followed_failover_spares_every_member() {
     let mut l = answered(Instant::now());
     tokio::time::advance(secs(1)).await;
-    l.on_moved();
+    l.on_moved(Instant::now());
     assert!(!l.judging());
     // The replica had every increment: still a failover, so a credit.
     let seen = answer(&mut l, 1001.0, Some(8), "r");
@@ -395,7 +403,7 @@ async fn the_credit_ends_a_ttl_after_the_answer_and_the_guard_stays_armed() {
     for s in 1..=6 {
         tokio::time::advance(secs(1)).await;
         let now = Instant::now();
-        l.on_reply(now, Some(1005.0 + s as f64));
+        l.on_reply(None, now, Some(1005.0 + s as f64));
         let judge = l.judge_at(now).unwrap();
         // Redis answers: the credit holds no instant back, so a storm hold may start.
         assert!(!l.held_back(now, judge), "armed during the credit");
@@ -413,7 +421,7 @@ async fn the_canary_is_written_every_second_however_busy() {
     let mut l = answered(Instant::now());
     for _ in 0..10 {
         tokio::time::advance(ms(100)).await;
-        l.on_reply(Instant::now(), None);
+        l.on_reply(None, Instant::now(), None);
         if Instant::now() >= l.next_wake().unwrap() {
             break;
         }
@@ -434,7 +442,9 @@ fn the_verdict_is_the_judging_instant_the_hold_back_and_the_credit_in_one() {
         })
     );
     let back = t0 + secs(10);
-    l.on_reply(back, Some(1010.0)).outage.expect("an outage");
+    l.on_reply(None, back, Some(1010.0))
+        .outage
+        .expect("an outage");
     let v = l.verdict(back, 45.0).expect("judging");
     assert_eq!((v.judge_at, v.spare_until), (1010.0, Some(1055.0)));
 }
@@ -461,7 +471,7 @@ fn a_forward_step_of_redis_s_clock_gives_every_member_a_ttl_of_real_time() {
     let mut l = answered(t0);
     // 1 s later by the daemon's clock, Redis's reads 31 s later: a 30 s step.
     let at = t0 + secs(1);
-    let seen = l.on_reply(at, Some(1031.0));
+    let seen = l.on_reply(Some(at), at, Some(1031.0));
     assert_eq!(seen.step, Some(Step::Forward(30.0)));
     assert_eq!(seen.outage, None);
     let v = l.verdict(at, 6.0).expect("judging");
@@ -478,7 +488,7 @@ fn a_forward_step_of_redis_s_clock_gives_every_member_a_ttl_of_real_time() {
 fn a_backward_step_is_reported_and_gives_no_credit() {
     let t0 = Instant::now();
     let mut l = answered(t0);
-    let seen = l.on_reply(t0 + secs(1), Some(971.0));
+    let seen = l.on_reply(Some(t0 + secs(1)), t0 + secs(1), Some(971.0));
     assert_eq!(seen.step, Some(Step::Backward(30.0)));
     assert_eq!(l.credit(), None, "zombies only leave later");
     assert_eq!(l.judge_at(t0 + secs(1)), Some(971.0));
@@ -488,8 +498,13 @@ fn a_backward_step_is_reported_and_gives_no_credit() {
 fn a_failed_reply_s_clock_shows_a_step_too() {
     let t0 = Instant::now();
     let mut l = answered(t0);
-    assert_eq!(l.observe_time(t0 + secs(1), 1001.2), None);
-    let step = l.observe_time(t0 + secs(2), 1006.0).expect("a step");
+    assert_eq!(
+        l.observe_time(Some(t0 + secs(1)), t0 + secs(1), 1001.2),
+        None
+    );
+    let step = l
+        .observe_time(Some(t0 + secs(2)), t0 + secs(2), 1006.0)
+        .expect("a step");
     assert!((step.seconds() - 3.8).abs() < 1e-9, "{step:?}");
     assert_eq!(l.spare_until(t0 + secs(2), 5.0), Some(1011.0));
 }
@@ -498,7 +513,7 @@ fn a_failed_reply_s_clock_shows_a_step_too() {
 fn a_followed_failover_s_clock_is_no_step() {
     let t0 = Instant::now();
     let mut l = answered(t0);
-    l.on_moved();
+    l.on_moved(t0);
     assert_eq!(l.poll(t0), Some(Action::Probe));
     let seen = l.on_probe(t0 + secs(1), probe(500.0, Some(1), "b"));
     assert_eq!(seen.step, None);
@@ -547,5 +562,24 @@ fn a_canary_the_acl_refuses_says_nothing_of_writes() {
     assert_eq!(l.poll(t0 + secs(1)), Some(Action::Probe));
     let seen = l.on_probe(t0 + secs(1), canary(1001.0, Reading::Refused));
     assert_eq!(seen.writes, None);
+    assert!(l.judging());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_sent_before_a_pause_does_not_end_its_doubt() {
+    let mut l = answered(Instant::now());
+    tokio::time::advance(secs(1)).await;
+    assert_eq!(l.poll(Instant::now()), Some(Action::Probe));
+    // The daemon is paused with the probe in flight; its answer comes after the resume.
+    tokio::time::advance(secs(3)).await;
+    l.on_pause(Instant::now(), secs(3));
+    l.on_probe(Instant::now(), probe(1004.0, Some(8), "a"));
+    assert!(!l.judging(), "its evidence is from before the pause");
+    assert_eq!(
+        l.poll(Instant::now()),
+        Some(Action::Probe),
+        "another, at once"
+    );
+    l.on_probe(Instant::now(), probe(1004.0, Some(9), "a"));
     assert!(l.judging());
 }

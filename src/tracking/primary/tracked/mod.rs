@@ -78,8 +78,13 @@ pub(crate) enum Tick {
 
 /// Work a walk queued for this sweep, ready to go.
 pub(crate) enum WalkWork {
-    /// A check of keys the index could not take, judged no later than their page was read.
-    Direct { keys: Vec<Vec<u8>>, page_time: f64 },
+    /// A check of keys the index could not take, judged as `verdict` allows and no later than
+    /// their page was read.
+    Direct {
+        keys: Vec<Vec<u8>>,
+        page_time: f64,
+        verdict: Verdict,
+    },
     /// A read of tracked keys' lowest scores (a reconciliation).
     Verify { ids: Vec<Vec<u8>> },
     /// A read of tracked keys the walk did not find: those gone are forgotten.
@@ -349,10 +354,14 @@ impl Tracked {
         scan_done: bool,
         verdict: Option<Verdict>,
     ) -> Option<WalkWork> {
-        if verdict.is_some()
+        if let Some(verdict) = verdict
             && let Some((keys, page_time)) = self.direct.take(batch, scan_done)
         {
-            return Some(WalkWork::Direct { keys, page_time });
+            return Some(WalkWork::Direct {
+                keys,
+                page_time,
+                verdict,
+            });
         }
         if let Some((ids, _)) = self.verify.take(batch, scan_done) {
             return Some(WalkWork::Verify { ids });

@@ -254,7 +254,9 @@ fn a_walk_checks_directly_what_the_index_cannot_take_but_only_with_a_verdict() {
         spare_until: None,
     };
     match t.walk_work(10, true, Some(verdict)) {
-        Some(WalkWork::Direct { keys, page_time }) => {
+        Some(WalkWork::Direct {
+            keys, page_time, ..
+        }) => {
             assert_eq!(keys, [key("c2")]);
             assert_eq!(page_time, NOW_S - 1.0);
         }
