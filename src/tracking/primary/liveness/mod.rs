@@ -309,6 +309,7 @@ impl Liveness {
         let Some(redis_now) = time.or_else(|| self.clock().map(|c| c.at(at))) else {
             return Seen::default();
         };
+        let arrived = arrival(sent, at, redis_now);
         let gap = match (self.last_reply, self.inherited_outage.take()) {
             (Some((last, redis_at)), _) if at.saturating_duration_since(last) > STALL => {
                 Some((redis_at, at.duration_since(last).as_secs_f64()))
@@ -318,7 +319,7 @@ impl Liveness {
         };
         self.last_reply = Some((at, redis_now));
         let outage = gap.map(|(from, seconds)| {
-            self.grant(from, redis_now);
+            self.grant(from, arrived);
             Outage { from, seconds }
         });
         Seen {
@@ -362,11 +363,12 @@ impl Liveness {
             writes: writes.map(|(w, _)| w),
             ..self.on_reply(Some(sent), at, Some(ev.time))
         };
+        let arrived = arrival(Some(sent), at, ev.time);
         if seen.reset.is_some() {
-            self.grant(before.unwrap_or(ev.time), ev.time);
+            self.grant(before.unwrap_or(ev.time), arrived);
         }
         if let Some((Writes::Taken { .. }, since)) = writes {
-            self.grant(since, ev.time);
+            self.grant(since, arrived);
         }
         if current {
             self.doubt = false;
@@ -518,6 +520,16 @@ impl Liveness {
     pub(crate) fn held_back(&self, at: Instant, judge: f64) -> bool {
         self.clock().is_some_and(|c| c.at(at) - judge > HELD_BACK_S)
     }
+}
+
+/// Redis's clock, at most, when a reply that read it as `time` arrived at `at`, its request
+/// having gone out at `sent`. A credit counts from there: `TIME` runs first in a probe, and the
+/// canary's write after it may wait (`CLIENT PAUSE ... WRITE` holds the connection's every
+/// later command), so Redis took writes again when the reply came, not when its clock was read.
+fn arrival(sent: Option<Instant>, at: Instant, time: f64) -> f64 {
+    sent.map_or(time, |sent| {
+        time + at.saturating_duration_since(sent).as_secs_f64()
+    })
 }
 
 #[cfg(test)]

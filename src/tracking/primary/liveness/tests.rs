@@ -583,3 +583,21 @@ async fn a_probe_sent_before_a_pause_does_not_end_its_doubt() {
     l.on_probe(Instant::now(), probe(1004.0, Some(9), "a"));
     assert!(l.judging());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_held_behind_a_write_pause_credits_from_its_arrival() {
+    let mut l = answered(Instant::now());
+    // Redis holds writes (CLIENT PAUSE WRITE): the probe's TIME runs at once, at 1010, and its
+    // canary write waits, and the reply with it, 4.5 s more.
+    tokio::time::advance(secs(10)).await;
+    assert_eq!(l.poll(Instant::now()), Some(Action::Probe));
+    tokio::time::advance(ms(4500)).await;
+    let seen = l.on_probe(Instant::now(), probe(1010.0, Some(8), "a"));
+    assert!(seen.outage.is_some());
+    let credit = l.credit().expect("a credit");
+    assert!(
+        (credit.to - 1014.5).abs() < 1e-9,
+        "from when the write was taken: {credit:?}"
+    );
+    assert_eq!(l.spare_until(Instant::now(), 4.0), Some(credit.to + 4.0));
+}
