@@ -229,7 +229,12 @@ fn a_followed_failover_ends_with_a_credit() {
     assert_eq!(turn(&mut c, t0 + ms(100), walking()).0, ["probe"]);
     c.on_probe(t0 + ms(110), evidence(500.0, 1));
     let v = c.verdict(t0 + ms(110), 45.0).expect("judging");
-    assert_eq!(v.spare_until, Some(545.0), "every member gets a full ttl");
+    // From when the reply came: its TIME (500) ran at most the 10 ms round trip before.
+    assert_eq!(
+        v.spare_until,
+        Some(500.0 + 0.01 + 45.0),
+        "every member gets a full ttl"
+    );
 }
 
 #[test]
