@@ -90,6 +90,7 @@ CPU_PHASES = [
 
 def stage_cpu(work, keys, repeat):
     rows = {label: [] for label, _ in CPU_PHASES}
+    parts = {label: [] for label, _ in CPU_PHASES}
     for run in range(repeat):
         for label, extra in CPU_PHASES:
             d = tempfile.mkdtemp(dir=work)
@@ -100,11 +101,13 @@ def stage_cpu(work, keys, repeat):
                 subprocess.run(tools(cfg, redis, "seed", "--conversations", str(keys), "--members", "20",
                                      "--stale-fraction", "0.1"), check=True, capture_output=True, env=env)
                 time.sleep(2)
+                redis.cli("CONFIG", "RESETSTAT")
                 cpu0 = redis.cpu()
                 s = sweep(cfg, redis)
                 cpu = redis.cpu() - cpu0
                 assert int(s["evicted"]) == 2 * keys, s
                 rows[label].append(cpu / s["evicted"] * 1e6)
+                parts[label].append({k: v / s["evicted"] for k, v in call_parts(redis).items()})
                 print(f"  run {run + 1} {label}: {cpu:.2f} s Redis CPU, {rows[label][-1]:.2f} us per evicted "
                       f"member, {int(s['events_published'])} events", flush=True)
             finally:
@@ -114,9 +117,35 @@ def stage_cpu(work, keys, repeat):
     for label, _ in CPU_PHASES:
         r = sorted(rows[label])
         med = r[len(r) // 2]
+        split = {k: sorted(p[k] for p in parts[label])[len(r) // 2] for k in parts[label][0]}
         out.append({"phase": label, "us_per_member": med, "range": [r[0], r[-1]],
-                    "vs_no_stream": med / base - 1})
+                    "vs_no_stream": med / base - 1, "parts": split})
     return out
+
+
+# Commands a pass sends around its evictions, not inside them.
+OUTSIDE = {"evalsha", "eval", "exec", "multi", "scan", "info", "config", "time", "client", "hello",
+           "ping", "select", "script", "cluster", "acl", "memory", "type"}
+
+
+def call_parts(redis):
+    """Where the evicting calls' Redis time went (INFO commandstats, microseconds; a command a
+    script runs counts both in its own line and in the script's): the EVALSHA or EXEC calls in
+    all, the commands run inside them, the rest (Lua's own work: building the events, moving
+    arguments and replies between Lua and Redis; or queueing a transaction), and XADD alone."""
+    stats = {}
+    for line in redis.cli("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, rest = line[len("cmdstat_"):].split(":", 1)
+            stats[name] = int(dict(f.split("=", 1) for f in rest.split(","))["usec"])
+    calls = sum(stats.get(k, 0) for k in ("evalsha", "eval", "exec"))
+    inside = sum(v for k, v in stats.items() if k not in OUTSIDE)
+    # A transaction's own line does not hold its PUBLISHes (the daemon sends them after EXEC).
+    inside_calls = inside - (stats.get("publish", 0) if "exec" in stats else 0)
+    # EXEC's own line and its commands' overlap in ways Redis versions count differently: a
+    # transaction's own work is not told apart (-1).
+    own = -1 if "exec" in stats else calls - inside_calls
+    return {"calls": calls, "inside": inside_calls, "own": own, "xadd": stats.get("xadd", 0)}
 
 
 # --- mass ------------------------------------------------------------------------------------
@@ -505,6 +534,13 @@ def main():
             lo, hi = row["range"]
             print(f"| {row['phase']} | {row['us_per_member']:.2f} | {lo:.2f}-{hi:.2f} | "
                   f"{row['vs_no_stream'] * 100:+.0f}% |")
+        print("\nwhere the evicting calls' Redis time went (INFO commandstats, us per evicted member, medians):"
+              "\n\n| phase | EVALSHA or EXEC | commands inside | the calls' own work (Lua) | of which XADD |"
+              "\n|---|---|---|---|---|")
+        for row in results["cpu"]:
+            p = row["parts"]
+            own = f"{p['own']:.2f}" if p["own"] >= 0 else "-"
+            print(f"| {row['phase']} | {p['calls']:.2f} | {p['inside']:.2f} | {own} | {p['xadd']:.2f} |")
     if "mass" in results:
         print("\n| stream | shape | messages | bytes | largest |\n|---|---|---|---|---|")
         for row in results["mass"]:
