@@ -61,7 +61,9 @@ pub struct Sweep {
     encoder: EventEncoder,
     script: EvictScript,
     /// The eviction of a sweep with a stream.
-    stream_script: StreamScript,
+    /// Hashed on first use: its SHA1 over 18 KB of source was 3 % of a clean pass's own
+    /// instructions at 3,000 keys, for sweeps without a stream too.
+    stream_script: std::sync::OnceLock<StreamScript>,
     /// `events.max_bytes`.
     max_bytes: usize,
     evict: EvictConfig,
@@ -80,6 +82,11 @@ pub struct Sweep {
 }
 
 impl Sweep {
+    /// The script of a sweep with a stream.
+    fn stream_script(&self) -> &StreamScript {
+        self.stream_script.get_or_init(StreamScript::new)
+    }
+
     /// The sweep `config` with the eviction and publishing settings of `settings`, for a
     /// one-shot pass (its storm guard reports nowhere).
     pub fn new(config: &SweepConfig, settings: &Config) -> Self {
@@ -122,7 +129,7 @@ impl Sweep {
             guard: StormGuard::new(&config.storm_guard, &config.name, config.ttl, guard),
             config: config.clone(),
             script: EvictScript::new(),
-            stream_script: StreamScript::new(),
+            stream_script: std::sync::OnceLock::new(),
             max_bytes: events.max_bytes,
             evict: evict.clone(),
             sharded_pubsub,
@@ -182,7 +189,7 @@ impl Sweep {
                 .zip(stream_key.as_deref())
                 .map(|(config, stream_key)| preflight::StreamProbe {
                     key: stream_key,
-                    script: &self.stream_script,
+                    script: self.stream_script(),
                     trims: config.retention.is_some(),
                     expires: config.effective_ttl().is_some(),
                 });

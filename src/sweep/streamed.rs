@@ -85,7 +85,7 @@ impl Sweep {
         while !pending.is_empty() && !ctx.cancel.is_cancelled() {
             let call: Vec<StreamKey<'_>> =
                 pending.iter().map(|&i| self.stream_key(keys[i])).collect();
-            let reply = self.stream_script.call(node, &call, &params).await?;
+            let reply = self.stream_script().call(node, &call, &params).await?;
             params.budget = (params.budget * 2).min(most);
             ctx.observer.progress();
             let mut next = Vec::new();
