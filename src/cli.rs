@@ -140,8 +140,8 @@ pub(crate) const MAN_SECTIONS: &[Section] = &[
              installs it disabled: point the configuration at your Redis, then systemctl enable \
              --now presence-sweeper.",
             "/usr/share/presence-sweeper/: the Prometheus alert rules and the Grafana dashboard.",
-            "/usr/share/doc/presence-sweeper/: the README and the operations, configuration and \
-             metrics documentation.",
+            "/usr/share/doc/presence-sweeper/: the README and the operations, configuration, \
+             events and metrics documentation.",
         ],
     },
     Section {

@@ -27,7 +27,7 @@ pub enum Error {
     Redis(redis::RedisError),
     /// The Redis user may not run a command a pass needs (an ACL without it).
     #[error(
-        "the Redis user may not run {command} on {target}: {detail} (the README lists the minimal ACL)"
+        "the Redis user may not run {command} on {target}: {detail} (docs/operations.md, \"Redis permissions\", lists the minimal ACL)"
     )]
     Permission {
         /// The command refused.

@@ -1,4 +1,4 @@
-//! ACL users: the minimal permissions the README documents are enough, and a missing one is
+//! ACL users: the minimal permissions docs/operations.md documents are enough, and a missing one is
 //! refused before anything is evicted.
 
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::support::{RedisServer, Subscriber, redis_now, run_binary, write_file};
 use redis::Commands;
 
-/// The minimal ACL of the README, for a standalone sweeper without a lease.
+/// The minimal ACL of docs/operations.md (Redis permissions), for a standalone sweeper without a lease.
 const MINIMAL: &str = "+ping +scan +time +zcount +zcard +zrange +zremrangebyscore \
                        +zremrangebyrank +multi +exec +discard +publish +evalsha +script|load";
 
@@ -204,7 +204,7 @@ async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
 fn notifications_need_the_keyspace_channels_not_config() {
     let server = RedisServer::start_with(&["--notify-keyspace-events", "KEA"]);
     create_user(&server, "sweeper", MINIMAL);
-    // The README's line for notifications, as it stands.
+    // The documented line for notifications, as it stands.
     create_user(
         &server,
         "listener",
@@ -245,7 +245,7 @@ fn notifications_need_the_keyspace_channels_not_config() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let pw = write_file(dir.path(), "pw", "user-secret\n");
-        // Both built-in sweeps for the README's user, the online one alone for the others.
+        // Both built-in sweeps for the documented user, the online one alone for the others.
         let typing = if user == "listener" {
             ""
         } else {

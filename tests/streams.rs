@@ -1,6 +1,6 @@
 //! Sweeps with a stream (`sweeps.<name>.stream`), batch events and vacated rooms, against real
 //! Redis servers: the entries are the events byte for byte, every leave is appended once, and
-//! the README's consumer recipe (live pub/sub plus catch-up from the stream) loses nothing
+//! the consumer recipe of docs/events.md (live pub/sub plus catch-up from the stream) loses nothing
 //! across a disconnection, a restart with AOF, a trim or a FLUSHALL.
 
 use std::collections::{BTreeSet, HashMap};
@@ -358,7 +358,7 @@ async fn three_sweepers_append_every_leave_once_and_vacate_once() {
     assert_eq!((leaves, vacated), (180, 30));
 }
 
-/// The README's consumer: live events, and a catch-up from the stream whenever an event's
+/// The consumer of docs/events.md: live events, and a catch-up from the stream whenever an event's
 /// `prev` is not the last id applied; a reload of the roster when the stream no longer holds
 /// what came after that id.
 struct Consumer {
