@@ -168,16 +168,17 @@ impl EvictScript {
     }
 }
 
-fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<Reply, ReplyError> {
+/// The envelope both eviction scripts return, `{ now, results }`: Redis's "now" in the score
+/// unit, and one result per key of the `n_keys` given.
+pub(super) fn envelope(value: Value, n_keys: usize) -> Result<(f64, Vec<Value>), ReplyError> {
     let err = |what: &str| ReplyError::new(what);
     let Value::Array(mut top) = value else {
         return Err(err("not an array"));
     };
-    if top.len() != 2 {
+    let (Some(results), Some(now), None) = (top.pop(), top.pop(), top.pop()) else {
         return Err(err("not a pair"));
-    }
-    let results = top.pop().expect("len 2");
-    let now = float(&top[0]).ok_or_else(|| err("now is not a number"))?;
+    };
+    let now = float(&now).ok_or_else(|| err("now is not a number"))?;
     let Value::Array(results) = results else {
         return Err(err("results are not an array"));
     };
@@ -187,6 +188,11 @@ fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<Reply, Re
             results.len()
         )));
     }
+    Ok((now, results))
+}
+
+fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<Reply, ReplyError> {
+    let (now, results) = envelope(value, n_keys)?;
     let keys = results
         .into_iter()
         .map(parse_key)

@@ -226,23 +226,7 @@ impl StreamScript {
 }
 
 fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<StreamReply, ReplyError> {
-    let err = |what: &str| ReplyError::new(what);
-    let Value::Array(mut top) = value else {
-        return Err(err("not an array"));
-    };
-    let (Some(results), Some(now), None) = (top.pop(), top.pop(), top.pop()) else {
-        return Err(err("not a pair"));
-    };
-    let now = float(&now).ok_or_else(|| err("now is not a number"))?;
-    let Value::Array(results) = results else {
-        return Err(err("results are not an array"));
-    };
-    if results.len() != n_keys {
-        return Err(ReplyError::new(format!(
-            "{} results for {n_keys} keys",
-            results.len()
-        )));
-    }
+    let (now, results) = super::script::envelope(value, n_keys)?;
     let keys = results
         .into_iter()
         .map(parse_key)

@@ -109,20 +109,11 @@ impl Sweep {
         self.config
             .channel
             .render_into(key, conversation_id, &mut events.channel);
-        let ttl = self.config.ttl.as_secs_f64();
         // Only the call whose removal emptied the set sees it empty: said once per emptying.
         let vacated = card == 0;
         let mut leaves = Leaves::default();
         for (i, (member, score)) in removed.iter().enumerate() {
-            let last_seen = self.config.score_unit.to_seconds(*score);
-            ctx.observer.member_evicted(lag(now, last_seen, ttl));
-            tracing::debug!(
-                sweep = %self.config.name,
-                conversation_id = %crate::config::redact::Id(conversation_id),
-                user_id = %crate::config::redact::Id(member),
-                last_seen,
-                "evicted"
-            );
+            let last_seen = self.evicted(ctx, conversation_id, member, *score, now);
             if self.config.event_shape == EventShape::Batch {
                 leaves.push(member, last_seen);
                 continue;
@@ -163,6 +154,29 @@ impl Sweep {
             }
             from = to;
         }
+    }
+
+    /// One removed member of `conversation_id`, scored `score`, removed at `now`: its lag
+    /// observed and a debug line (ids redacted). Returns its `last_seen`, in seconds.
+    pub(super) fn evicted(
+        &self,
+        ctx: CheckCtx<'_>,
+        conversation_id: &[u8],
+        member: &[u8],
+        score: f64,
+        now: f64,
+    ) -> f64 {
+        let last_seen = self.config.score_unit.to_seconds(score);
+        let ttl = self.config.ttl.as_secs_f64();
+        ctx.observer.member_evicted(lag(now, last_seen, ttl));
+        tracing::debug!(
+            sweep = %self.config.name,
+            conversation_id = %crate::config::redact::Id(conversation_id),
+            user_id = %crate::config::redact::Id(member),
+            last_seen,
+            "evicted"
+        );
+        last_seen
     }
 
     /// Queues the event in `events.payload`; after a failure it only counts it (events are

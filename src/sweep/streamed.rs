@@ -2,7 +2,6 @@
 //! which removes, appends and publishes in one atomic step; here its reply is counted.
 
 use super::Sweep;
-use super::announce::lag;
 use super::apply::slot_groups;
 use super::check::{CheckCtx, CheckOpts, Checked};
 use crate::Error;
@@ -173,17 +172,8 @@ impl Sweep {
             ids.max().unwrap_or(0),
         );
         let conversation_id = self.config.pattern.conversation_id(key).unwrap_or(key);
-        let ttl = self.config.ttl.as_secs_f64();
         for (member, score) in &s.removed {
-            let last_seen = self.config.score_unit.to_seconds(*score);
-            ctx.observer.member_evicted(lag(now, last_seen, ttl));
-            tracing::debug!(
-                sweep = %self.config.name,
-                conversation_id = %crate::config::redact::Id(conversation_id),
-                user_id = %crate::config::redact::Id(member),
-                last_seen,
-                "evicted"
-            );
+            self.evicted(ctx, conversation_id, member, *score, now);
         }
     }
 }
