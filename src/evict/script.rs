@@ -143,29 +143,41 @@ impl EvictScript {
         params: &Params,
     ) -> Result<Reply, crate::Error> {
         let args = self.args(keys, params);
-        let eval = |batch: &mut Packed| {
-            let argv: Vec<&[u8]> = std::iter::once(&b"EVALSHA"[..])
-                .chain(args.iter().map(Vec::as_slice))
-                .collect();
-            batch.command(&argv);
-        };
-        let size = keys.iter().map(|k| k.len() + 16).sum::<usize>() + 256;
-        let mut batch = Packed::with_capacity(size);
-        eval(&mut batch);
-        let mut value = node.send_packed(batch).await?.pop().unwrap_or(Value::Nil);
-        if matches!(&value, Value::ServerError(e) if e.code() == "NOSCRIPT") {
-            let mut batch = Packed::with_capacity(size + Self::SOURCE.len() + 32);
-            batch.command(&[b"SCRIPT", b"LOAD", Self::SOURCE.as_bytes()]);
-            eval(&mut batch);
-            value = all_ok(node.send_packed(batch).await?)?
-                .pop()
-                .unwrap_or(Value::Nil);
-        }
-        if let Value::ServerError(e) = value {
-            return Err(redis::RedisError::from(e).into());
-        }
+        let value = evalsha(node, &args, Self::SOURCE).await?;
         Ok(parse_reply(value, keys.len(), params.unit)?)
     }
+}
+
+/// `EVALSHA` with `args` (the hash, the key count, the keys, the arguments); where Redis does
+/// not know the script (a restart, `SCRIPT FLUSH`, a failover), `SCRIPT LOAD` of `source` and
+/// `EVALSHA` again, in one round trip. Returns the script's reply.
+pub(super) async fn evalsha(
+    node: &mut Node,
+    args: &[Vec<u8>],
+    source: &str,
+) -> Result<Value, crate::Error> {
+    let eval = |batch: &mut Packed| {
+        let argv: Vec<&[u8]> = std::iter::once(&b"EVALSHA"[..])
+            .chain(args.iter().map(Vec::as_slice))
+            .collect();
+        batch.command(&argv);
+    };
+    let size = args.iter().map(|a| a.len() + 16).sum::<usize>() + 64;
+    let mut batch = Packed::with_capacity(size);
+    eval(&mut batch);
+    let mut value = node.send_packed(batch).await?.pop().unwrap_or(Value::Nil);
+    if matches!(&value, Value::ServerError(e) if e.code() == "NOSCRIPT") {
+        let mut batch = Packed::with_capacity(size + source.len() + 32);
+        batch.command(&[b"SCRIPT", b"LOAD", source.as_bytes()]);
+        eval(&mut batch);
+        value = all_ok(node.send_packed(batch).await?)?
+            .pop()
+            .unwrap_or(Value::Nil);
+    }
+    if let Value::ServerError(e) = value {
+        return Err(redis::RedisError::from(e).into());
+    }
+    Ok(value)
 }
 
 /// The envelope both eviction scripts return, `{ now, results }`: Redis's "now" in the score

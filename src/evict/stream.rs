@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::config::{EventShape, ScoreUnit};
 use crate::events::{CURSOR_ROOM, ROSTER_LIMIT};
 use crate::store::reply::{ReplyError, float, int, scored};
-use crate::store::{Node, Packed, SendPacked, Value, all_ok};
+use crate::store::{Node, Value};
 
 /// What one call is asked to do, besides its keys.
 #[derive(Debug, Clone, Copy)]
@@ -200,27 +200,7 @@ impl StreamScript {
         params: &StreamParams<'_>,
     ) -> Result<StreamReply, crate::Error> {
         let args = self.args(keys, params);
-        let eval = |batch: &mut Packed| {
-            let argv: Vec<&[u8]> = std::iter::once(&b"EVALSHA"[..])
-                .chain(args.iter().map(Vec::as_slice))
-                .collect();
-            batch.command(&argv);
-        };
-        let size = args.iter().map(|a| a.len() + 16).sum::<usize>() + 64;
-        let mut batch = Packed::with_capacity(size);
-        eval(&mut batch);
-        let mut value = node.send_packed(batch).await?.pop().unwrap_or(Value::Nil);
-        if matches!(&value, Value::ServerError(e) if e.code() == "NOSCRIPT") {
-            let mut batch = Packed::with_capacity(size + Self::SOURCE.len() + 32);
-            batch.command(&[b"SCRIPT", b"LOAD", Self::SOURCE.as_bytes()]);
-            eval(&mut batch);
-            value = all_ok(node.send_packed(batch).await?)?
-                .pop()
-                .unwrap_or(Value::Nil);
-        }
-        if let Value::ServerError(e) = value {
-            return Err(redis::RedisError::from(e).into());
-        }
+        let value = super::script::evalsha(node, &args, Self::SOURCE).await?;
         Ok(parse_reply(value, keys.len(), params.unit)?)
     }
 }
