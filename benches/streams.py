@@ -5,7 +5,8 @@ redis-server processes of its own on 127.0.0.1:
   cpu        Redis CPU per evicted member of a one-shot pass (`presence-sweeper sweep`), KEYS keys x
              20 members, 2 stale in each, on a fresh server per phase, phases alternating REPEAT
              times: no stream; a stream per conversation (member events); the same with batch
-             events; one fixed stream for every conversation.
+             events; one fixed stream for every conversation. Also Redis memory per key after the
+             pass (used_memory delta): the new streams' cost.
   mass       one room of 10,000 members, 5,000 stale, one pass: messages and bytes published,
              member vs batch events (without a stream, and with one).
   offline    `presence-sweeper run` with a stream; a consumer following the README's recipe
@@ -18,7 +19,8 @@ redis-server processes of its own on 127.0.0.1:
   hostile    40 ids of 16 KiB that are not UTF-8, batch events: valid JSON, largest event, all listed.
 
 usage: python3 benches/streams.py [--stages cpu,mass,offline,aof,flush,sweepers,cluster,hostile]
-                                  [--keys N] [--repeat N] [--offline S] [--skip-build] [--json FILE]
+                                  [--keys N] [--repeat N] [--offline S] [--node-bytes N]
+                                  [--skip-build] [--json FILE]
 needs: redis-server, redis-cli on PATH; cargo; python3 (redis-py is installed into the private
 virtualenv benches/bench.py uses, under ~/.cache/presence-sweeper-bench).
 """
@@ -88,13 +90,14 @@ CPU_PHASES = [
 ]
 
 
-def stage_cpu(work, keys, repeat):
+def stage_cpu(work, keys, repeat, node_bytes=None):
     rows = {label: [] for label, _ in CPU_PHASES}
     parts = {label: [] for label, _ in CPU_PHASES}
+    memory = {label: [] for label, _ in CPU_PHASES}
     for run in range(repeat):
         for label, extra in CPU_PHASES:
             d = tempfile.mkdtemp(dir=work)
-            redis = Redis(d)
+            redis = Redis(d, extra=("--stream-node-max-bytes", str(node_bytes)) if node_bytes else ())
             try:
                 cfg = config(d, "c.toml", extra=extra)
                 env = dict(os.environ, PRESENCE_SWEEPER__REDIS__COMMAND_TIMEOUT="120s")
@@ -102,14 +105,17 @@ def stage_cpu(work, keys, repeat):
                                      "--stale-fraction", "0.1"), check=True, capture_output=True, env=env)
                 time.sleep(2)
                 redis.cli("CONFIG", "RESETSTAT")
+                mem0 = int(redis.info("memory")["used_memory"])
                 cpu0 = redis.cpu()
                 s = sweep(cfg, redis)
                 cpu = redis.cpu() - cpu0
+                memory[label].append((int(redis.info("memory")["used_memory"]) - mem0) / keys)
                 assert int(s["evicted"]) == 2 * keys, s
                 rows[label].append(cpu / s["evicted"] * 1e6)
                 parts[label].append({k: v / s["evicted"] for k, v in call_parts(redis).items()})
                 print(f"  run {run + 1} {label}: {cpu:.2f} s Redis CPU, {rows[label][-1]:.2f} us per evicted "
-                      f"member, {int(s['events_published'])} events", flush=True)
+                      f"member, {int(s['events_published'])} events, {memory[label][-1]:+.0f} bytes of memory "
+                      "per key", flush=True)
             finally:
                 redis.stop()
     base = sorted(rows["no stream"])[len(rows["no stream"]) // 2]
@@ -118,8 +124,9 @@ def stage_cpu(work, keys, repeat):
         r = sorted(rows[label])
         med = r[len(r) // 2]
         split = {k: sorted(p[k] for p in parts[label])[len(r) // 2] for k in parts[label][0]}
+        mem = sorted(memory[label])[len(r) // 2]
         out.append({"phase": label, "us_per_member": med, "range": [r[0], r[-1]],
-                    "vs_no_stream": med / base - 1, "parts": split})
+                    "vs_no_stream": med / base - 1, "parts": split, "bytes_per_key": mem})
     return out
 
 
@@ -509,6 +516,7 @@ def main():
     ap.add_argument("--keys", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--offline", type=float, default=60.0)
+    ap.add_argument("--node-bytes", type=int, help="cpu: run Redis with this stream-node-max-bytes")
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -523,17 +531,18 @@ def main():
                 continue
             print(f"{stage}:", flush=True)
             if stage == "cpu":
-                results[stage] = stage_cpu(work, args.keys, args.repeat)
+                results[stage] = stage_cpu(work, args.keys, args.repeat, args.node_bytes)
             elif stage == "offline":
                 results[stage] = stage_offline(work, rp, args.offline)
             else:
                 results[stage] = globals()[f"stage_{stage}"](work, rp)
     if "cpu" in results:
-        print("\n| phase | Redis CPU per evicted member (us) | runs | vs no stream |\n|---|---|---|---|")
+        print("\n| phase | Redis CPU per evicted member (us) | runs | vs no stream | memory per key (bytes) |"
+              "\n|---|---|---|---|---|")
         for row in results["cpu"]:
             lo, hi = row["range"]
             print(f"| {row['phase']} | {row['us_per_member']:.2f} | {lo:.2f}-{hi:.2f} | "
-                  f"{row['vs_no_stream'] * 100:+.0f}% |")
+                  f"{row['vs_no_stream'] * 100:+.0f}% | {row['bytes_per_key']:+,.0f} |")
         print("\nwhere the evicting calls' Redis time went (INFO commandstats, us per evicted member, medians):"
               "\n\n| phase | EVALSHA or EXEC | commands inside | the calls' own work (Lua) | of which XADD |"
               "\n|---|---|---|---|---|")
