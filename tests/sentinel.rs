@@ -136,3 +136,37 @@ fn notifications_follow_the_primary_across_a_failover() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A split brain: the sentinels name the promoted replica while the old primary still answers
+/// as primary (its ROLE is `master`, its writes succeed), so nothing the sweeper sees there
+/// says it moved. The sweeper asks the sentinels again on its own and follows them: a zombie
+/// written to the primary they name, where the apps now heartbeat, is swept.
+#[test]
+fn a_split_brain_primary_is_left_for_the_one_the_sentinels_name() {
+    let setup = SentinelSetup::start();
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
+         [sweeps.typing]\nschedule = \"200ms\"\n",
+        setup.redis_toml()
+    );
+    let d = Binary::spawn(&toml, &[], &[]);
+    d.wait_ready(Duration::from_secs(15));
+    setup.split();
+    let mut old = setup.primary.con();
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut old).unwrap();
+    assert_eq!(
+        role.first(),
+        Some(&redis::Value::BulkString(b"master".to_vec())),
+        "the old primary must stay a primary for this test"
+    );
+    swept_on_the_promoted_replica(&setup, "presence:c5:typing");
+    let log = d.log();
+    assert!(log.contains("the sentinels name another primary"), "{log}");
+    assert!(
+        log.contains(&format!(
+            "following the primary Sentinel names primary=127.0.0.1:{}",
+            setup.replica.port
+        )),
+        "{log}"
+    );
+}

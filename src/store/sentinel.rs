@@ -1,17 +1,25 @@
 //! Sentinel: the sweeper talks to whichever server the sentinels name as the primary, and looks
 //! again when that server stops answering or turns out to be a replica (a READONLY reply, or a
-//! `ROLE` that is not `master`): writes never go to a replica.
+//! `ROLE` that is not `master`): writes never go to a replica. It also asks the sentinels every
+//! [`RECHECK`]: a partition can leave the old primary answering as primary to this daemon while
+//! the sentinels, and the apps that follow them, have moved on to another.
 
 use std::sync::RwLock;
+use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, IntoConnectionInfo, Value};
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 
 use super::{install_crypto_provider, manager};
 use crate::Error;
 use crate::config::RedisConfig;
+
+/// How often a primary that answers as primary is checked against the sentinels' view. Each
+/// check is one lookup on a sentinel and a short connection to the server it names (its `ROLE`).
+const RECHECK: Duration = Duration::from_secs(10);
 
 pub(super) struct SentinelBackend {
     sentinel: Mutex<SentinelClient>,
@@ -19,6 +27,8 @@ pub(super) struct SentinelBackend {
     cfg: RedisConfig,
     /// The name of the connection to the primary.
     name: String,
+    /// When the sentinels were last asked.
+    asked: Mutex<Instant>,
 }
 
 impl SentinelBackend {
@@ -32,6 +42,7 @@ impl SentinelBackend {
             current: RwLock::new((con, client)),
             cfg: cfg.clone(),
             name: name.to_owned(),
+            asked: Mutex::new(Instant::now()),
         })
     }
 
@@ -63,7 +74,10 @@ impl SentinelBackend {
     /// Confirms that the current server answers as the primary; looks the primary up again if not.
     pub(super) async fn confirm(&self) -> Result<(), Error> {
         match role(&mut self.current()).await {
-            Ok(role) if role == "master" => Ok(()),
+            Ok(role) if role == "master" => {
+                self.recheck().await;
+                Ok(())
+            }
             outcome => {
                 match &outcome {
                     Ok(role) => {
@@ -103,13 +117,60 @@ impl SentinelBackend {
     }
 
     async fn refresh(&self) -> Result<(), Error> {
-        let client = {
-            let mut sentinel = self.sentinel.lock().await;
-            sentinel.async_get_client().await?
+        let client = self.lookup().await?;
+        self.follow(client).await
+    }
+
+    /// At most every [`RECHECK`]: follows the primary the sentinels name if it is another
+    /// server than the current one. A lookup that fails changes nothing: the sentinels may be
+    /// out of reach from here while the current primary still answers.
+    async fn recheck(&self) {
+        {
+            let mut asked = self.asked.lock().await;
+            if asked.elapsed() < RECHECK {
+                return;
+            }
+            *asked = Instant::now();
+        }
+        let named = match self.lookup().await {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not ask the sentinels for the primary");
+                return;
+            }
         };
+        let addr = named.get_connection_info().addr().to_string();
+        if self.is_current(&addr) {
+            return;
+        }
+        let current = self
+            .current_client()
+            .get_connection_info()
+            .addr()
+            .to_string();
+        tracing::warn!(
+            current = %current,
+            named = %addr,
+            "the sentinels name another primary while this one still answers as primary (a \
+             partition, or a failover it did not see); following the sentinels"
+        );
+        if let Err(e) = self.follow(named).await {
+            tracing::warn!(error = %e, "could not connect to the primary the sentinels name");
+        }
+    }
+
+    /// Asks the sentinels for the primary; `redis` checks that it answers as primary.
+    async fn lookup(&self) -> Result<redis::Client, Error> {
+        let mut sentinel = self.sentinel.lock().await;
+        Ok(sentinel.async_get_client().await?)
+    }
+
+    /// Makes `client`'s server the current primary.
+    async fn follow(&self, client: redis::Client) -> Result<(), Error> {
         let address = client.get_connection_info().addr().to_string();
         let con = manager(client.clone(), &self.cfg, &self.name).await?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (con, client);
+        *self.asked.lock().await = Instant::now();
         tracing::info!(primary = %address, "following the primary Sentinel names");
         Ok(())
     }

@@ -80,6 +80,35 @@ impl SentinelSetup {
             .unwrap();
     }
 
+    /// A split brain, as a partition leaves it: the replica is promoted and every sentinel
+    /// names it, while the old primary stays up, still a primary, still taking writes.
+    pub fn split(&self) {
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query(&mut self.replica.con())
+            .unwrap();
+        for (port, _) in &self.sentinels {
+            let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let _: () = redis::cmd("SENTINEL")
+                .arg("REMOVE")
+                .arg(MASTER_NAME)
+                .query(&mut con)
+                .unwrap();
+            let _: () = redis::cmd("SENTINEL")
+                .arg("MONITOR")
+                .arg(MASTER_NAME)
+                .arg("127.0.0.1")
+                .arg(self.replica.port)
+                .arg(2)
+                .query(&mut con)
+                .unwrap();
+        }
+    }
+
     /// The primary's port according to the first sentinel that answers.
     pub fn primary_port(&self) -> Option<u16> {
         self.sentinels.iter().find_map(|(port, _)| {
