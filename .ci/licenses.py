@@ -8,7 +8,7 @@ the licence and notice files it ships; crates that ship the same text share one 
 macros and build-time dependencies are left out: they run while building and are not in the
 binaries.
 
-usage: python3 .ci/licenses.py OUT    (after a build: the crates' sources must be on disk)
+usage: python3 .ci/licenses.py OUT    (cargo metadata fetches the crates' sources if need be)
 """
 
 import hashlib
@@ -18,7 +18,8 @@ import subprocess
 import sys
 
 TRIPLE = "x86_64-unknown-linux-gnu"
-# The files a crate's licence and notices are in, by how their names start (case-insensitive).
+# The files a crate's licence and notices are in, by how their names start (case-insensitive);
+# the last two only at the top of a crate (elsewhere they are as likely to be source files).
 LICENCE_FILES = ("license", "licence", "copying", "notice", "unlicense", "copyright", "authors")
 
 
@@ -45,27 +46,33 @@ def linked_crates(meta):
 
 
 def licence_texts(package):
-    """(file name, text) of each licence or notice file at the top of the crate's source."""
+    """(path in the crate, text) of each licence or notice file: at the top of the crate's
+    source, and anywhere below it for code a crate carries from elsewhere under its own licence
+    (mimalloc's C sources in libmimalloc-sys, a polyfill in ring)."""
     top = os.path.dirname(package["manifest_path"])
     out = []
-    for name in sorted(os.listdir(top)):
-        path = os.path.join(top, name)
-        if name.lower().startswith(LICENCE_FILES) and os.path.isfile(path):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                out.append((name, f.read().strip("\n")))
+    for folder, dirs, files in os.walk(top):
+        dirs.sort()
+        kinds = LICENCE_FILES if folder == top else LICENCE_FILES[:5]
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if name.lower().startswith(kinds) and os.path.isfile(path):
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    out.append((os.path.relpath(path, top), f.read().strip("\n")))
     declared = package.get("license_file")
-    if declared and not any(n == os.path.basename(declared) for n, _ in out):
+    if declared and not any(n == os.path.normpath(declared) for n, _ in out):
         with open(os.path.join(top, declared), encoding="utf-8", errors="replace") as f:
-            out.append((os.path.basename(declared), f.read().strip("\n")))
+            out.append((os.path.normpath(declared), f.read().strip("\n")))
     return out
 
 
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
+    # stderr is left to the terminal: cargo's own error says what went wrong.
     meta = json.loads(subprocess.run(
         ["cargo", "metadata", "--locked", "--format-version", "1", "--filter-platform", TRIPLE],
-        check=True, capture_output=True, text=True).stdout)
+        check=True, stdout=subprocess.PIPE, text=True).stdout)
     root = next(p for p in meta["packages"] if p["id"] == meta["resolve"]["root"])
     crates = linked_crates(meta)
     texts = {}  # digest of the text, whitespace folded -> (text, [crate names])

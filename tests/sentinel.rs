@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::support::sentinel::SentinelSetup;
-use crate::support::{Binary, members, redis_now, wait_until};
+use crate::support::{Binary, http_get, members, metric, redis_now, scrape, wait_until};
 use redis::Commands;
 
 fn seed_zombie(con: &mut redis::Connection, key: &str) {
@@ -169,4 +169,44 @@ fn a_split_brain_primary_is_left_for_the_one_the_sentinels_name() {
         )),
         "{log}"
     );
+}
+
+/// Sentinels that hang (stopped, so connections open but nothing answers) while the primary
+/// answers: the re-check gives up on its own deadline; `redis_up` and `/readyz` never flip, the
+/// loss is said once, and zombies are still swept on the primary.
+#[test]
+fn hanging_sentinels_do_not_make_the_primary_look_down() {
+    let setup = SentinelSetup::start();
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
+         [sweeps.typing]\nschedule = \"200ms\"\n",
+        setup.redis_toml()
+    );
+    let d = Binary::spawn(&toml, &[], &[]);
+    d.wait_ready(Duration::from_secs(15));
+    setup.signal_sentinels("STOP");
+    let addr = d.http_addr();
+    // Two re-checks at least (every 10 s), each waiting on sentinels that never answer.
+    let until = std::time::Instant::now() + Duration::from_secs(25);
+    while std::time::Instant::now() < until {
+        let (status, body) = http_get(addr, "/readyz");
+        assert_eq!(status, 200, "readiness flipped: {body}\n{}", d.log());
+        let up = metric(&scrape(addr), "presence_sweeper_redis_up", &[]);
+        assert_eq!(up, Some(1.0), "{}", d.log());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mut con = setup.primary.con();
+    seed_zombie(&mut con, "presence:c6:typing");
+    wait_until("swept on the primary", Duration::from_secs(15), || {
+        members(&mut con, "presence:c6:typing") == ["live"]
+    });
+    setup.signal_sentinels("CONT");
+    let log = d.log();
+    assert_eq!(
+        log.matches("cannot ask the sentinels for the primary")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("Redis did not answer"), "{log}");
 }

@@ -13,6 +13,9 @@ script's batch), on one connection, SCAN included in the measured span:
      only); EXEC (a watched key that changed aborts it: counted, not retried);
   4. PUBLISH each event with its id.
 
+Every event of a batch names as `prev` the last id its stream held before the batch: chaining
+them would need ids chosen by the client (XADD <id>), and costs the same bytes.
+
 Reports Redis CPU (main thread) per evicted member beside `presence-sweeper sweep` without a
 stream, each on a fresh server seeded alike (KEYS keys x 20 members, 2 stale), alternating, with
 the INFO commandstats split and the memory each pass left.

@@ -34,6 +34,9 @@ pub const EXIT_DEADLINE: Duration = Duration::from_millis(4750);
 /// How often Redis is PINGed, so `redis_up` and `/readyz` stay current even when nothing else
 /// talks to Redis.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// The longest the probe waits for the sentinels' view of the primary (see
+/// `Store::recheck_primary`) before it gives up until the next re-check.
+const RECHECK_LIMIT: Duration = Duration::from_secs(5);
 
 /// Re-reads the configuration (file and environment) on SIGHUP.
 pub type Loader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
@@ -388,7 +391,8 @@ const FIRST_RETRY: Duration = Duration::from_millis(200);
 /// Longest wait between connection attempts.
 const MAX_RETRY: Duration = Duration::from_secs(5);
 
-/// PINGs Redis every [`PROBE_INTERVAL`] until shutdown, logging changes of state.
+/// PINGs Redis every [`PROBE_INTERVAL`] until shutdown, logging changes of state; behind
+/// Sentinel, also re-checks which server is the primary.
 async fn probe_redis(
     store: Store,
     metrics: Arc<Metrics>,
@@ -442,5 +446,13 @@ async fn probe_redis(
         was_up = up;
         health.set_redis(status);
         metrics.set_redis_up(up);
+        if up {
+            // Outside the PING's deadline: slow sentinels must not make a primary that answers
+            // look down. Bounded, so that the probe goes on.
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tokio::time::timeout(RECHECK_LIMIT, store.recheck_primary()) => {}
+            }
+        }
     }
 }

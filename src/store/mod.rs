@@ -249,6 +249,15 @@ impl Store {
         }
     }
 
+    /// Behind Sentinel, at most every 10 s: follows the primary the sentinels name when it is
+    /// not the current one, although the current one still answers as primary (a partition).
+    /// Elsewhere nothing.
+    pub async fn recheck_primary(&self) {
+        if let Backend::Sentinel(s) = &*self.backend {
+            s.recheck().await;
+        }
+    }
+
     /// A connection of its own to `node`, that no other request can share: for a `MULTI` that
     /// must contain exactly what its caller sends.
     pub async fn dedicated(&self, node: &Node) -> Result<MultiplexedConnection, Error> {

@@ -1,10 +1,12 @@
 //! Sentinel: the sweeper talks to whichever server the sentinels name as the primary, and looks
 //! again when that server stops answering or turns out to be a replica (a READONLY reply, or a
-//! `ROLE` that is not `master`): writes never go to a replica. It also asks the sentinels every
-//! [`RECHECK`]: a partition can leave the old primary answering as primary to this daemon while
-//! the sentinels, and the apps that follow them, have moved on to another.
+//! `ROLE` that is not `master`): writes never go to a replica. The daemon also asks the
+//! sentinels every [`RECHECK`] ([`SentinelBackend::recheck`]): a partition can leave the old
+//! primary answering as primary to it while the sentinels, and the apps that follow them, have
+//! moved on to another.
 
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -18,7 +20,8 @@ use crate::Error;
 use crate::config::RedisConfig;
 
 /// How often a primary that answers as primary is checked against the sentinels' view. Each
-/// check is one lookup on a sentinel and a short connection to the server it names (its `ROLE`).
+/// check asks the sentinels (`SENTINEL MASTERS`, up to three at once) and opens a short
+/// connection to each server they name, to read its `ROLE`: a few connections every 10 s.
 const RECHECK: Duration = Duration::from_secs(10);
 
 pub(super) struct SentinelBackend {
@@ -29,6 +32,8 @@ pub(super) struct SentinelBackend {
     name: String,
     /// When the sentinels were last asked.
     asked: Mutex<Instant>,
+    /// Whether the last re-check reached the sentinels, so that losing them is said once.
+    reached: AtomicBool,
 }
 
 impl SentinelBackend {
@@ -43,6 +48,7 @@ impl SentinelBackend {
             cfg: cfg.clone(),
             name: name.to_owned(),
             asked: Mutex::new(Instant::now()),
+            reached: AtomicBool::new(true),
         })
     }
 
@@ -74,10 +80,7 @@ impl SentinelBackend {
     /// Confirms that the current server answers as the primary; looks the primary up again if not.
     pub(super) async fn confirm(&self) -> Result<(), Error> {
         match role(&mut self.current()).await {
-            Ok(role) if role == "master" => {
-                self.recheck().await;
-                Ok(())
-            }
+            Ok(role) if role == "master" => Ok(()),
             outcome => {
                 match &outcome {
                     Ok(role) => {
@@ -117,14 +120,18 @@ impl SentinelBackend {
     }
 
     async fn refresh(&self) -> Result<(), Error> {
-        let client = self.lookup().await?;
+        let mut sentinel = self.sentinel.lock().await;
+        let client = sentinel.async_get_client().await?;
         self.follow(client).await
     }
 
     /// At most every [`RECHECK`]: follows the primary the sentinels name if it is another
-    /// server than the current one. A lookup that fails changes nothing: the sentinels may be
-    /// out of reach from here while the current primary still answers.
-    async fn recheck(&self) {
+    /// server than the current one. redis-rs takes the first sentinel, in `redis.sentinels`
+    /// order, that names a server answering as primary. A lookup that fails changes nothing:
+    /// the sentinels may be out of reach from here while the current primary still answers.
+    /// The sentinels stay locked from the lookup to the switch, so that an older answer never
+    /// replaces a newer one that [`Self::refresh`] followed meanwhile.
+    pub(super) async fn recheck(&self) {
         {
             let mut asked = self.asked.lock().await;
             if asked.elapsed() < RECHECK {
@@ -132,13 +139,22 @@ impl SentinelBackend {
             }
             *asked = Instant::now();
         }
-        let named = match self.lookup().await {
+        let mut sentinel = self.sentinel.lock().await;
+        let named = match sentinel.async_get_client().await {
             Ok(client) => client,
             Err(e) => {
-                tracing::debug!(error = %e, "could not ask the sentinels for the primary");
+                if self.reached.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(
+                        error = %e,
+                        "cannot ask the sentinels for the primary; staying with the current one"
+                    );
+                }
                 return;
             }
         };
+        if !self.reached.swap(true, Ordering::Relaxed) {
+            tracing::info!("the sentinels answer again");
+        }
         let addr = named.get_connection_info().addr().to_string();
         if self.is_current(&addr) {
             return;
@@ -159,13 +175,7 @@ impl SentinelBackend {
         }
     }
 
-    /// Asks the sentinels for the primary; `redis` checks that it answers as primary.
-    async fn lookup(&self) -> Result<redis::Client, Error> {
-        let mut sentinel = self.sentinel.lock().await;
-        Ok(sentinel.async_get_client().await?)
-    }
-
-    /// Makes `client`'s server the current primary.
+    /// Makes `client`'s server the current primary; called with the sentinels locked.
     async fn follow(&self, client: redis::Client) -> Result<(), Error> {
         let address = client.get_connection_info().addr().to_string();
         let con = manager(client.clone(), &self.cfg, &self.name).await?;

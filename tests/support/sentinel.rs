@@ -109,6 +109,19 @@ impl SentinelSetup {
         }
     }
 
+    /// Sends every sentinel a signal (by name: `STOP` makes it hang, `CONT` resumes it).
+    pub fn signal_sentinels(&self, name: &str) {
+        for (_, child) in &self.sentinels {
+            let ok = Command::new("kill")
+                .arg(format!("-{name}"))
+                .arg(child.id().to_string())
+                .status()
+                .expect("run kill")
+                .success();
+            assert!(ok, "kill -{name} failed");
+        }
+    }
+
     /// The primary's port according to the first sentinel that answers.
     pub fn primary_port(&self) -> Option<u16> {
         self.sentinels.iter().find_map(|(port, _)| {
