@@ -15,10 +15,16 @@ BIN = os.path.join(ROOT, "target", "release", "presence-sweeper")
 TOOLS = os.path.join(ROOT, "target", "release", "presence-sweeper-tools")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(below=65536):
+    """A port free now on 127.0.0.1, under `below` (a cluster node needs port + 10000 for its
+    bus, so cluster nodes ask for one under 55536)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < below:
+            return port
+    raise SystemExit(f"no free port under {below}")
 
 
 def build():
@@ -28,8 +34,8 @@ def build():
 class Redis:
     """A redis-server of our own, on a free port, killed at exit."""
 
-    def __init__(self, workdir, wrapper=(), extra=()):
-        self.port = free_port()
+    def __init__(self, workdir, wrapper=(), extra=(), port=None):
+        self.port = port or free_port()
         self.argv = [*wrapper, "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                      "--save", "", "--appendonly", "no", "--dir", workdir,
                      "--logfile", os.path.join(workdir, "redis.log"),

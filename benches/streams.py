@@ -431,7 +431,7 @@ def stage_cluster(work, rp):
         for _ in range(3):
             d = tempfile.mkdtemp(dir=work)
             nodes.append(Redis(d, extra=("--cluster-enabled", "yes", "--cluster-config-file",
-                                         os.path.join(d, "nodes.conf"))))
+                                         os.path.join(d, "nodes.conf")), port=free_port(55536)))
         subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
                         "--cluster-yes"], check=True, capture_output=True)
         from redis.cluster import RedisCluster, ClusterNode
