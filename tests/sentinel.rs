@@ -10,6 +10,26 @@ fn seed_zombie(con: &mut redis::Connection, key: &str) {
     crate::support::seed_keys(con, [key], 1, 1);
 }
 
+/// A sweeper of the `typing` sweep alone, on `schedule`, behind the setup's sentinels.
+fn typing_sweeper(setup: &SentinelSetup, schedule: &str) -> Binary {
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
+         [sweeps.typing]\nschedule = \"{schedule}\"\n",
+        setup.redis_toml()
+    );
+    Binary::spawn(&toml, &[], &[])
+}
+
+/// The sweeper's log says it follows the primary on `port`.
+fn assert_follows(log: &str, port: u16) {
+    assert!(
+        log.contains(&format!(
+            "following the primary Sentinel names primary=127.0.0.1:{port}"
+        )),
+        "{log}"
+    );
+}
+
 /// Waits for the replica's promotion, then for a zombie written to it to be swept there.
 fn swept_on_the_promoted_replica(setup: &SentinelSetup, key: &str) {
     wait_until("the replica promoted", Duration::from_secs(30), || {
@@ -33,12 +53,7 @@ fn swept_on_the_promoted_replica(setup: &SentinelSetup, key: &str) {
 #[test]
 fn sweeps_continue_on_the_promoted_replica() {
     let mut setup = SentinelSetup::start();
-    let toml = format!(
-        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
-         [sweeps.typing]\nschedule = \"200ms\"\n",
-        setup.redis_toml()
-    );
-    let d = Binary::spawn(&toml, &[], &[]);
+    let d = typing_sweeper(&setup, "200ms");
     let mut con = setup.primary.con();
     seed_zombie(&mut con, "presence:c1:typing");
     wait_until(
@@ -52,13 +67,7 @@ fn sweeps_continue_on_the_promoted_replica() {
     swept_on_the_promoted_replica(&setup, "presence:c2:typing");
     let log = d.log();
     assert!(log.contains(&format!("primary=127.0.0.1:{old}")), "{log}");
-    assert!(
-        log.contains(&format!(
-            "following the primary Sentinel names primary=127.0.0.1:{}",
-            setup.replica.port
-        )),
-        "{log}"
-    );
+    assert_follows(&log, setup.replica.port);
 }
 
 /// A failover that leaves the old primary up, as a replica: the sweeper's connection to it
@@ -67,23 +76,11 @@ fn sweeps_continue_on_the_promoted_replica() {
 #[test]
 fn a_readonly_reply_sends_the_sweeper_to_the_new_primary() {
     let setup = SentinelSetup::start();
-    let toml = format!(
-        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
-         [sweeps.typing]\nschedule = \"200ms\"\n",
-        setup.redis_toml()
-    );
-    let d = Binary::spawn(&toml, &[], &[]);
+    let d = typing_sweeper(&setup, "200ms");
     d.wait_ready(Duration::from_secs(15));
     setup.failover();
     swept_on_the_promoted_replica(&setup, "presence:c3:typing");
-    assert!(
-        d.log().contains(&format!(
-            "following the primary Sentinel names primary=127.0.0.1:{}",
-            setup.replica.port
-        )),
-        "{}",
-        d.log()
-    );
+    assert_follows(&d.log(), setup.replica.port);
 }
 
 /// With keyspace notifications on both servers, the sweeper subscribes on the new primary after
@@ -100,12 +97,7 @@ fn notifications_follow_the_primary_across_a_failover() {
             .query(&mut server.con())
             .unwrap();
     }
-    let toml = format!(
-        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
-         [sweeps.typing]\nschedule = \"1h\"\n",
-        setup.redis_toml()
-    );
-    let d = Binary::spawn(&toml, &[], &[]);
+    let d = typing_sweeper(&setup, "1h");
     d.wait_ready(Duration::from_secs(15));
     d.wait_for_log("keyspace notifications in use", 1, Duration::from_secs(10));
     setup.failover();
@@ -144,12 +136,7 @@ fn notifications_follow_the_primary_across_a_failover() {
 #[test]
 fn a_split_brain_primary_is_left_for_the_one_the_sentinels_name() {
     let setup = SentinelSetup::start();
-    let toml = format!(
-        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
-         [sweeps.typing]\nschedule = \"200ms\"\n",
-        setup.redis_toml()
-    );
-    let d = Binary::spawn(&toml, &[], &[]);
+    let d = typing_sweeper(&setup, "200ms");
     d.wait_ready(Duration::from_secs(15));
     setup.split();
     let mut old = setup.primary.con();
@@ -162,13 +149,7 @@ fn a_split_brain_primary_is_left_for_the_one_the_sentinels_name() {
     swept_on_the_promoted_replica(&setup, "presence:c5:typing");
     let log = d.log();
     assert!(log.contains("the sentinels name another primary"), "{log}");
-    assert!(
-        log.contains(&format!(
-            "following the primary Sentinel names primary=127.0.0.1:{}",
-            setup.replica.port
-        )),
-        "{log}"
-    );
+    assert_follows(&log, setup.replica.port);
 }
 
 /// Sentinels that hang (stopped, so connections open but nothing answers) while the primary
@@ -177,12 +158,7 @@ fn a_split_brain_primary_is_left_for_the_one_the_sentinels_name() {
 #[test]
 fn hanging_sentinels_do_not_make_the_primary_look_down() {
     let setup = SentinelSetup::start();
-    let toml = format!(
-        "{}[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.online]\nenabled = false\n\
-         [sweeps.typing]\nschedule = \"200ms\"\n",
-        setup.redis_toml()
-    );
-    let d = Binary::spawn(&toml, &[], &[]);
+    let d = typing_sweeper(&setup, "200ms");
     d.wait_ready(Duration::from_secs(15));
     setup.signal_sentinels("STOP");
     let addr = d.http_addr();

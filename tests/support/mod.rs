@@ -40,6 +40,17 @@ pub fn keys_but_the_canary(con: &mut redis::Connection) -> u64 {
 }
 
 /// A free TCP port on 127.0.0.1, below 55535 so that a cluster bus port (+10000) fits too.
+/// Sends process `pid` a signal by name (`STOP`, `CONT`, ...).
+pub fn signal_pid(pid: u32, name: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill")
+        .success();
+    assert!(ok, "kill -{name} {pid} failed");
+}
+
 pub fn free_port() -> u16 {
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
@@ -271,14 +282,7 @@ impl RedisServer {
 
     /// Sends the server a signal (by name: `STOP` pauses it, `CONT` resumes it).
     pub fn signal(&self, name: &str) {
-        let child = self.child.as_ref().expect("running");
-        let ok = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(child.id().to_string())
-            .status()
-            .expect("run kill")
-            .success();
-        assert!(ok, "kill -{name} failed");
+        signal_pid(self.child.as_ref().expect("running").id(), name);
     }
 
     /// Kills the server (SIGKILL: like a crash).

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{RedisServer, free_port, redis_server_binary};
+use super::{RedisServer, free_port, redis_server_binary, signal_pid};
 
 /// The name the sentinels monitor.
 pub const MASTER_NAME: &str = "mymaster";
@@ -68,15 +68,10 @@ impl SentinelSetup {
 
     /// Asks the first sentinel for a failover: the old primary stays up and becomes a replica.
     pub fn failover(&self) {
-        let (port, _) = &self.sentinels[0];
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-            .unwrap()
-            .get_connection()
-            .unwrap();
         let _: () = redis::cmd("SENTINEL")
             .arg("FAILOVER")
             .arg(MASTER_NAME)
-            .query(&mut con)
+            .query(&mut sentinel_con(self.sentinels[0].0))
             .unwrap();
     }
 
@@ -89,10 +84,7 @@ impl SentinelSetup {
             .query(&mut self.replica.con())
             .unwrap();
         for (port, _) in &self.sentinels {
-            let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-                .unwrap()
-                .get_connection()
-                .unwrap();
+            let mut con = sentinel_con(*port);
             let _: () = redis::cmd("SENTINEL")
                 .arg("REMOVE")
                 .arg(MASTER_NAME)
@@ -112,13 +104,7 @@ impl SentinelSetup {
     /// Sends every sentinel a signal (by name: `STOP` makes it hang, `CONT` resumes it).
     pub fn signal_sentinels(&self, name: &str) {
         for (_, child) in &self.sentinels {
-            let ok = Command::new("kill")
-                .arg(format!("-{name}"))
-                .arg(child.id().to_string())
-                .status()
-                .expect("run kill")
-                .success();
-            assert!(ok, "kill -{name} failed");
+            signal_pid(child.id(), name);
         }
     }
 
@@ -182,6 +168,14 @@ impl Drop for SentinelSetup {
             let _ = child.wait();
         }
     }
+}
+
+/// A connection to the sentinel on `port`.
+fn sentinel_con(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
 }
 
 fn sentinel_log(dir: &Path, i: usize) -> PathBuf {
