@@ -317,6 +317,11 @@ impl Liveness {
             (None, Some(from)) => Some((from, redis_now - from)),
             _ => None,
         };
+        // A reply that read Redis's clock long before it arrived (an eviction answered late)
+        // does not move the last answer's clock back.
+        let redis_now = self
+            .last_reply
+            .map_or(redis_now, |(_, before)| before.max(redis_now));
         self.last_reply = Some((at, redis_now));
         let outage = gap.map(|(from, seconds)| {
             self.grant(from, arrived);

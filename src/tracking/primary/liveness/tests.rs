@@ -110,6 +110,21 @@ fn staleness_is_not_judged_past_stall_after_the_last_reply() {
     assert!(!l.held_back(t0 + ms(100), 1000.0));
 }
 
+/// An eviction answered late carries the `TIME` its check read before it: its arrival proves
+/// Redis answers, but does not take the last answer's clock back, which would hold the
+/// judging instant back behind Redis's clock until the next reply.
+#[test]
+fn a_late_reply_does_not_move_the_last_answer_back() {
+    let t0 = Instant::now();
+    let mut l = answered(t0);
+    l.on_reply(None, t0 + ms(500), Some(1000.5));
+    let late = t0 + ms(600);
+    l.on_reply(Some(t0 + ms(100)), late, Some(1000.1));
+    assert_eq!(l.last_reply(), Some((late, 1000.5)));
+    let judge = l.judge_at(late).unwrap();
+    assert!(!l.held_back(late, judge), "judged at {judge}");
+}
+
 #[test]
 fn an_inherited_outage_ends_with_the_first_reply() {
     let t0 = Instant::now();
