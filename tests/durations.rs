@@ -13,6 +13,7 @@ use redis::Commands;
 const AT_THE_BOUND: &[(&str, &str, &str)] = &[
     ("redis", "connect_timeout", "1h"),
     ("redis", "command_timeout", "1h"),
+    ("redis", "eviction_timeout", "1h"),
     ("tracking", "reconcile_interval", "1day"),
     ("coordination", "lease_ttl", "1day"),
     ("sweeps.online", "ttl", "7days"),

@@ -11,7 +11,8 @@ use std::time::Duration;
 const HOUR: Duration = Duration::from_secs(3600);
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
-/// The longest `redis.connect_timeout` and `redis.command_timeout`: an hour.
+/// The longest `redis.connect_timeout`, `redis.command_timeout` and `redis.eviction_timeout`:
+/// an hour.
 pub const MAX_TIMEOUT: Duration = HOUR;
 /// The longest `sweeps.<name>.ttl` and `sweeps.<name>.storm_guard.hold`: a week.
 pub const MAX_TTL: Duration = Duration::from_secs(7 * 24 * 3600);

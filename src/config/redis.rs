@@ -41,6 +41,10 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// `redis.command_timeout`: limit of the wait for one reply.
     pub command_timeout: Duration,
+    /// `redis.eviction_timeout`: limit of the wait for an eviction's reply (at least
+    /// `command_timeout`). Redis may run an eviction late, after a stall; only a reply that is
+    /// read lets its removals be announced.
+    pub eviction_timeout: Duration,
     /// `redis.sharded_pubsub`: publish with SPUBLISH (Redis 7) instead of PUBLISH.
     pub sharded_pubsub: bool,
     /// `[redis.tls]`: certificates for `rediss://` connections.
@@ -240,6 +244,11 @@ impl RedisConfig {
             show: |c| Shown::duration(c.command_timeout),
         },
         Key {
+            name: "eviction_timeout",
+            read: |t, k, c| t.duration(k, MAX_TIMEOUT).map(|d| c.eviction_timeout = d),
+            show: |c| Shown::duration(c.eviction_timeout),
+        },
+        Key {
             name: "sharded_pubsub",
             read: |t, k, c| t.bool(k).map(|v| c.sharded_pubsub = v),
             show: |c| Shown::plain(c.sharded_pubsub),
@@ -350,6 +359,7 @@ impl fmt::Debug for RedisConfig {
             .field("sentinel_password", &self.sentinel_password)
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
+            .field("eviction_timeout", &self.eviction_timeout)
             .field("sharded_pubsub", &self.sharded_pubsub)
             .field("tls", &self.tls)
             .finish_non_exhaustive()

@@ -457,6 +457,7 @@ fn flags_are_named_as_the_origin() {
 const DURATION_BOUNDS: &[(&str, Duration)] = &[
     ("redis.connect_timeout", MAX_TIMEOUT),
     ("redis.command_timeout", MAX_TIMEOUT),
+    ("redis.eviction_timeout", MAX_TIMEOUT),
     ("tracking.reconcile_interval", MAX_INTERVAL),
     ("coordination.lease_ttl", MAX_LEASE_TTL),
     ("sweeps.online.ttl", MAX_TTL),

@@ -7,7 +7,7 @@
 
 use crate::config::ScoreUnit;
 use crate::store::reply::{ReplyError, float, int, members, scored};
-use crate::store::{Node, Packed, SendPacked, Value, all_ok};
+use crate::store::{Node, Packed, Value, Wait, all_ok};
 
 /// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.
 const CHUNK: usize = 500;
@@ -143,18 +143,20 @@ impl EvictScript {
         params: &Params,
     ) -> Result<Reply, crate::Error> {
         let args = self.args(keys, params);
-        let value = evalsha(node, &args, Self::SOURCE).await?;
+        let value = evalsha(node, &args, Self::SOURCE, Wait::Outcome).await?;
         Ok(parse_reply(value, keys.len(), params.unit)?)
     }
 }
 
 /// `EVALSHA` with `args` (the hash, the key count, the keys, the arguments); where Redis does
 /// not know the script (a restart, `SCRIPT FLUSH`, a failover), `SCRIPT LOAD` of `source` and
-/// `EVALSHA` again, in one round trip. Returns the script's reply.
+/// `EVALSHA` again, in one round trip, its reply awaited as `wait` says. Returns the script's
+/// reply.
 pub(super) async fn evalsha(
     node: &mut Node,
     args: &[Vec<u8>],
     source: &str,
+    wait: Wait,
 ) -> Result<Value, crate::Error> {
     let eval = |batch: &mut Packed| {
         let argv: Vec<&[u8]> = std::iter::once(&b"EVALSHA"[..])
@@ -165,12 +167,16 @@ pub(super) async fn evalsha(
     let size = args.iter().map(|a| a.len() + 16).sum::<usize>() + 64;
     let mut batch = Packed::with_capacity(size);
     eval(&mut batch);
-    let mut value = node.send_packed(batch).await?.pop().unwrap_or(Value::Nil);
+    let mut value = node
+        .send_with(batch, wait)
+        .await?
+        .pop()
+        .unwrap_or(Value::Nil);
     if matches!(&value, Value::ServerError(e) if e.code() == "NOSCRIPT") {
         let mut batch = Packed::with_capacity(size + source.len() + 32);
         batch.command(&[b"SCRIPT", b"LOAD", source.as_bytes()]);
         eval(&mut batch);
-        value = all_ok(node.send_packed(batch).await?)?
+        value = all_ok(node.send_with(batch, wait).await?)?
             .pop()
             .unwrap_or(Value::Nil);
     }

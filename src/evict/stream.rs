@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::config::{EventShape, ScoreUnit};
 use crate::events::{CURSOR_ROOM, ROSTER_LIMIT};
 use crate::store::reply::{ReplyError, float, int, scored};
-use crate::store::{Node, Value};
+use crate::store::{Node, Value, Wait};
 
 /// What one call is asked to do, besides its keys.
 #[derive(Debug, Clone, Copy)]
@@ -200,7 +200,9 @@ impl StreamScript {
         params: &StreamParams<'_>,
     ) -> Result<StreamReply, crate::Error> {
         let args = self.args(keys, params);
-        let value = super::script::evalsha(node, &args, Self::SOURCE).await?;
+        // The script appends and publishes its events itself: a lost reply loses none, so it is
+        // not waited for beyond the command timeout.
+        let value = super::script::evalsha(node, &args, Self::SOURCE, Wait::Reply).await?;
         Ok(parse_reply(value, keys.len(), params.unit)?)
     }
 }

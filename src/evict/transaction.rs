@@ -20,7 +20,7 @@ use crate::events::ROSTER_LIMIT;
 use crate::events::Roster;
 use crate::store::reply::{ReplyError, is_moved, number, time_from_parts};
 use crate::store::resp::{ErrorLine, Item, Reader};
-use crate::store::{Node, Packed};
+use crate::store::{Node, Packed, Wait};
 
 /// What became of one key of a transaction.
 #[derive(Debug)]
@@ -63,7 +63,7 @@ pub(crate) async fn evict(
 ) -> Result<(f64, Vec<TxKey>), Error> {
     let batch = batch(groups, cutoff.below.as_bytes(), oldest, roster);
     // The replies are read in place: a roster's members go straight into its JSON.
-    let raw = con.send_packed_raw(batch).await?;
+    let raw = con.send_raw_with(batch, Wait::Outcome).await?;
     read_replies(&raw, groups, oldest, roster)
 }
 

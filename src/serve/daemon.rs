@@ -360,12 +360,14 @@ async fn stop_server(server: JoinHandle<()>, stop: CancellationToken) {
 }
 
 /// A pass that shows no progress for this long is stuck: every Redis call it makes is bounded by
-/// `redis.command_timeout`, so a healthy pass moves on far sooner.
+/// `redis.command_timeout` (an eviction's by `redis.eviction_timeout`), so a healthy pass moves
+/// on far sooner.
 fn stall_timeout(config: &Config) -> Duration {
-    config
-        .redis
+    let redis = &config.redis;
+    redis
         .command_timeout
         .saturating_mul(4)
+        .max(redis.eviction_timeout.saturating_add(redis.command_timeout))
         .max(Duration::from_secs(60))
 }
 

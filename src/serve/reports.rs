@@ -108,6 +108,9 @@ impl Observer for SweepHandle {
     fn events_unconfirmed(&self, events: u64) {
         self.metrics.events_unconfirmed(events);
     }
+    fn evictions_unanswered(&self, calls: u64) {
+        self.metrics.evictions_unanswered(calls);
+    }
 }
 
 impl SweepReport for SweepHandle {

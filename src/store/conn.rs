@@ -135,13 +135,9 @@ impl Node {
 
     /// The node's own connection, or the error that says it has none.
     pub(super) fn wire(&self) -> redis::RedisResult<&Wire> {
-        self.wire.as_ref().map_err(|why| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                format!("no connection to {}: {why}", self.server),
-            )
-            .into()
-        })
+        self.wire
+            .as_ref()
+            .map_err(|why| super::wire::no_connection(&self.server, why))
     }
 
     /// Sends this node's commands over `wire`, which must reach the same server (or fails

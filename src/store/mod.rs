@@ -48,10 +48,10 @@ pub(crate) use self::resp::{ServerError, Value};
 use self::sentinel::SentinelBackend;
 use self::slots::SlotMap;
 use self::subscriber::Subscriber;
-pub(crate) use self::wire::is_unsent;
 #[cfg(test)]
 pub(crate) use self::wire::unsent_error;
 use self::wire::{Target, Wire};
+pub(crate) use self::wire::{Wait, is_reply_lost};
 use crate::Error;
 use crate::config::{RedisConfig, RedisMode};
 
@@ -223,8 +223,9 @@ impl Store {
             return Ok(wire);
         }
         let name = self.opener.name(Purpose::Data);
-        let (connect, command) = (self.cfg.connect_timeout, self.cfg.command_timeout);
-        match Wire::connect(target, &name, connect, command).await {
+        let cfg = &self.cfg;
+        let (connect, command) = (cfg.connect_timeout, cfg.command_timeout);
+        match Wire::connect(target, &name, connect, command, cfg.eviction_timeout).await {
             Ok(wire) => {
                 self.wires
                     .lock()
@@ -293,6 +294,48 @@ impl Store {
             && e.code() == Some("NOPERM")
         {
             self.renaming.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// `node` with a data-path connection that works, if its own has failed or retired (an
+    /// eviction's reply came late on it, or a request of another check timed out on it): the
+    /// store's current connection to the same server, or a new one. For what follows up on
+    /// work already done (the events of members removed), never for new work, which waits for
+    /// the loop's verdict. `node` as it is when its connection works, when its server is no
+    /// longer a primary as far as the store knows (behind Sentinel, a failover the store
+    /// followed; in a cluster, one its last look at the topology did not list), or when no
+    /// connection can be opened: its commands then fail as never sent.
+    pub(crate) async fn rewire(&self, node: &Node) -> Node {
+        if !node.is_broken() || !self.still_primary(node) {
+            return node.clone();
+        }
+        let Ok(client) = self.client_for(node) else {
+            return node.clone();
+        };
+        let info = client.get_connection_info();
+        if info.addr().to_string() != node.server() {
+            return node.clone();
+        }
+        match Target::from_info(info, self.tls.as_ref()) {
+            Ok(target) => match self.wire(&target).await {
+                Ok(wire) => node.clone().with_wire(Ok(wire)),
+                Err(_) => node.clone(),
+            },
+            Err(_) => node.clone(),
+        }
+    }
+
+    /// Whether `node`'s server is a primary as the store last saw the topology.
+    fn still_primary(&self, node: &Node) -> bool {
+        match (&*self.backend, node.host_port()) {
+            (Backend::Cluster(_), Some((host, port))) => self
+                .slots
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .primaries()
+                .iter()
+                .any(|(h, p)| h == host && *p == port),
+            _ => !self.moved(node),
         }
     }
 

@@ -10,6 +10,7 @@ use redis::{RedisError, RedisFuture};
 
 use super::Node;
 use super::resp::Value;
+use super::wire::Wait;
 
 /// Commands encoded as RESP arrays of bulk strings, in the order they are sent.
 #[derive(Debug, Default, Clone)]
@@ -135,18 +136,27 @@ impl SendPacked for Node {
             if n == 0 {
                 return Ok(Vec::new());
             }
-            wire?.send(batch.into_bytes(), n).await
+            wire?.send(batch.into_bytes(), n, Wait::Reply).await
         })
     }
 }
 
 impl Node {
-    /// Sends `batch` and returns its replies as RESP bytes, to read with
-    /// [`Reader`](super::resp::Reader) without building values.
-    pub(crate) fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>> {
+    /// Sends `batch` and returns one reply per command, waiting for them as `wait` says: an
+    /// eviction's beyond `redis.command_timeout` ([`Wait::Outcome`]), since Redis may run it
+    /// late.
+    pub(crate) fn send_with(&mut self, batch: Packed, wait: Wait) -> RedisFuture<'_, Vec<Value>> {
         let n = batch.len();
         let wire = self.wire().cloned();
-        Box::pin(async move { wire?.send_raw(batch.into_bytes(), n).await })
+        Box::pin(async move { wire?.send(batch.into_bytes(), n, wait).await })
+    }
+
+    /// As [`Node::send_with`], with the replies as RESP bytes, to read with
+    /// [`Reader`](super::resp::Reader) without building values.
+    pub(crate) fn send_raw_with(&mut self, batch: Packed, wait: Wait) -> RedisFuture<'_, Vec<u8>> {
+        let n = batch.len();
+        let wire = self.wire().cloned();
+        Box::pin(async move { wire?.send_raw(batch.into_bytes(), n, wait).await })
     }
 }
 

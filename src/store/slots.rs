@@ -8,7 +8,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::resp;
-use super::wire::{Target, Wire};
+use super::wire::{Target, Wait, Wire};
 use super::{Packed, Store};
 
 /// Slots in a cluster.
@@ -135,7 +135,7 @@ impl Store {
             let replies = self
                 .wire_to(owner)
                 .await?
-                .send(group.into_bytes(), n)
+                .send(group.into_bytes(), n, Wait::Reply)
                 .await?;
             Ok::<_, redis::RedisError>((at, replies))
         });
@@ -158,7 +158,7 @@ impl Store {
                 again.encoded(bytes);
                 let wire = self.wire_to(&primary).await?;
                 *reply = wire
-                    .send(again.into_bytes(), 1)
+                    .send(again.into_bytes(), 1, Wait::Reply)
                     .await?
                     .pop()
                     .unwrap_or(resp::Value::Nil);
@@ -170,18 +170,12 @@ impl Store {
     /// The data-path connection to a cluster primary.
     async fn wire_to(&self, (host, port): &Primary) -> redis::RedisResult<Wire> {
         let client = self.node_client(host, *port)?;
-        let not_connected = |why: &str| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                format!("no connection to {host}:{port}: {why}"),
-            )
-        };
+        let not_connected = |why: &str| super::wire::no_connection(&format!("{host}:{port}"), why);
         let target = Target::from_info(client.get_connection_info(), self.tls.as_ref())
             .map_err(|why| not_connected(&why))?;
-        Ok(self
-            .wire(&target)
+        self.wire(&target)
             .await
-            .map_err(|why: Arc<str>| not_connected(&why))?)
+            .map_err(|why: Arc<str>| not_connected(&why))
     }
 }
 

@@ -34,9 +34,18 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Most requests gathered into one write (the system allows 1024 buffers per call).
 const MAX_GATHER: usize = 512;
 
+/// How often a retired wire that waits for outcomes looks whether anyone still waits.
+const GAVE_UP_CHECK: Duration = Duration::from_secs(1);
+
 /// A pipelined connection to one server. Clones share the socket: requests from concurrent
 /// batches are written in order and answered in order. It never reconnects: once its socket
 /// fails every request fails, [`Wire::is_closed`] turns true, and the store opens a new one.
+///
+/// A request that times out retires the wire: nothing new is written to it. Requests already
+/// written that change data ([`Wait::Outcome`]) are still heard on it, until their own longer
+/// limit: a server that was stalled (SIGSTOP, a frozen VM, a slow disk, a network that held
+/// its replies) runs what it had read once it resumes, and what an eviction removed can only
+/// be announced if its reply is read.
 #[derive(Clone)]
 pub(super) struct Wire {
     requests: mpsc::UnboundedSender<Request>,
@@ -44,6 +53,21 @@ pub(super) struct Wire {
     /// a firewall dropped silently) is not asked again on this socket.
     retire: CancellationToken,
     timeout: Duration,
+    /// The whole wait for the reply of a request that changes data (at least `timeout`).
+    outcome_timeout: Duration,
+}
+
+/// How long a request's reply is waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Given up at `redis.command_timeout`: reads, and requests whose lost reply costs no
+    /// more than a count (a publish, a stream sweep's script, which publishes itself).
+    Reply,
+    /// A call whose reply alone says what it changed (an eviction without a stream): after
+    /// `redis.command_timeout` the wire retires, but this reply is still read from its socket
+    /// until `redis.eviction_timeout`. Its change must happen in its last command only (`EXEC`,
+    /// `EVALSHA`), so that a request cut while being written changed nothing.
+    Outcome,
 }
 
 /// Where a wire connects and as whom. Not `Debug`: it holds the password.
@@ -116,6 +140,7 @@ struct Request {
     count: usize,
     /// Whether to return the replies as bytes rather than values.
     raw: bool,
+    wait: Wait,
     reply: oneshot::Sender<io::Result<Answer>>,
 }
 
@@ -125,7 +150,10 @@ struct Pending {
     seen: usize,
     values: Vec<Value>,
     raw: Option<Vec<u8>>,
-    reply: oneshot::Sender<io::Result<Answer>>,
+    wait: Wait,
+    /// `None` once the request was failed early (the wire retired): its replies are read and
+    /// dropped, to reach the ones behind them.
+    reply: Option<oneshot::Sender<io::Result<Answer>>>,
 }
 
 impl Pending {
@@ -135,18 +163,32 @@ impl Pending {
             seen: 0,
             values: Vec::with_capacity(if request.raw { 0 } else { request.count }),
             raw: request.raw.then(Vec::new),
-            reply: request.reply,
+            wait: request.wait,
+            reply: Some(request.reply),
         }
     }
 
     /// Hands the replies to the requester, which may have given up (timed out): they are
     /// dropped then.
     fn finish(self) {
+        let Some(reply) = self.reply else { return };
         let answer = match self.raw {
             Some(raw) => Answer::Raw(raw),
             None => Answer::Values(self.values),
         };
-        let _ = self.reply.send(Ok(answer));
+        let _ = reply.send(Ok(answer));
+    }
+
+    /// Fails the request with `e`, unless it already was.
+    fn fail(&mut self, e: &io::Error) {
+        if let Some(reply) = self.reply.take() {
+            let _ = reply.send(Err(io::Error::new(e.kind(), e.to_string())));
+        }
+    }
+
+    /// A request that changes data whose requester still waits for its outcome.
+    fn awaits_outcome(&self) -> bool {
+        self.wait == Wait::Outcome && self.reply.as_ref().is_some_and(|r| !r.is_closed())
     }
 }
 
@@ -156,24 +198,28 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Transport for T {}
 
 impl Wire {
     /// Connects, authenticates, selects the database and names the connection `name`, within
-    /// `connect_timeout`. Each request then waits at most `timeout` for its replies.
+    /// `connect_timeout`. Each request then waits at most `timeout` for its replies, and one
+    /// that changes data at most `outcome_timeout` (or `timeout`, if that is longer).
     pub(super) async fn connect(
         target: &Target,
         name: &str,
         connect_timeout: Duration,
         timeout: Duration,
+        outcome_timeout: Duration,
     ) -> RedisResult<Self> {
         let stream = open(target, connect_timeout).await?;
         let (requests, rx) = mpsc::unbounded_channel();
         let retire = CancellationToken::new();
-        tokio::spawn(drive(stream, rx, retire.clone()));
+        let outcome_timeout = outcome_timeout.max(timeout);
+        tokio::spawn(drive(stream, rx, retire.clone(), outcome_timeout));
         let mut wire = Self {
             requests,
             retire,
             timeout: connect_timeout,
+            outcome_timeout,
         };
         let hello = Hello::new(target, name);
-        let replies = wire.send(hello.bytes, hello.count).await;
+        let replies = wire.send(hello.bytes, hello.count, Wait::Reply).await;
         if let Err(e) = replies.and_then(Hello::accepted) {
             wire.retire.cancel();
             return Err(e);
@@ -188,8 +234,13 @@ impl Wire {
     }
 
     /// Writes `bytes` (RESP commands) and returns their `count` replies.
-    pub(super) async fn send(&self, bytes: Vec<u8>, count: usize) -> RedisResult<Vec<Value>> {
-        match self.request(bytes, count, false).await? {
+    pub(super) async fn send(
+        &self,
+        bytes: Vec<u8>,
+        count: usize,
+        wait: Wait,
+    ) -> RedisResult<Vec<Value>> {
+        match self.request(bytes, count, false, wait).await? {
             Answer::Values(values) => Ok(values),
             Answer::Raw(_) => Err(protocol("raw replies to a request for values").into()),
         }
@@ -197,14 +248,25 @@ impl Wire {
 
     /// Writes `bytes` (RESP commands) and returns the RESP bytes of their `count` replies, for a
     /// caller that reads them without building values.
-    pub(super) async fn send_raw(&self, bytes: Vec<u8>, count: usize) -> RedisResult<Vec<u8>> {
-        match self.request(bytes, count, true).await? {
+    pub(super) async fn send_raw(
+        &self,
+        bytes: Vec<u8>,
+        count: usize,
+        wait: Wait,
+    ) -> RedisResult<Vec<u8>> {
+        match self.request(bytes, count, true, wait).await? {
             Answer::Raw(raw) => Ok(raw),
             Answer::Values(_) => Err(protocol("values in reply to a request for bytes").into()),
         }
     }
 
-    async fn request(&self, bytes: Vec<u8>, count: usize, raw: bool) -> RedisResult<Answer> {
+    async fn request(
+        &self,
+        bytes: Vec<u8>,
+        count: usize,
+        raw: bool,
+        wait: Wait,
+    ) -> RedisResult<Answer> {
         if count == 0 {
             return Ok(if raw {
                 Answer::Raw(Vec::new())
@@ -212,24 +274,51 @@ impl Wire {
                 Answer::Values(Vec::new())
             });
         }
-        let (reply, answer) = oneshot::channel();
+        if self.retire.is_cancelled() {
+            return Err(unsent().into());
+        }
+        let (reply, mut answer) = oneshot::channel();
         let request = Request {
             bytes,
             count,
             raw,
+            wait,
             reply,
         };
         self.requests.send(request).map_err(|_| unsent())?;
-        match tokio::time::timeout(self.timeout, answer).await {
-            Ok(Ok(result)) => Ok(result?),
-            // Dropped unread in the queue: the socket failed before this request was written.
-            Ok(Err(_)) => Err(unsent().into()),
+        let answered = match tokio::time::timeout(self.timeout, &mut answer).await {
+            Ok(answered) => answered,
             Err(_) => {
                 self.retire.cancel();
-                Err(io::Error::new(io::ErrorKind::TimedOut, "Redis did not answer in time").into())
+                if wait == Wait::Reply {
+                    return Err(no_answer("Redis did not answer in time").into());
+                }
+                let rest = self.outcome_timeout.saturating_sub(self.timeout);
+                let late = tokio::time::timeout(rest, answer).await.map_err(|_| {
+                    no_answer(&format!(
+                        "Redis did not answer a call that changes data within {:?}",
+                        self.outcome_timeout
+                    ))
+                })?;
+                if late.as_ref().is_ok_and(Result::is_ok) {
+                    tracing::debug!(
+                        after = ?self.timeout,
+                        "Redis answered a call that changes data after the command timeout"
+                    );
+                }
+                late
             }
+        };
+        match answered {
+            Ok(result) => Ok(result?),
+            // Dropped unread in the queue: the socket failed before this request was written.
+            Err(_) => Err(unsent().into()),
         }
     }
+}
+
+fn no_answer(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what.to_owned())
 }
 
 /// Opens a socket to `target` within `connect_timeout`.
@@ -362,10 +451,29 @@ pub(crate) fn unsent_error() -> redis::RedisError {
     unsent().into()
 }
 
-/// Whether `e` is a request that never reached Redis (see [`unsent`]). By its text: redis-rs
-/// keeps the `io::Error` inside behind a private accessor, and this text is only ever ours.
-pub(crate) fn is_unsent(e: &redis::RedisError) -> bool {
-    e.is_io_error() && e.to_string().contains(UNSENT)
+/// A request for a node that has no connection (it could not connect): never sent either.
+pub(super) fn no_connection(server: &str, why: &str) -> redis::RedisError {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        format!("{NO_CONNECTION}{server}: {why}"),
+    )
+    .into()
+}
+
+const NO_CONNECTION: &str = "no connection to ";
+
+/// Whether `e` is a request that never reached Redis (see [`unsent`], [`no_connection`]). By
+/// its text: redis-rs keeps the `io::Error` inside behind a private accessor, and these texts
+/// are only ever ours.
+fn is_unsent(e: &redis::RedisError) -> bool {
+    let text = e.to_string();
+    e.is_io_error() && (text.contains(UNSENT) || text.contains(NO_CONNECTION))
+}
+
+/// Whether `e` is a request that was written and then lost its reply (a timeout, a connection
+/// reset): Redis may have run it. Never sent, refused, or answered with an error: it did not.
+pub(crate) fn is_reply_lost(e: &redis::RedisError) -> bool {
+    e.is_io_error() && !is_unsent(e) && !e.is_connection_refusal()
 }
 
 fn closed() -> io::Error {
@@ -377,11 +485,13 @@ fn closed() -> io::Error {
 
 /// The socket's one task: writes requests in the order they come and hands each reply to the
 /// request it answers. Ends when the socket fails or every handle is gone; requests still
-/// waiting then fail.
+/// waiting then fail. Once retired it writes nothing more, and reads on only while a
+/// [`Wait::Outcome`] request waits for its reply, for at most `outcome_timeout`.
 async fn drive(
     mut stream: Box<dyn Transport>,
     mut requests: mpsc::UnboundedReceiver<Request>,
     retire: CancellationToken,
+    outcome_timeout: Duration,
 ) {
     let mut pending: VecDeque<Pending> = VecDeque::new();
     let mut input = BytesMut::with_capacity(READ_CHUNK);
@@ -391,6 +501,10 @@ async fn drive(
         tokio::select! {
             request = requests.recv() => {
                 let Some(request) = request else { return };
+                if retire.is_cancelled() {
+                    // Never written: dropped, it fails as never sent.
+                    break retired();
+                }
                 // Whatever else is queued goes out in the same write, gathered (no copy).
                 let mut next = Some(request);
                 while let Some(mut request) = next.take() {
@@ -401,9 +515,13 @@ async fn drive(
                     }
                 }
                 // A server that stops reading must not hold the driver in a write forever.
+                let mut sent = 0;
                 let written = tokio::select! {
-                    written = write_gathered(&mut stream, &chunks) => written,
-                    () = retire.cancelled() => Err(retired()),
+                    written = write_gathered(&mut stream, &chunks, &mut sent) => written,
+                    () = retire.cancelled() => {
+                        unwritten(&mut pending, &chunks, sent);
+                        Err(retired())
+                    }
                 };
                 if let Err(e) = written {
                     break e;
@@ -427,15 +545,92 @@ async fn drive(
             },
         }
     };
-    for p in pending {
-        let _ = p
-            .reply
-            .send(Err(io::Error::new(failure.kind(), failure.to_string())));
+    // Requests still queued were never written: dropped, each fails as never sent.
+    requests.close();
+    while requests.try_recv().is_ok() {}
+    let failure = if retire.is_cancelled() {
+        hear_outcomes(
+            &mut stream,
+            &mut pending,
+            &mut input,
+            &mut framer,
+            outcome_timeout,
+        )
+        .await
+        .unwrap_or(failure)
+    } else {
+        failure
+    };
+    for mut p in pending {
+        p.fail(&failure);
     }
 }
 
-/// Writes every chunk, in order, with as few system calls as the socket allows.
-async fn write_gathered(stream: &mut Box<dyn Transport>, chunks: &[Vec<u8>]) -> io::Result<()> {
+/// A write of `chunks`, the last requests in `pending`, was cut short after `sent` bytes: the
+/// requests it did not finish are taken out and fail as never sent. One cut in the middle
+/// changed nothing either: Redis runs no command it has not read whole, and a request that
+/// changes data does so only in its last command ([`Wait::Outcome`]). (Over TLS, bytes the
+/// stream took may still sit unencrypted in it: such a request counts as written.)
+fn unwritten(pending: &mut VecDeque<Pending>, chunks: &[Vec<u8>], sent: usize) {
+    let mut end = 0;
+    let whole = chunks
+        .iter()
+        .take_while(|c| {
+            end += c.len();
+            end <= sent
+        })
+        .count();
+    for _ in whole..chunks.len() {
+        // Dropping its reply: the requester sees a request never sent.
+        drop(pending.pop_back());
+    }
+}
+
+/// On a retired wire: fails the [`Wait::Reply`] requests at once, and reads on until every
+/// [`Wait::Outcome`] request has its reply or its requester gave up (seen within
+/// [`GAVE_UP_CHECK`]), the socket fails, or `limit` passes. `Some`: the socket's failure, for
+/// the requests left.
+async fn hear_outcomes(
+    stream: &mut Box<dyn Transport>,
+    pending: &mut VecDeque<Pending>,
+    input: &mut BytesMut,
+    framer: &mut Framer,
+    limit: Duration,
+) -> Option<io::Error> {
+    let given_up = retired();
+    for p in pending.iter_mut().filter(|p| p.wait == Wait::Reply) {
+        p.fail(&given_up);
+    }
+    let deadline = tokio::time::Instant::now() + limit;
+    while pending.iter().any(Pending::awaits_outcome) {
+        tokio::select! {
+            read = stream.read_buf(input) => match read {
+                Ok(0) => return Some(closed()),
+                Ok(_) => {
+                    if let Err(e) = deliver(input, pending, framer) {
+                        return Some(e);
+                    }
+                    if input.capacity() - input.len() < READ_CHUNK / 4 {
+                        input.reserve(READ_CHUNK);
+                    }
+                }
+                Err(e) => return Some(e),
+            },
+            () = tokio::time::sleep_until(deadline) => return None,
+            // A requester dropped (a reload, shutdown) is noticed even while nothing arrives.
+            () = tokio::time::sleep(GAVE_UP_CHECK) => {}
+        }
+    }
+    None
+}
+
+/// Writes every chunk, in order, with as few system calls as the socket allows, counting the
+/// bytes the socket took in `sent` (so that a write cut short tells how far it got).
+async fn write_gathered(
+    stream: &mut Box<dyn Transport>,
+    chunks: &[Vec<u8>],
+    sent: &mut usize,
+) -> io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
     let mut rest = &mut slices[..];
     while !rest.is_empty() {
@@ -446,6 +641,7 @@ async fn write_gathered(stream: &mut Box<dyn Transport>, chunks: &[Vec<u8>]) -> 
                 "Redis stopped reading",
             ));
         }
+        *sent += n;
         IoSlice::advance_slices(&mut rest, n);
     }
     // A TLS stream holds what it encrypted until flushed; a socket has nothing to flush.
@@ -515,6 +711,7 @@ mod tests {
             bytes: Vec::new(),
             count,
             raw,
+            wait: Wait::Reply,
             reply,
         };
         (Pending::new(request), rx)
@@ -655,21 +852,36 @@ mod tests {
         }
     }
 
-    /// A server that answers the connection's PING and then goes silent, as a paused server or
-    /// a connection a firewall dropped would.
-    #[tokio::test]
-    async fn a_request_that_times_out_retires_the_wire() {
+    /// A server on a free port that answers the connection's PING and CLIENT SETNAME, then
+    /// hands every later read to `answer`, which may write replies when it likes.
+    async fn server<F, Fut>(answer: F) -> (Target, tokio::task::JoinHandle<()>)
+    where
+        F: FnOnce(
+                tokio::net::tcp::OwnedWriteHalf,
+                tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+            ) -> Fut
+            + Send
+            + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let server = tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
+        let task = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let (mut read, mut write) = socket.into_split();
             let mut buf = [0u8; 1024];
-            let _ = socket.read(&mut buf).await.unwrap();
-            // PING and CLIENT SETNAME.
-            socket.write_all(b"+PONG\r\n+OK\r\n").await.unwrap();
-            // Read and never answer.
-            while socket.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+            let _ = read.read(&mut buf).await.unwrap();
+            write.write_all(b"+PONG\r\n+OK\r\n").await.unwrap();
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let answering = tokio::spawn(answer(write, rx));
+            while let Ok(n) = read.read(&mut buf).await {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+            drop(tx);
+            let _ = answering.await;
         });
         let target = Target {
             addr: Addr::Tcp("127.0.0.1".into(), port),
@@ -677,27 +889,201 @@ mod tests {
             password: None,
             db: 0,
         };
-        let wire = Wire::connect(
-            &target,
+        (target, task)
+    }
+
+    const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+
+    async fn connect(target: &Target, timeout: u64, outcome: u64) -> Wire {
+        Wire::connect(
+            target,
             "test",
             Duration::from_secs(5),
-            Duration::from_millis(200),
+            Duration::from_millis(timeout),
+            Duration::from_millis(outcome),
         )
         .await
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A server that goes silent after the greeting, as a paused server or a connection a
+    /// firewall dropped would.
+    #[tokio::test]
+    async fn a_request_that_times_out_retires_the_wire() {
+        let (target, server) = server(|write, mut rx| async move {
+            // Holding the socket open, answering nothing.
+            let _open = write;
+            while rx.recv().await.is_some() {}
+        })
+        .await;
+        let wire = connect(&target, 200, 200).await;
         assert!(!wire.is_closed());
-        let error = wire
-            .send(b"*1\r\n$4\r\nPING\r\n".to_vec(), 1)
-            .await
-            .unwrap_err();
+        let error = wire.send(PING.to_vec(), 1, Wait::Reply).await.unwrap_err();
         assert!(
             error.to_string().contains("did not answer in time"),
             "{error}"
         );
         assert!(
+            is_reply_lost(&error),
+            "it was written: Redis may have run it"
+        );
+        assert!(
             wire.is_closed(),
             "the store opens a new connection next pass"
         );
+        let after = wire.send(PING.to_vec(), 1, Wait::Reply).await.unwrap_err();
+        assert!(is_unsent(&after), "nothing more is written: {after}");
+        server.abort();
+    }
+
+    /// A server that stalls longer than the command timeout, then answers everything it read
+    /// (a SIGSTOP, a frozen VM): the call that changes data gets its reply on the retired
+    /// wire; the reads before and behind it failed at the command timeout, as lost replies.
+    #[tokio::test]
+    async fn a_call_that_changes_data_is_heard_after_the_command_timeout() {
+        use tokio::io::AsyncWriteExt;
+        let (target, server) = server(|mut write, mut rx| async move {
+            let mut got = 0;
+            while got < 3 * PING.len() {
+                got += rx.recv().await.unwrap().len();
+            }
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            write.write_all(b"+PONG\r\n:7\r\n+PONG\r\n").await.unwrap();
+            while rx.recv().await.is_some() {}
+        })
+        .await;
+        let wire = connect(&target, 100, 30_000).await;
+        let started = tokio::time::Instant::now();
+        let (before, change, behind) = tokio::join!(
+            wire.send(PING.to_vec(), 1, Wait::Reply),
+            wire.send(PING.to_vec(), 1, Wait::Outcome),
+            wire.send(PING.to_vec(), 1, Wait::Reply),
+        );
+        for read in [before, behind] {
+            let read = read.unwrap_err();
+            assert!(is_reply_lost(&read), "{read}");
+        }
+        assert_eq!(change.unwrap(), vec![Value::Int(7)], "heard late");
+        assert!(started.elapsed() >= Duration::from_millis(1500));
+        assert!(wire.is_closed(), "retired all the same");
+        server.abort();
+    }
+
+    /// A server that never answers: the call that changes data gives up at its own limit, as a
+    /// lost reply; a request sent after it on the retired wire is never written.
+    #[tokio::test]
+    async fn a_call_that_changes_data_gives_up_at_its_own_limit() {
+        let (target, server) = server(|write, mut rx| async move {
+            // Holding the socket open, answering nothing.
+            let _open = write;
+            while rx.recv().await.is_some() {}
+        })
+        .await;
+        let wire = connect(&target, 100, 400).await;
+        let started = tokio::time::Instant::now();
+        let error = wire
+            .send(PING.to_vec(), 1, Wait::Outcome)
+            .await
+            .unwrap_err();
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(400) && waited < Duration::from_secs(10),
+            "{waited:?}"
+        );
+        assert!(is_reply_lost(&error), "{error}");
+        assert!(error.to_string().contains("changes data"), "{error}");
+        let after = wire
+            .send(PING.to_vec(), 1, Wait::Outcome)
+            .await
+            .unwrap_err();
+        assert!(is_unsent(&after), "{after}");
+        server.abort();
+    }
+
+    /// The connection drops while a call that changes data waits: its reply is lost (Redis
+    /// may have run it), not unsent.
+    #[tokio::test]
+    async fn a_dropped_connection_loses_the_reply_of_a_call_that_changes_data() {
+        let (target, server) = server(|write, mut rx| async move {
+            let _ = rx.recv().await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(write);
+        })
+        .await;
+        let wire = connect(&target, 100, 30_000).await;
+        let error = wire
+            .send(PING.to_vec(), 1, Wait::Outcome)
+            .await
+            .unwrap_err();
+        assert!(is_reply_lost(&error), "{error}");
+        server.abort();
+    }
+
+    /// A server that stops reading (its socket buffers full): a call too big to be written
+    /// whole times out, and since Redis never read it whole it changed nothing. It fails as
+    /// never sent at once, rather than waiting out its limit and counting as unanswered.
+    #[tokio::test]
+    async fn a_call_cut_while_being_written_fails_as_unsent_at_once() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await.unwrap();
+            socket.write_all(b"+PONG\r\n+OK\r\n").await.unwrap();
+            // Reads nothing more, holding the socket open.
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        });
+        let target = Target {
+            addr: Addr::Tcp("127.0.0.1".into(), port),
+            username: None,
+            password: None,
+            db: 0,
+        };
+        let wire = connect(&target, 200, 30_000).await;
+        let big = vec![b'x'; 256 * 1024 * 1024];
+        let started = tokio::time::Instant::now();
+        let error = wire.send(big, 1, Wait::Outcome).await.unwrap_err();
+        assert!(is_unsent(&error), "{error}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        server.abort();
+    }
+
+    /// A requester that stops waiting (a reload, shutdown): the retired wire lets its socket go
+    /// within a second or two, not at the call's limit.
+    #[tokio::test]
+    async fn a_retired_wire_closes_once_nobody_waits() {
+        let (closed_tx, closed_rx) = oneshot::channel();
+        let (target, server) = server(move |write, mut rx| async move {
+            let _open = write;
+            while rx.recv().await.is_some() {}
+            let _ = closed_tx.send(tokio::time::Instant::now());
+        })
+        .await;
+        let wire = connect(&target, 100, 60_000).await;
+        let call = wire.send(PING.to_vec(), 1, Wait::Outcome);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), call)
+                .await
+                .is_err(),
+            "still waiting when dropped"
+        );
+        let dropped = tokio::time::Instant::now();
+        let closed = tokio::time::timeout(Duration::from_secs(20), closed_rx)
+            .await
+            .expect("the socket closed")
+            .unwrap();
+        assert!(
+            closed - dropped < Duration::from_secs(10),
+            "{:?}",
+            closed - dropped
+        );
+        assert!(wire.is_closed());
         server.abort();
     }
 }

@@ -240,7 +240,15 @@ impl Sweep {
             // SPUBLISH's channel is its second argument.
             ctx.store.send_by_slot(batch, 1).await
         } else {
-            node.send_packed(batch).await
+            // The eviction's reply may have come late, on a connection that retired meanwhile,
+            // or another check's timeout retired it: the members are gone either way, so their
+            // events go out on one that works. The check's own node stays as it is: nothing
+            // new is evicted through it once its connection retired.
+            if node.is_broken() {
+                ctx.store.rewire(node).await.send_packed(batch).await
+            } else {
+                node.send_packed(batch).await
+            }
         };
         let result = replies.and_then(all_ok).map(drop);
         match result {
@@ -279,7 +287,7 @@ impl Sweep {
 /// reply was lost (a timeout, a connection reset). Only failures known to have published
 /// nothing (never sent, refused, or answered with an error) count as lost events.
 fn delivery_unknown(e: &redis::RedisError) -> bool {
-    e.is_io_error() && !crate::store::is_unsent(e) && !e.is_connection_refusal()
+    crate::store::is_reply_lost(e)
 }
 
 #[cfg(test)]

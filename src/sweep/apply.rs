@@ -201,7 +201,7 @@ impl Sweep {
                     self.finish_transaction(node, keys, &group, evicted, ctx, out)
                         .await
                 }
-                Err(e) => Err(e),
+                Err(e) => Err(self.unanswered(e, ctx)),
             };
             if let Err(e) = result {
                 failure.get_or_insert(e);
@@ -246,9 +246,11 @@ impl Sweep {
             }
         }
         if !uncounted.is_empty() {
-            // Full rosters: the sets may be bigger, so count them (just after the eviction).
+            // Full rosters: the sets may be bigger, so count them (just after the eviction), on
+            // a connection that works even if the eviction's reply came late.
+            let mut counting = ctx.store.rewire(node).await;
             let refs: Vec<&[u8]> = uncounted.iter().map(|(i, _)| keys[*i]).collect();
-            let cards = match read::read(node, &refs, Read::Members).await {
+            let cards = match read::read(&mut counting, &refs, Read::Members).await {
                 Ok(reads) => reads
                     .keys
                     .into_iter()
@@ -298,6 +300,23 @@ impl Sweep {
         self.announce(r, events, node, ctx, &mut out.counts).await;
     }
 
+    /// An eviction call failed with `e`. If its reply was lost (none within
+    /// `redis.eviction_timeout`, or the connection dropped), Redis may have removed members
+    /// whose events can never be sent: said and counted. Returns `e`.
+    fn unanswered(&self, e: Error, ctx: CheckCtx<'_>) -> Error {
+        if let Error::Redis(cause) = &e
+            && crate::store::is_reply_lost(cause)
+        {
+            ctx.observer.evictions_unanswered(1);
+            tracing::error!(
+                sweep = %self.config.name,
+                error = %e,
+                "an eviction got no reply: members it may have removed are not announced (redis.eviction_timeout)"
+            );
+        }
+        e
+    }
+
     /// Keys holding more zombies than one call may remove: the bounded script, called again for
     /// keys its budget did not finish. In a cluster each call holds the keys of one slot.
     async fn sweep_big(
@@ -327,7 +346,11 @@ impl Sweep {
             // On shutdown no new call starts; what the calls before removed was announced.
             while !pending.is_empty() && !ctx.cancel.is_cancelled() {
                 let call_keys: Vec<Vec<u8>> = pending.iter().map(|&i| keys[i].to_vec()).collect();
-                let reply = self.script.call(node, &call_keys, &params).await?;
+                let reply = self
+                    .script
+                    .call(node, &call_keys, &params)
+                    .await
+                    .map_err(|e| self.unanswered(e, ctx))?;
                 params.budget = (params.budget * 2).min(most);
                 ctx.observer.progress();
                 let mut events = Events::default();

@@ -257,6 +257,12 @@ pub trait Observer: Send + Sync {
     fn events_unconfirmed(&self, events: u64) {
         let _ = events;
     }
+    /// Eviction calls of a sweep without a stream got no reply (none within
+    /// `redis.eviction_timeout`, or the connection dropped): what they removed, if anything,
+    /// was not announced.
+    fn evictions_unanswered(&self, calls: u64) {
+        let _ = calls;
+    }
 }
 
 /// An observer that ignores everything.

@@ -21,6 +21,7 @@ mod debug_reload;
 mod deletions;
 mod failover;
 mod flushall;
+mod late_replies;
 mod notifications;
 mod restored_snapshot;
 mod silent_redis;

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod faketime;
+pub mod proxy;
 pub mod sentinel;
 pub mod tls;
 

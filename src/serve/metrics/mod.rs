@@ -90,6 +90,7 @@ pub struct Metrics {
     published: IntCounterVec,
     lost: IntCounterVec,
     unconfirmed: IntCounterVec,
+    unanswered: IntCounterVec,
     lag: HistogramVec,
     redis_up: IntGauge,
     redis_failures: IntCounterVec,
@@ -216,6 +217,10 @@ impl Metrics {
             unconfirmed: counter(
                 "events_unconfirmed_total",
                 "Members removed whose event was sent but not confirmed (the reply was lost): subscribers may or may not have received it.",
+            ),
+            unanswered: counter(
+                "evictions_unanswered_total",
+                "Eviction calls (transactions, script calls) of sweeps without a stream whose reply never came: not within redis.eviction_timeout, or the connection dropped first. Members they removed, if any, were not announced.",
             ),
             lag: HistogramVec::new(
                 histogram(
@@ -353,6 +358,7 @@ impl Metrics {
             Box::new(m.published.clone()),
             Box::new(m.lost.clone()),
             Box::new(m.unconfirmed.clone()),
+            Box::new(m.unanswered.clone()),
             Box::new(m.lag.clone()),
             Box::new(m.redis_up.clone()),
             Box::new(m.redis_failures.clone()),
@@ -416,6 +422,7 @@ impl Metrics {
             published: self.published.with_label_values(l),
             lost: self.lost.with_label_values(l),
             unconfirmed: self.unconfirmed.with_label_values(l),
+            unanswered: self.unanswered.with_label_values(l),
             lag: self.lag.with_label_values(l),
             nodes: Arc::default(),
             guard: GuardMetrics {
@@ -536,6 +543,7 @@ impl Metrics {
             &self.published,
             &self.lost,
             &self.unconfirmed,
+            &self.unanswered,
             &self.storm_holds,
         ] {
             let _ = c.remove_label_values(l);
@@ -634,6 +642,7 @@ pub struct SweepMetrics {
     published: prometheus::IntCounter,
     lost: prometheus::IntCounter,
     unconfirmed: prometheus::IntCounter,
+    unanswered: prometheus::IntCounter,
     lag: prometheus::Histogram,
     /// What each primary contributes to the sweep's gauges.
     nodes: Arc<Mutex<BTreeMap<NodeId, NodeFigures>>>,
@@ -767,5 +776,9 @@ impl Observer for SweepMetrics {
 
     fn events_unconfirmed(&self, events: u64) {
         self.unconfirmed.inc_by(events);
+    }
+
+    fn evictions_unanswered(&self, calls: u64) {
+        self.unanswered.inc_by(calls);
     }
 }

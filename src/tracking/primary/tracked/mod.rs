@@ -538,6 +538,9 @@ impl Observer for LoopObserver {
     fn events_unconfirmed(&self, events: u64) {
         self.report.events_unconfirmed(events);
     }
+    fn evictions_unanswered(&self, calls: u64) {
+        self.report.evictions_unanswered(calls);
+    }
 }
 
 #[cfg(test)]
