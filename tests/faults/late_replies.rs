@@ -170,37 +170,37 @@ fn assert_heard_late(s: &Setup) {
     assert_eq!(counter(&s.d, "presence_sweeper_events_failed_total"), 0.0);
 }
 
+/// With the daemon's `extra` settings, the data connection's replies are held after its next
+/// `command` while `zombies` are written: every zombie is announced once the reply comes, no
+/// live user is, and nothing counts as lost.
+fn a_late_reply_is_announced(
+    extra: &str,
+    command: &str,
+    zombies: impl FnOnce(&RedisServer) -> Vec<String>,
+) {
+    let s = setup(extra);
+    let zombies = hold_and_wait(&s, command, || zombies(&s.server), all_announced(&s.events));
+    assert_verdict(&s.events, &s.users.ids(), &zombies, 1, &s.d);
+    assert_heard_late(&s);
+}
+
 /// A transaction's reply held for 3 s, past the 1 s command timeout: what it removed is
 /// announced when the reply comes, once.
 #[test]
 fn a_transaction_answered_after_the_command_timeout_is_announced() {
-    let s = setup("");
-    let zombies = hold_and_wait(
-        &s,
-        "EXEC",
-        || {
-            let mut z = write_zombies(&s.server, "held", 8, 3, 10.0);
-            z.extend(zombie_rooms(&s.server, "tx", 4, 1));
-            z
-        },
-        all_announced(&s.events),
-    );
-    assert_verdict(&s.events, &s.users.ids(), &zombies, 1, &s.d);
-    assert_heard_late(&s);
+    a_late_reply_is_announced("", "EXEC", |server| {
+        let mut z = write_zombies(server, "held", 8, 3, 10.0);
+        z.extend(zombie_rooms(server, "tx", 4, 1));
+        z
+    });
 }
 
 /// The same through the bounded script (rooms with more zombies than one call may take).
 #[test]
 fn a_script_call_answered_after_the_command_timeout_is_announced() {
-    let s = setup("[evict]\nmax_members_per_call = 2\n");
-    let zombies = hold_and_wait(
-        &s,
-        "EVALSHA",
-        || zombie_rooms(&s.server, "big", 6, 5),
-        all_announced(&s.events),
-    );
-    assert_verdict(&s.events, &s.users.ids(), &zombies, 1, &s.d);
-    assert_heard_late(&s);
+    a_late_reply_is_announced("[evict]\nmax_members_per_call = 2\n", "EVALSHA", |server| {
+        zombie_rooms(server, "big", 6, 5)
+    });
 }
 
 /// Replies held past `redis.eviction_timeout` (2 s here): the daemon gives the call up. Redis
