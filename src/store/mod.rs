@@ -309,19 +309,17 @@ impl Store {
         if !node.is_broken() || !self.still_primary(node) {
             return node.clone();
         }
-        let Ok(client) = self.client_for(node) else {
-            return node.clone();
-        };
-        let info = client.get_connection_info();
-        if info.addr().to_string() != node.server() {
-            return node.clone();
-        }
-        match Target::from_info(info, self.tls.as_ref()) {
-            Ok(target) => match self.wire(&target).await {
+        // `still_primary` made sure the client is for the node's own server.
+        let target = self
+            .client_for(node)
+            .ok()
+            .and_then(|c| Target::from_info(c.get_connection_info(), self.tls.as_ref()).ok());
+        match target {
+            Some(target) => match self.wire(&target).await {
                 Ok(wire) => node.clone().with_wire(Ok(wire)),
                 Err(_) => node.clone(),
             },
-            Err(_) => node.clone(),
+            None => node.clone(),
         }
     }
 

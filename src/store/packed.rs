@@ -130,14 +130,7 @@ pub(crate) trait SendPacked {
 
 impl SendPacked for Node {
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>> {
-        let n = batch.len();
-        let wire = self.wire().cloned();
-        Box::pin(async move {
-            if n == 0 {
-                return Ok(Vec::new());
-            }
-            wire?.send(batch.into_bytes(), n, Wait::Reply).await
-        })
+        self.send_with(batch, Wait::Reply)
     }
 }
 
@@ -148,7 +141,12 @@ impl Node {
     pub(crate) fn send_with(&mut self, batch: Packed, wait: Wait) -> RedisFuture<'_, Vec<Value>> {
         let n = batch.len();
         let wire = self.wire().cloned();
-        Box::pin(async move { wire?.send(batch.into_bytes(), n, wait).await })
+        Box::pin(async move {
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            wire?.send(batch.into_bytes(), n, wait).await
+        })
     }
 
     /// As [`Node::send_with`], with the replies as RESP bytes, to read with

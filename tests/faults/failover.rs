@@ -128,10 +128,7 @@ fn failover_to_a_lagging_replica(old: OldPrimary) {
     wait_until(
         "the early zombies announced",
         Duration::from_secs(30),
-        || {
-            let counts = events.counts();
-            early.iter().all(|z| counts.contains_key(z))
-        },
+        || events.announced_all(&early),
     );
     // Zombies due well after P dies (never evicted there), which R holds (WAIT): announced
     // once, a ttl after the failover.

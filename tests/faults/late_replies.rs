@@ -97,10 +97,7 @@ fn setup(extra: &str) -> Setup {
     wait_until(
         "the first zombies announced",
         Duration::from_secs(10),
-        || {
-            let counts = events.counts();
-            warm.iter().all(|z| counts.contains_key(z))
-        },
+        || events.announced_all(&warm),
     );
     Setup {
         server,
@@ -144,14 +141,6 @@ fn hold_and_wait(
     zombies
 }
 
-/// Whether every one of the zombies was announced.
-fn all_announced(events: &Events) -> impl Fn(&[String]) -> bool + '_ {
-    move |zombies| {
-        let counts = events.counts();
-        zombies.iter().all(|z| counts.contains_key(z))
-    }
-}
-
 /// Asserts that the daemon heard an eviction after the command timeout, announced everyone it
 /// removed, and counted nothing as lost.
 fn assert_heard_late(s: &Setup) {
@@ -179,7 +168,12 @@ fn a_late_reply_is_announced(
     zombies: impl FnOnce(&RedisServer) -> Vec<String>,
 ) {
     let s = setup(extra);
-    let zombies = hold_and_wait(&s, command, || zombies(&s.server), all_announced(&s.events));
+    let zombies = hold_and_wait(
+        &s,
+        command,
+        || zombies(&s.server),
+        |z| s.events.announced_all(z),
+    );
     assert_verdict(&s.events, &s.users.ids(), &zombies, 1, &s.d);
     assert_heard_late(&s);
 }

@@ -314,6 +314,12 @@ impl Events {
         }
     }
 
+    /// Whether every one of `users` was announced.
+    pub fn announced_all(&self, users: &[String]) -> bool {
+        let counts = self.counts();
+        users.iter().all(|u| counts.contains_key(u))
+    }
+
     /// How often each user was announced.
     pub fn counts(&self) -> HashMap<String, usize> {
         let mut counts = HashMap::new();
