@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use crate::faults::{Events, LiveUsers, assert_verdict, write_zombies};
+use crate::faults::{Events, LiveUsers, assert_gauges_follow, assert_verdict, write_zombies};
 use crate::support::proxy::Proxy;
 use crate::support::{Binary, RedisServer, metric, redis_now, scrape, wait_until};
 
@@ -176,6 +176,7 @@ fn a_late_reply_is_announced(
     );
     assert_verdict(&s.events, &s.users.ids(), &zombies, 1, &s.d);
     assert_heard_late(&s);
+    assert_gauges_follow(&s.server, &s.d, Duration::from_secs(10));
 }
 
 /// A transaction's reply held for 3 s, past the 1 s command timeout: what it removed is
@@ -224,4 +225,5 @@ fn an_eviction_answered_after_the_eviction_timeout_is_counted_as_unanswered() {
         "said: {}",
         s.d.log()
     );
+    assert_gauges_follow(&s.server, &s.d, Duration::from_secs(10));
 }
