@@ -1,6 +1,6 @@
 //! The binary's one-shot commands: exit codes, messages and summaries.
 
-use crate::support::{RedisServer, free_port, run_binary, run_tools, write_file};
+use crate::support::{DeadPort, RedisServer, run_binary, run_tools, write_file};
 use redis::Commands;
 
 fn check_config(toml: &str, env: &[(&str, &str)]) -> (i32, String, String) {
@@ -276,7 +276,8 @@ fn named_sweep_must_exist() {
 
 #[test]
 fn one_shot_sweep_exits_1_when_redis_is_unreachable() {
-    let port = free_port();
+    let dead = DeadPort::new();
+    let port = dead.port;
     let url = format!("redis://127.0.0.1:{port}/0");
     let started = std::time::Instant::now();
     let (code, stdout, stderr) = run_binary(&["--redis-url", &url, "sweep"], &[]);
@@ -388,7 +389,8 @@ fn unknown_environment_variables_are_named_with_the_one_meant() {
         format!("presence-sweeper: configuration error: {meant}")
     );
 
-    let url = format!("redis://127.0.0.1:{}/0", free_port());
+    let dead = DeadPort::new();
+    let url = format!("redis://127.0.0.1:{}/0", dead.port);
     let (code, _, stderr) = run_binary(&["--redis-url", &url, "sweep"], &typo);
     assert_eq!(
         code, 1,

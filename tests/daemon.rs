@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{Binary, RedisServer, Subscriber, free_port, redis_now, wait_until};
+use crate::support::{Binary, DeadPort, RedisServer, Subscriber, redis_now, wait_until};
 use redis::Commands;
 
 fn toml(extra: &str) -> String {
@@ -63,7 +63,8 @@ fn cron_schedule_runs_through_the_cron_scheduler() {
 
 #[test]
 fn waits_for_redis_at_start_then_sweeps() {
-    let port = free_port();
+    let dead = DeadPort::new();
+    let port = dead.port;
     let url = format!("redis://127.0.0.1:{port}/0");
     let d = Binary::spawn(
         &toml("[sweeps.typing]\nschedule = \"200ms\"\n"),
@@ -75,7 +76,7 @@ fn waits_for_redis_at_start_then_sweeps() {
         2,
         Duration::from_secs(10),
     );
-    let mut server = RedisServer::unstarted(port, &[]);
+    let mut server = RedisServer::unstarted(dead.release(), &[]);
     server.restart();
     let mut con = server.con();
     seed_zombies(&mut con, 3);
@@ -167,7 +168,8 @@ fn sigterm_exits_0_promptly() {
 
 #[test]
 fn sigterm_while_redis_is_down_exits_0() {
-    let port = free_port();
+    let dead = DeadPort::new();
+    let port = dead.port;
     let mut d = Binary::spawn(
         &toml(""),
         &["--redis-url", &format!("redis://127.0.0.1:{port}/0")],

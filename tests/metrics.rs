@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    Binary, InProcessDaemon, RedisServer, config_file, free_port, http_get, http_request, metric,
+    Binary, DeadPort, InProcessDaemon, RedisServer, config_file, http_get, http_request, metric,
     redis_now, run_binary, scrape,
 };
 use redis::Commands;
@@ -154,7 +154,8 @@ async fn a_pass_is_accounted_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_series_exists_from_start_even_without_redis() {
-    let port = free_port();
+    let dead = DeadPort::new();
+    let port = dead.port;
     let dir = tempfile::tempdir().unwrap();
     let (config, _) = config_file(dir.path(), &format!("redis://127.0.0.1:{port}/0"), "");
     let daemon = InProcessDaemon::start(config, None).await;
@@ -320,7 +321,8 @@ fn healthcheck_command_exit_codes() {
     );
     assert_eq!(code, 0, "{stderr}");
 
-    let nothing = format!("127.0.0.1:{}", free_port());
+    let dead = DeadPort::new();
+    let nothing = format!("127.0.0.1:{}", dead.port);
     let started = Instant::now();
     let (code, _, stderr) = run_binary(
         &["healthcheck", "--timeout", "1s"],

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    Binary, RedisServer, Subscriber, free_port, metric, redis_now, run_binary, scrape, wait_until,
+    Binary, DeadPort, RedisServer, Subscriber, metric, redis_now, run_binary, scrape, wait_until,
 };
 use redis::Commands;
 
@@ -116,7 +116,8 @@ fn notifies_ready_then_watchdog_then_stopping() {
 
 #[test]
 fn ready_waits_for_redis() {
-    let port = free_port();
+    let dead = DeadPort::new();
+    let port = dead.port;
     let notify = NotifySocket::new();
     let _d = Binary::spawn(
         LOCAL_HTTP,
@@ -142,7 +143,7 @@ fn ready_waits_for_redis() {
         lines.iter().any(|l| l.starts_with("EXTEND_TIMEOUT_USEC=")),
         "start-up asks for more time while it waits: {lines:?}"
     );
-    let mut server = RedisServer::unstarted(port, &[]);
+    let mut server = RedisServer::unstarted(dead.release(), &[]);
     server.restart();
     notify.wait_for("READY=1", 0, Duration::from_secs(15));
 }

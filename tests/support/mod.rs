@@ -52,6 +52,44 @@ pub fn signal_pid(pid: u32, name: &str) {
     assert!(ok, "kill -{name} {pid} failed");
 }
 
+/// A port on 127.0.0.1 that nothing listens on while this lives: its socket is bound but never
+/// listens, so a connection to it is refused, and no server of a concurrent test can take the
+/// port meanwhile (a port from [`free_port`] alone can be taken by one before it is used).
+pub struct DeadPort {
+    socket: Option<socket2::Socket>,
+    pub port: u16,
+}
+
+impl DeadPort {
+    pub fn new() -> Self {
+        use socket2::{Domain, Socket, Type};
+        loop {
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a socket");
+            let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+            socket.bind(&any.into()).expect("bind an ephemeral port");
+            let port = socket
+                .local_addr()
+                .unwrap()
+                .as_socket()
+                .expect("an IP address")
+                .port();
+            // Below 55535, so that a server started on it later has its cluster bus port.
+            if port < 55535 {
+                return Self {
+                    socket: Some(socket),
+                    port,
+                };
+            }
+        }
+    }
+
+    /// Lets the port go, for a server that the test starts on it now.
+    pub fn release(mut self) -> u16 {
+        self.socket.take();
+        self.port
+    }
+}
+
 pub fn free_port() -> u16 {
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
