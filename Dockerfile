@@ -6,21 +6,28 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 # Dependencies first, against stub sources: this layer stays cached until the manifests change.
 # Only the daemon's binary is built: the image runs nothing else (`presence-sweeper-tools`, from
-# src/bin/, writes synthetic data for demos and benchmarks; `cargo install` has it).
+# crates/tools, writes synthetic data for demos and benchmarks; `cargo install` has it).
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src \
- && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs \
+COPY crates/cli/Cargo.toml crates/cli/
+COPY crates/config/Cargo.toml crates/config/
+COPY crates/redis/Cargo.toml crates/redis/
+COPY crates/rules/Cargo.toml crates/rules/
+COPY crates/tools/Cargo.toml crates/tools/
+RUN for crate in . crates/*; do \
+      mkdir -p "$crate/src" && echo 'fn main() {}' > "$crate/src/main.rs" && touch "$crate/src/lib.rs"; \
+    done \
+ && echo 'fn main() {}' | tee crates/cli/build.rs > crates/config/build.rs \
  && cargo build --locked --release --bin presence-sweeper \
- && rm -rf src
-COPY build.rs ./
+ && rm -rf src crates/*/src crates/*/build.rs
 COPY src ./src
+COPY crates ./crates
 COPY config ./config
 # .git is not in the build context: the revision for `--version` and `build_info` comes from here,
 # e.g. --build-arg PRESENCE_SWEEPER_GIT_REVISION=$(git rev-parse --short=12 HEAD); else "unknown".
 ARG PRESENCE_SWEEPER_GIT_REVISION
-# Newer mtimes than the stub build's, so cargo rebuilds our crate (and only it).
-RUN touch src/main.rs src/lib.rs && cargo build --locked --release --bin presence-sweeper
+# Newer mtimes than the stub build's, so cargo rebuilds our crates (and only them).
+RUN find src crates -name '*.rs' -exec touch {} + \
+ && cargo build --locked --release --bin presence-sweeper
 
 FROM debian:bookworm-slim
 RUN apt-get update \

@@ -2,12 +2,12 @@
 //! options. Only the binary knows this module.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use presence_sweeper::config::{CONFIG_VAR, Overrides, Sources};
-use presence_sweeper::manual::{Manual, Section};
+use presence_sweeper_cli::ConfigFlags;
+use presence_sweeper_cli::manual::{Manual, Section};
+use presence_sweeper_config::Sources;
 
 /// Evicts zombie members from Redis presence sorted sets and announces every eviction.
 ///
@@ -21,31 +21,13 @@ use presence_sweeper::manual::{Manual, Section};
 #[derive(Debug, Parser)]
 #[command(
     name = "presence-sweeper",
-    version = presence_sweeper::version::LONG,
+    version = presence_sweeper_cli::version::LONG,
     propagate_version = true
 )]
 pub(crate) struct Cli {
-    /// TOML configuration file (layered over the built-in defaults).
-    #[arg(
-        long,
-        global = true,
-        value_name = "PATH",
-        env = CONFIG_VAR
-    )]
-    pub(crate) config: Option<PathBuf>,
-
-    /// Redis URL, overriding `redis.url`. Prefer `redis.password_file` to a password here: the
-    /// command line is visible to other users of the machine.
-    #[arg(long, global = true, value_name = "URL")]
-    pub(crate) redis_url: Option<String>,
-
-    /// Log format, overriding `log.format`.
-    #[arg(long, global = true, value_name = "FORMAT", value_parser = ["text", "json"])]
-    pub(crate) log_format: Option<String>,
-
-    /// Log level or tracing filter, overriding `log.level` (e.g. `debug`).
-    #[arg(long, global = true, value_name = "LEVEL")]
-    pub(crate) log_level: Option<String>,
+    /// The configuration file and overrides of its keys.
+    #[command(flatten)]
+    pub(crate) config: ConfigFlags,
 
     /// Address of the metrics and health server, overriding `http.listen`.
     #[arg(
@@ -156,15 +138,6 @@ pub(crate) const MAN_SECTIONS: &[Section] = &[
 impl Cli {
     /// The configuration sources these flags and `env` describe.
     pub(crate) fn sources(&self, env: HashMap<String, String>) -> Sources {
-        Sources {
-            file: self.config.clone(),
-            env,
-            overrides: Overrides {
-                redis_url: self.redis_url.clone(),
-                log_format: self.log_format.clone(),
-                log_level: self.log_level.clone(),
-                http_listen: self.http_listen.clone(),
-            },
-        }
+        self.config.sources(env, self.http_listen.clone())
     }
 }

@@ -2,9 +2,7 @@
 //! command, and maps outcomes to exit codes (0 success, 1 failure at run time, 2 bad
 //! configuration or usage).
 
-use std::collections::HashMap;
 use std::fmt::Display;
-use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,15 +10,17 @@ mod cli;
 
 use clap::{CommandFactory as _, Parser};
 use cli::{Cli, Command};
-use presence_sweeper::config::{Config, ConfigError};
 use presence_sweeper::pass::PassOptions;
 use presence_sweeper::pass::command;
+use presence_sweeper::serve::BuildInfo;
 use presence_sweeper::serve::daemon::{Daemon, EXIT_DEADLINE};
 use presence_sweeper::serve::logging::LogStats;
 use presence_sweeper::serve::systemd::Notifier;
 use presence_sweeper::serve::web_config::Web;
 use presence_sweeper::serve::{http, logging, signals};
 use presence_sweeper::stats;
+use presence_sweeper_cli::{Program, environment, out, say, version};
+use presence_sweeper_config::{Config, ConfigError};
 use tokio_util::sync::CancellationToken;
 
 // The sweeper allocates a buffer per RESP value it parses; mimalloc makes that markedly cheaper
@@ -28,8 +28,8 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const EXIT_FAILURE: u8 = 1;
-const EXIT_CONFIG: u8 = 2;
+/// This binary's voice on stderr.
+const ME: Program = Program("presence-sweeper");
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
@@ -105,38 +105,14 @@ fn main() -> ExitCode {
     outcome.unwrap_or_else(|e| failed(format!("{e:#}")))
 }
 
-/// The process's environment. A variable whose name or value is not UTF-8 cannot be one of
-/// ours, and must not abort the process as `std::env::vars` would.
-fn environment() -> HashMap<String, String> {
-    std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect()
-}
-
-/// A line on stderr; a stderr that is gone (a closed pipe, a full disk) is not worth a panic.
-fn say(line: impl Display) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// The command's output on stdout; failing to write it fails the command.
-fn out(text: &str) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(|e| anyhow::anyhow!("cannot write the output: {e}"))
-}
-
 /// Bad configuration or usage: exit 2.
 fn refused(why: impl Display) -> ExitCode {
-    say(format_args!("presence-sweeper: {why}"));
-    ExitCode::from(EXIT_CONFIG)
+    ME.refused(why)
 }
 
 /// Failure at run time: exit 1.
 fn failed(why: impl Display) -> ExitCode {
-    say(format_args!("presence-sweeper: {why}"));
-    ExitCode::from(EXIT_FAILURE)
+    ME.failed(why)
 }
 
 /// The daemon, until SIGTERM or SIGINT; SIGHUP re-reads the same sources.
@@ -151,6 +127,11 @@ async fn run(config: Config, cli: Cli, logs: LogStats) -> anyhow::Result<ExitCod
         loader: Box::new(move || Config::load(&cli.sources(environment()))),
         notifier: Arc::new(Notifier::from_env()),
         logs,
+        build: BuildInfo {
+            version: version::VERSION,
+            revision: version::REVISION,
+            rustc: version::rustc_release(),
+        },
     };
     daemon.run(cancel).await?;
     Ok(ExitCode::SUCCESS)

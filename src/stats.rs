@@ -18,18 +18,16 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
 use std::pin::pin;
-use tokio::time::Instant;
 
 use futures_util::StreamExt;
+use presence_sweeper_config::{Config, SweepConfig};
+use presence_sweeper_redis::evict::read::{self, Read};
+use presence_sweeper_redis::reply::redis_time;
+use presence_sweeper_redis::{Error, Opener, Store, scan};
+use presence_sweeper_rules::score::Cutoff;
 use serde::Serialize;
 
-use crate::Error;
-use crate::config::{Config, SweepConfig};
-use crate::evict::Cutoff;
-use crate::evict::read::{self, Read};
-use crate::store::clock::redis_time;
-use crate::store::scan;
-use crate::store::{Opener, Store};
+use crate::time::now;
 
 /// Upper bounds of the members-per-key buckets; a last bucket takes the rest.
 pub(crate) const BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
@@ -132,20 +130,21 @@ async fn sweep_stats(
     scan_count: u32,
     top: usize,
 ) -> Result<SweepStats, Error> {
-    let started = Instant::now();
+    let started = now();
     let redis_start = redis_time(&mut store.connection()).await?;
-    let now = || redis_start + started.elapsed().as_secs_f64();
+    let since = || now().saturating_duration_since(started).as_secs_f64();
+    let redis_now = || redis_start + since();
     let mut tally = Tally::new(top);
     // Every primary in turn (one in standalone and Sentinel mode), each with its own cursor.
     for node in store.nodes().await? {
         tally_node(&mut tally, node, sweep, scan_count).await?;
     }
-    Ok(tally.finish(sweep, now(), started.elapsed().as_secs_f64()))
+    Ok(tally.finish(sweep, redis_now(), since()))
 }
 
 async fn tally_node(
     tally: &mut Tally,
-    mut con: crate::store::Node,
+    mut con: presence_sweeper_redis::Node,
     sweep: &SweepConfig,
     scan_count: u32,
 ) -> Result<(), Error> {
@@ -170,7 +169,7 @@ async fn tally_node(
             let Some(read) = read.set() else { continue };
             let id = || {
                 let id = sweep.pattern.conversation_id(key).unwrap_or(key);
-                crate::config::redact::Id(id).to_string()
+                presence_sweeper_rules::redact::Id(id).to_string()
             };
             let oldest = read.oldest.map(|score| unit.to_seconds(score));
             tally.key(read.card, read.stale, oldest, id);
@@ -277,7 +276,7 @@ impl Tally {
             // `+inf` never goes stale: it counts as now (age 0), and `-inf` as the epoch.
             oldest_heartbeat_age_seconds: self.oldest.map(|o| match o {
                 f64::INFINITY => 0.0,
-                o => now - crate::events::seconds(o),
+                o => now - presence_sweeper_rules::event::seconds(o),
             }),
             oldest_heartbeat_never: self.oldest == Some(f64::NEG_INFINITY),
             oldest_heartbeat_pinned: self.oldest == Some(f64::INFINITY),
@@ -388,15 +387,16 @@ mod tests {
     fn sweep() -> SweepConfig {
         SweepConfig {
             name: "online".into(),
-            pattern: crate::config::pattern::KeyPattern::parse("presence:*:online").unwrap(),
+            pattern: presence_sweeper_rules::pattern::KeyPattern::parse("presence:*:online")
+                .unwrap(),
             ttl: std::time::Duration::from_secs(45),
-            schedule: crate::config::Schedule::Every(std::time::Duration::from_secs(30)),
+            schedule: presence_sweeper_config::Schedule::Every(std::time::Duration::from_secs(30)),
             event: "presence.leave".into(),
-            channel: crate::config::pattern::ChannelTemplate::new(
+            channel: presence_sweeper_rules::pattern::ChannelTemplate::new(
                 "presence:{conversation_id}:events",
             ),
-            score_unit: crate::config::ScoreUnit::Seconds,
-            event_shape: crate::config::EventShape::Member,
+            score_unit: presence_sweeper_config::ScoreUnit::Seconds,
+            event_shape: presence_sweeper_config::EventShape::Member,
             stream: None,
             enabled: true,
             storm_guard: Default::default(),

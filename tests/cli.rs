@@ -533,7 +533,7 @@ fn check_config_prints_every_key_in_effect() {
 
 #[test]
 fn version_names_the_git_revision_and_the_compiler() {
-    use presence_sweeper::version::{REVISION, RUSTC, VERSION};
+    use presence_sweeper_cli::version::{REVISION, RUSTC, VERSION};
     let (code, stdout, _) = run_binary(&["--version"], &[]);
     assert_eq!(code, 0);
     assert_eq!(

@@ -123,7 +123,7 @@ fn survives_a_redis_restart_and_reloads_its_script() {
     });
     let scripts: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
-        .arg(presence_sweeper::EvictScript::new().hash())
+        .arg(presence_sweeper_redis::evict::EvictScript::new().hash())
         .query(&mut con)
         .unwrap();
     assert_eq!(scripts, [true]);

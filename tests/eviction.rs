@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::support::{OnePass, RedisServer, Subscriber, config, members, redis_now};
-use presence_sweeper::FIRST_PAGE_SHARE;
 use presence_sweeper::pass::{PassOptions, PassReport};
+use presence_sweeper_redis::scan::FIRST_PAGE_SHARE;
 use redis::Commands;
 use tokio_util::sync::CancellationToken;
 
@@ -570,8 +570,8 @@ async fn racing_heartbeats(evict: &str) {
     // 3 s, and longer if the race has not yet run 300 passes (a busy machine: three test passes
     // side by side on 2 cores), 30 s at most.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(27);
-    while done.load(Ordering::Relaxed) <= 300 && tokio::time::Instant::now() < deadline {
+    let deadline = std::time::Instant::now() + Duration::from_secs(27);
+    while done.load(Ordering::Relaxed) <= 300 && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop.cancel();

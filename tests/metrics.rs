@@ -131,8 +131,8 @@ async fn a_pass_is_accounted_exactly() {
             "presence_sweeper_build_info",
             &[
                 ("version", env!("CARGO_PKG_VERSION")),
-                ("revision", presence_sweeper::version::REVISION),
-                ("rustc", presence_sweeper::version::rustc_release()),
+                ("revision", presence_sweeper_cli::version::REVISION),
+                ("rustc", presence_sweeper_cli::version::rustc_release()),
             ]
         ),
         Some(1.0)

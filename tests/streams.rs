@@ -7,8 +7,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use base64::Engine as _;
-use presence_sweeper::event_hooks::{StepInput, encode};
 use presence_sweeper::pass::{PassOptions, PassReport};
+use presence_sweeper_rules::event::owned::{StepInput, encode};
 use redis::streams::StreamRangeReply;
 
 use crate::support::cluster::RedisCluster;

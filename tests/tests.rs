@@ -3,7 +3,7 @@
 //! binary, e.g. a `valkey-server`; `docs` needs none: it reads files).
 
 #![expect(
-    clippy::disallowed_types,
+    clippy::disallowed_methods,
     reason = "these tests run real servers in real time, from threads of their own: nothing here is paused"
 )]
 #![expect(
@@ -27,7 +27,6 @@ mod docs;
 mod durations;
 mod eviction;
 mod faults;
-mod layers;
 mod metrics;
 mod operations;
 mod replicas;

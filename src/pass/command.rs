@@ -4,11 +4,12 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
-use crate::config::{Config, SweepConfig};
+use presence_sweeper_config::{Config, SweepConfig};
+use presence_sweeper_redis::{Error, Opener, Store};
+use presence_sweeper_rules::report::NoObserver;
+
 use crate::pass::{Pass, PassOptions, PassReport};
-use crate::store::{Opener, Store};
-use crate::sweep::{NoObserver, Sweep};
+use crate::sweep::Sweep;
 
 /// Connects (one attempt) and runs one full pass of every sweep in `sweeps`: one walk of each
 /// primary serves them all.

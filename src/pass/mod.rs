@@ -13,17 +13,17 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
+use presence_sweeper_config::{EvictConfig, ScanConfig};
+use presence_sweeper_redis::{Error, Node, Store, scan};
+use presence_sweeper_rules::check::{CheckOpts, Counts, Purpose};
+use presence_sweeper_rules::report::Observer;
+use presence_sweeper_rules::scan::{Pace, Queue, common_glob, room_for_page};
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
-use crate::config::{EvictConfig, ScanConfig};
-use crate::store::scan::{self, Pace, Queue};
-use crate::store::{Node, Store};
-use crate::sweep::{CheckCtx, CheckOpts, Counts, Observer, Purpose, Sweep};
+use crate::sweep::{CheckCtx, Sweep};
+use crate::time::now;
 
 /// Primaries of a cluster walked at the same time, each with its own cursor.
 pub(crate) const MAX_PARALLEL_NODES: usize = 8;
@@ -33,11 +33,9 @@ pub(crate) const MAX_PARALLEL_NODES: usize = 8;
 pub struct PassOptions {
     /// Count what would be evicted; change and publish nothing.
     pub dry_run: bool,
-    /// Test hook (the `test-hooks` feature, which release builds leave off): judge staleness
-    /// at this instant, in Unix seconds, instead of at Redis's clock as the walk read it, so
-    /// that tests can put members exactly on the boundary. Events are still stamped with Redis
-    /// `TIME`.
-    #[cfg(feature = "test-hooks")]
+    /// Judge staleness at this instant, in Unix seconds, instead of at Redis's clock as the
+    /// walk read it (the `sweep` command never sets it; tests put members exactly on the
+    /// boundary with it). Events are still stamped with Redis `TIME`.
     pub judge_at: Option<f64>,
 }
 
@@ -46,18 +44,13 @@ impl PassOptions {
     pub fn new(dry_run: bool) -> Self {
         Self {
             dry_run,
-            #[cfg(feature = "test-hooks")]
             judge_at: None,
         }
     }
 
     /// The instant a batch whose keys the walk read at `time` (Redis's clock) is judged at.
     fn judge_at(&self, time: f64) -> f64 {
-        #[cfg(feature = "test-hooks")]
-        if let Some(at) = self.judge_at {
-            return at;
-        }
-        time
+        self.judge_at.unwrap_or(time)
     }
 }
 
@@ -102,7 +95,7 @@ pub struct Pass {
 
 impl Pass {
     /// A pass with the `[scan]` and `[evict]` settings of `config`.
-    pub fn new(config: &crate::config::Config) -> Self {
+    pub fn new(config: &presence_sweeper_config::Config) -> Self {
         Self {
             scan: config.scan.clone(),
             evict: config.evict.clone(),
@@ -120,7 +113,7 @@ impl Pass {
         observer: &dyn Observer,
         cancel: &CancellationToken,
     ) -> Result<Vec<PassReport>, PassError> {
-        let started = Instant::now();
+        let started = now();
         let empty = || vec![PassReport::default(); sweeps.len()];
         let nodes = store.nodes().await.map_err(|error| PassError {
             error,
@@ -155,7 +148,7 @@ impl Pass {
             }
         }
         for r in &mut reports {
-            r.duration = started.elapsed();
+            r.duration = now().saturating_duration_since(started);
         }
         match failure {
             None => Ok(reports),
@@ -184,7 +177,7 @@ impl Pass {
     ) -> (Vec<PassReport>, bool, Option<Error>) {
         let batch_size = self.evict.batch_keys;
         let depth = self.evict.pipeline_depth;
-        let glob = scan::common_glob(sweeps.iter().map(|s| &s.config().pattern));
+        let glob = common_glob(sweeps.iter().map(|s| &s.config().pattern));
         let mut pages = pin!(scan::pages(node.clone(), glob, self.scan.count));
         // Keys waiting for a batch, per sweep.
         let mut queues: Vec<Queue> = vec![Queue::default(); sweeps.len()];
@@ -193,7 +186,7 @@ impl Pass {
         let mut failure: Option<Error> = None;
         let mut scan_done = false;
         let mut stopping = false;
-        let mut pace = Pace::new(Instant::now(), rate);
+        let mut pace = Pace::new(now(), rate);
 
         loop {
             for (s, queue) in queues.iter_mut().enumerate() {
@@ -218,11 +211,9 @@ impl Pass {
             if in_flight.is_empty() && (stopping || (scan_done && waiting == 0)) {
                 break;
             }
-            let paced = !pace.ready(Instant::now());
-            let want_page = !stopping
-                && !scan_done
-                && !paced
-                && scan::room_for_page(waiting, batch_size, depth);
+            let paced = !pace.ready(now());
+            let want_page =
+                !stopping && !scan_done && !paced && room_for_page(waiting, batch_size, depth);
             tokio::select! {
                 Some((s, checked)) = in_flight.next(), if !in_flight.is_empty() => {
                     reports[s].counts.add(&checked.counts);
@@ -245,7 +236,7 @@ impl Pass {
                     }
                     None => scan_done = true,
                 },
-                () = tokio::time::sleep_until(pace.next_page_at().unwrap_or_else(Instant::now)),
+                () = crate::time::sleep_until(pace.next_page_at().unwrap_or_else(now)),
                     if paced && !stopping && !scan_done => {}
                 () = ctx.cancel.cancelled(), if !stopping => stopping = true,
             }

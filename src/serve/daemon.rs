@@ -9,20 +9,20 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
-use crate::config::{Config, ConfigError};
-use crate::error::Trouble;
 use crate::serve::StartError;
 use crate::serve::health::Health;
 use crate::serve::http;
 use crate::serve::logging::LogStats;
-use crate::serve::metrics::Metrics;
+use crate::serve::metrics::{BuildInfo, Metrics};
 use crate::serve::reports::DaemonReports;
 use crate::serve::systemd::Notifier;
 use crate::serve::web_config::CurrentWeb;
-use crate::store::Store;
-use crate::store::backoff::Backoff;
 use crate::tracking::engine::{self, Engine};
+use presence_sweeper_config::{Config, ConfigError};
+use presence_sweeper_redis::Error;
+use presence_sweeper_redis::Store;
+use presence_sweeper_rules::backoff::Backoff;
+use presence_sweeper_rules::trouble::Trouble;
 
 /// How long shutdown waits for work in flight; below the 5 s an orchestrator is promised.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
@@ -56,6 +56,8 @@ pub struct Daemon {
     pub notifier: Arc<Notifier>,
     /// The logger's counts of lines it could not write, for the metrics.
     pub logs: LogStats,
+    /// What the binary was built from, for `build_info`.
+    pub build: BuildInfo,
 }
 
 impl Daemon {
@@ -74,8 +76,9 @@ impl Daemon {
             loader,
             notifier,
             logs,
+            build,
         } = self;
-        let metrics = Arc::new(Metrics::new());
+        let metrics = Arc::new(Metrics::new(build));
         metrics.watch_logs(logs);
         let health = Health::new(stall_timeout(&config));
         let web = Arc::new(CurrentWeb::load(config.http.web_config_file.clone())?);

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
-use crate::store::NodeId;
+use presence_sweeper_rules::node::NodeId;
 
 /// Shared health state of the daemon.
 #[derive(Debug)]
@@ -123,7 +123,7 @@ impl Health {
 
     /// Registers a loop that must keep turning; it is watched until [`LoopHealth::retire`].
     pub(crate) fn register_loop(self: &Arc<Self>, name: &str) -> LoopHealth {
-        let now = Instant::now();
+        let now = crate::time::now();
         self.state().loops.insert(
             name.to_owned(),
             LoopState {
@@ -224,7 +224,7 @@ impl Health {
         }
         // A walk waiting on a Redis that accepts connections but answers nothing: the loop
         // is alive (liveness), but the daemon is not doing its job.
-        let now = Instant::now();
+        let now = crate::time::now();
         if let Some((name, quiet)) = state
             .loops
             .iter()
@@ -275,7 +275,7 @@ impl Health {
 
 /// A loop that has not reported itself alive within `within`, and for how long it has not.
 fn stalest_loop(state: &State, within: Duration) -> Option<(&str, Duration)> {
-    let now = Instant::now();
+    let now = crate::time::now();
     state
         .loops
         .iter()
@@ -301,20 +301,20 @@ impl LoopHealth {
 
     /// The loop turned.
     pub(crate) fn alive(&self) {
-        self.update(|l| l.last_alive = Instant::now());
+        self.update(|l| l.last_alive = crate::time::now());
     }
 
     /// A walk starts (`true`) or ends (`false`): while busy, the loop must show progress.
     pub(crate) fn busy(&self, busy: bool) {
         self.update(|l| {
             l.busy = busy;
-            l.last_progress = Instant::now();
+            l.last_progress = crate::time::now();
         });
     }
 
     /// The walk in flight moved on.
     pub(crate) fn progress(&self) {
-        self.update(|l| l.last_progress = Instant::now());
+        self.update(|l| l.last_progress = crate::time::now());
     }
 
     /// The loop ends as asked: it is no longer watched.

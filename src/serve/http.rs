@@ -107,15 +107,15 @@ async fn connection(stream: TcpStream, state: State, watcher: Watcher) {
         return http(stream, state, web, watcher).await;
     };
     // A handshake must finish as soon as request headers must, or idle sockets would pile up.
-    let deadline = tokio::time::Instant::now() + HEADER_TIMEOUT;
+    let deadline = crate::time::now() + HEADER_TIMEOUT;
     let mut first = [0u8; 1];
-    match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
+    match tokio::time::timeout_at(deadline.into(), stream.peek(&mut first)).await {
         Ok(Ok(1)) if first[0] != TLS_HANDSHAKE => return refuse_plain(stream, deadline).await,
         Ok(Ok(1)) => {}
         _ => return,
     }
     let accept = TlsAcceptor::from(tls.server.clone()).accept(stream);
-    match tokio::time::timeout_at(deadline, accept).await {
+    match tokio::time::timeout_at(deadline.into(), accept).await {
         Ok(Ok(stream)) => http(stream, state, web, watcher).await,
         // Scanners and load balancers' TCP checks fail handshakes all day: not worth a warning.
         Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
@@ -126,13 +126,13 @@ async fn connection(stream: TcpStream, state: State, watcher: Watcher) {
 /// `curl http://` to an https server: say so, as Go's servers (the exporters) do. The request's
 /// head is read first: closing a socket with unread data resets it, and the client would see
 /// that instead of the answer.
-async fn refuse_plain(mut stream: TcpStream, deadline: tokio::time::Instant) {
+async fn refuse_plain(mut stream: TcpStream, deadline: std::time::Instant) {
     use tokio::io::AsyncReadExt as _;
 
     let mut head = Vec::new();
     let mut chunk = [0u8; 1024];
     while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
+        match tokio::time::timeout_at(deadline.into(), stream.read(&mut chunk)).await {
             Ok(Ok(n)) if n > 0 => head.extend_from_slice(&chunk[..n]),
             _ => break,
         }

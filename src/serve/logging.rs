@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{LogConfig, LogFormat};
+use presence_sweeper_config::{LogConfig, LogFormat};
 
 /// Quietens dependencies that log routine chatter at INFO.
 const QUIET: &str = "tokio_cron_scheduler=warn";

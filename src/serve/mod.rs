@@ -14,4 +14,5 @@ mod start;
 pub mod systemd;
 pub mod web_config;
 
+pub use metrics::BuildInfo;
 pub use start::StartError;

@@ -6,16 +6,17 @@ use std::time::Duration;
 
 use prometheus::{IntCounter, IntGauge};
 
-use crate::config::SweepConfig;
-use crate::error::Trouble;
+use presence_sweeper_config::SweepConfig;
+use presence_sweeper_rules::node::NodeId;
+use presence_sweeper_rules::report::{
+    Beat, NodeFigures, NodeReport, Observer, SweepReport, Totals,
+};
+use presence_sweeper_rules::trouble::Trouble;
+use presence_sweeper_rules::units::UnitAlarm;
+
 use crate::serve::health::{Health, LoopHealth};
 use crate::serve::metrics::{Metrics, SweepMetrics};
-use crate::store::NodeId;
-use crate::sweep::Observer;
-use crate::sweep::units::UnitAlarm;
-use crate::tracking::report::{
-    Beat, NodeFigures, NodeReport, Reports, SweepHandles, SweepReport, Totals,
-};
+use crate::tracking::report::{Reports, SweepHandles};
 
 /// The daemon's metrics and health, as tracking reports to them.
 pub(crate) struct DaemonReports {
@@ -28,10 +29,11 @@ impl Reports for DaemonReports {
         let metrics = self.metrics.sweep(config);
         self.health.sweep(&config.name);
         let (health, name) = (self.health.clone(), config.name.clone());
-        let units = UnitAlarm {
-            gauge: metrics.score_unit_mismatch(),
-            readiness: Arc::new(move |why| health.set_misconfigured(&name, why)),
-        };
+        let gauge = metrics.score_unit_mismatch();
+        let units = UnitAlarm(Arc::new(move |why: Option<String>| {
+            gauge.set(i64::from(why.is_some()));
+            health.set_misconfigured(&name, why);
+        }));
         let guard = metrics.guard();
         let report = Arc::new(SweepHandle {
             lease: std::sync::OnceLock::new(),

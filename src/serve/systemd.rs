@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sd_notify::NotifyState;
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// Talks to the service manager, if there is one.
 #[derive(Debug)]
@@ -84,7 +84,7 @@ impl Notifier {
         let Some(period) = self.watchdog else {
             return;
         };
-        let now = Instant::now();
+        let now = crate::time::now();
         {
             let mut last = self.last_ping.lock().unwrap_or_else(|e| e.into_inner());
             if last.is_some_and(|t| now.duration_since(t) < period / 2) {

@@ -7,12 +7,13 @@
 //! size times the batch, and Redis hands subscribers a chunk at a time (a subscriber more than
 //! 32 MB behind is disconnected under Redis's default limits).
 
-use super::{CheckCtx, Counts, Sweep};
-use crate::Error;
-use crate::config::EventShape;
-use crate::events::{Event, Leaves, Roster, Step};
-use crate::evict::transaction::Evicted;
-use crate::store::{Node, Packed, SendPacked, all_ok};
+use presence_sweeper_config::EventShape;
+use presence_sweeper_redis::evict::transaction::Evicted;
+use presence_sweeper_redis::{Error, Node, Packed, SendPacked, all_ok};
+use presence_sweeper_rules::check::Counts;
+use presence_sweeper_rules::event::{Event, Leaves, Roster, Step};
+
+use super::{CheckCtx, Sweep};
 
 /// About the most bytes of PUBLISH commands sent in one pipeline: some 800 events of a usual
 /// size, or four of the largest. One sweep of 500 zombies with 16 KiB ids peaked at 34.9 MB RSS
@@ -132,7 +133,7 @@ impl Sweep {
                 self.flush(events, node, ctx, counts).await;
             }
         }
-        if leaves.len() == 0 {
+        if leaves.is_empty() {
             return;
         }
         let step = Step {
@@ -171,8 +172,8 @@ impl Sweep {
         ctx.observer.member_evicted(lag(now, last_seen, ttl));
         tracing::debug!(
             sweep = %self.config.name,
-            conversation_id = %crate::config::redact::Id(conversation_id),
-            user_id = %crate::config::redact::Id(member),
+            conversation_id = %presence_sweeper_rules::redact::Id(conversation_id),
+            user_id = %presence_sweeper_rules::redact::Id(member),
             last_seen,
             "evicted"
         );
@@ -257,7 +258,7 @@ impl Sweep {
                 ctx.observer.published(n);
                 Ok(())
             }
-            Err(e) if delivery_unknown(&e) => {
+            Err(e) if presence_sweeper_redis::is_reply_lost(&e) => {
                 tracing::warn!(
                     sweep = %self.config.name,
                     events = n,
@@ -280,47 +281,6 @@ impl Sweep {
                 Err(e.into())
             }
         }
-    }
-}
-
-/// Whether a failed publish may still have reached Redis: the request was written, then its
-/// reply was lost (a timeout, a connection reset). Only failures known to have published
-/// nothing (never sent, refused, or answered with an error) count as lost events.
-fn delivery_unknown(e: &redis::RedisError) -> bool {
-    crate::store::is_reply_lost(e)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::io;
-
-    use super::delivery_unknown;
-
-    fn io_error(kind: io::ErrorKind, text: &str) -> redis::RedisError {
-        io::Error::new(kind, text.to_string()).into()
-    }
-
-    #[test]
-    fn only_a_lost_reply_leaves_delivery_unknown() {
-        // Written, then no reply: Redis may have published.
-        assert!(delivery_unknown(&io_error(
-            io::ErrorKind::TimedOut,
-            "no answer"
-        )));
-        assert!(delivery_unknown(&io_error(
-            io::ErrorKind::ConnectionReset,
-            "reset"
-        )));
-        // Never sent, or never connected: nothing was published.
-        let unsent = crate::store::unsent_error();
-        assert!(!delivery_unknown(&unsent));
-        assert!(!delivery_unknown(&io_error(
-            io::ErrorKind::ConnectionRefused,
-            "refused"
-        )));
-        // Redis answered with an error: it published nothing.
-        let refused = redis::RedisError::from((redis::ErrorKind::Client, "NOPERM"));
-        assert!(!delivery_unknown(&refused));
     }
 }
 

@@ -3,22 +3,19 @@
 
 use std::collections::HashMap;
 
-use redis::cluster_routing::Slot;
+use presence_sweeper_redis::evict::read::{self, Read};
+use presence_sweeper_redis::evict::script::{KeyReply, Params};
+use presence_sweeper_redis::evict::transaction::{self, TxKey};
+use presence_sweeper_redis::scan::FIRST_PAGE_SHARE;
+use presence_sweeper_redis::{Error, Node};
+use presence_sweeper_rules::check::{CheckOpts, Checked, Counts};
+use presence_sweeper_rules::event::Roster;
+use presence_sweeper_rules::plan::{KeyState, Plan};
+use presence_sweeper_rules::score::Cutoff;
 
-use super::Counts;
 use super::Sweep;
 use super::announce::{Events, Removal};
-use super::check::{CheckCtx, CheckOpts, Checked};
-use super::plan::KeyState;
-use super::plan::Plan;
-use crate::Error;
-use crate::events::Roster;
-use crate::evict::Cutoff;
-use crate::evict::read::{self, Read};
-use crate::evict::script::{KeyReply, Params};
-use crate::evict::transaction::{self, TxKey};
-use crate::store::Node;
-use crate::store::scan::FIRST_PAGE_SHARE;
+use super::check::CheckCtx;
 
 /// The keys of one transaction (as indices into the batch) and what it did.
 pub(super) type Outcome = (Vec<usize>, Result<(f64, Vec<TxKey>), Error>);
@@ -41,7 +38,7 @@ impl Sweep {
         cutoff: &Cutoff,
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         if let Some(i) = plan.first_key() {
             // Before anything is removed: may this user do all a check does?
@@ -107,7 +104,7 @@ impl Sweep {
         clean: &[usize],
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         let mut card_node = node.clone();
         let clean_refs: Vec<&[u8]> = clean.iter().map(|&i| refs[i]).collect();
@@ -192,7 +189,7 @@ impl Sweep {
         keys: &[&[u8]],
         outcomes: Vec<Outcome>,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Option<Error> {
         let mut failure = None;
         for (group, outcome) in outcomes {
@@ -218,7 +215,7 @@ impl Sweep {
         group: &[usize],
         (now, results): (f64, Vec<TxKey>),
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         ctx.observer.progress();
         let mut events = Events::default();
@@ -283,7 +280,7 @@ impl Sweep {
         events: &mut Events,
         node: &mut Node,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) {
         if finished {
             out.counts.keys += 1;
@@ -305,7 +302,7 @@ impl Sweep {
     /// whose events can never be sent: said and counted. Returns `e`.
     fn unanswered(&self, e: Error, ctx: CheckCtx<'_>) -> Error {
         if let Error::Redis(cause) = &e
-            && crate::store::is_reply_lost(cause)
+            && presence_sweeper_redis::is_reply_lost(cause)
         {
             ctx.observer.evictions_unanswered(1);
             tracing::error!(
@@ -326,7 +323,7 @@ impl Sweep {
         big: Vec<usize>,
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         // The first call may remove a sixteenth of the budget and each next one twice as many as
         // the last, like the SCAN pages ([`FIRST_PAGE_SHARE`]): a key this big is often met first
@@ -399,13 +396,15 @@ pub(super) fn slot_groups(keys: &[&[u8]], group: &[usize], by_slot: bool) -> Vec
     if !by_slot {
         return vec![group.to_vec()];
     }
-    let mut index: HashMap<Slot, usize> = HashMap::new();
+    let mut index: HashMap<u16, usize> = HashMap::new();
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for &i in group {
-        let g = *index.entry(Slot::for_key(keys[i])).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
+        let g = *index
+            .entry(presence_sweeper_rules::slot::slot(keys[i]))
+            .or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
         groups[g].push(i);
     }
     groups

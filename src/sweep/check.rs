@@ -9,95 +9,28 @@
 
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{self, KeyState, Rules, Triage};
-use super::{Counts, Observer, Sweep};
-use crate::Error;
-use crate::config::ScoreUnit;
-use crate::evict::Cutoff;
-use crate::evict::read::{self, KeyStatus, Read};
-use crate::store::{Node, Store};
-use crate::sweep::storm::Admit;
-use crate::sweep::units::Mismatch;
+use presence_sweeper_redis::evict::read::{self, Read};
+use presence_sweeper_redis::{Error, Node, Store};
+use presence_sweeper_rules::check::{CheckOpts, Checked, Counts, Purpose};
+use presence_sweeper_rules::plan::{self, KeyState, Rules, Triage};
+use presence_sweeper_rules::read::KeyStatus;
+use presence_sweeper_rules::report::Observer;
+use presence_sweeper_rules::score::{Cutoff, ScoreUnit};
+use presence_sweeper_rules::storm::Admit;
+use presence_sweeper_rules::units::Mismatch;
 
-/// How one check runs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CheckOpts {
-    /// The instant staleness is judged at, on Redis's clock, in Unix seconds: read from Redis a
-    /// moment before, never ahead of it, and held back behind it while Redis is not answering
-    /// or an outage's credit runs.
-    pub(crate) judge_at: f64,
-    /// Who asks, which decides what is read and whether the storm guard is asked.
-    pub(crate) purpose: Purpose,
-    /// While an outage's or a reset's credit runs, every member is spared until then (Redis's
-    /// clock): its app gets a full ttl with Redis answering and holding its data.
-    pub(crate) spare_until: Option<f64>,
-}
+use super::Sweep;
 
-/// Why a batch is checked. Each kind reads what it needs, so combinations that make no sense
-/// (a guarded dry run, say) cannot be asked for.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Purpose {
-    /// A batch of a full pass (the `sweep` command): zombies counted with `ZCOUNT`, no storm
-    /// guard.
-    Pass {
-        /// Count what would be evicted; change and publish nothing.
-        dry_run: bool,
-    },
-    /// Keys a walk found that the deadline index cannot hold: counted with `ZCOUNT`, guarded.
-    Walk {
-        /// See [`Purpose::held_back`].
-        held_back: bool,
-    },
-    /// Tracked keys whose deadline came: each key's lowest score is read for the index;
-    /// guarded.
-    Deadline {
-        /// Read Redis's clock too (the caller's reading is getting old).
-        read_time: bool,
-        /// See [`Purpose::held_back`].
-        held_back: bool,
-    },
-}
-
-impl Purpose {
-    /// Whether the sweep's storm guard is asked before evicting, and fed.
-    pub(crate) fn guarded(self) -> bool {
-        !matches!(self, Self::Pass { .. })
-    }
-
-    /// The judging instant is held back behind Redis's clock (Redis is not answering, or an
-    /// outage's credit runs): the apps could not write meanwhile, so the storm guard reads no
-    /// silence into it and starts no hold.
-    pub(crate) fn held_back(self) -> bool {
-        match self {
-            Self::Walk { held_back } | Self::Deadline { held_back, .. } => held_back,
-            Self::Pass { .. } => false,
-        }
-    }
-
-    /// A guarded check whose instant is Redis's own: one that may start a storm hold.
-    pub(crate) fn may_hold(self) -> bool {
-        self.guarded() && !self.held_back()
-    }
-
-    pub(super) fn tracks(self) -> bool {
-        matches!(self, Self::Deadline { .. })
-    }
-
-    fn dry_run(self) -> bool {
-        matches!(self, Self::Pass { dry_run: true })
-    }
-
-    /// The first read of a batch: with `newest`, also each key's newest heartbeat for the
-    /// storm guard.
-    fn read(self, cutoff: &Cutoff, newest: bool) -> Read<'_> {
-        match self {
-            Self::Deadline { read_time, .. } => Read::Probe {
-                time: read_time,
-                newest,
-            },
-            _ if newest => Read::StaleNewest(cutoff),
-            _ => Read::Stale(cutoff),
-        }
+/// The first read of a batch checked for `purpose`: with `newest`, also each key's newest
+/// heartbeat for the storm guard.
+fn first_read(purpose: Purpose, cutoff: &Cutoff, newest: bool) -> Read<'_> {
+    match purpose {
+        Purpose::Deadline { read_time, .. } => Read::Probe {
+            time: read_time,
+            newest,
+        },
+        _ if newest => Read::StaleNewest(cutoff),
+        _ => Read::Stale(cutoff),
     }
 }
 
@@ -114,24 +47,6 @@ pub(crate) struct CheckCtx<'a> {
     pub(crate) witnesses: &'a [Vec<u8>],
 }
 
-/// The outcome of one check.
-#[derive(Debug)]
-pub(crate) struct Checked {
-    pub(crate) counts: Counts,
-    /// One per key, in the order given.
-    pub(crate) states: Vec<KeyState>,
-    /// Redis's clock at the read, when the read asked for it (a tracking check does).
-    pub(crate) time: Option<f64>,
-    /// One per key when the read asked (a tracking check does): milliseconds from the read
-    /// until the key itself expires, if it has a TTL. The index looks at the key again then.
-    pub(crate) expires_in: Vec<Option<u64>>,
-    /// The storm guard held this check's evictions until then (Redis's clock, Unix seconds):
-    /// its stale keys are reported `Live` and should be looked at again at that instant.
-    pub(crate) hold_until: Option<f64>,
-    /// The first failure; what was done before it is counted and announced all the same.
-    pub(crate) error: Option<Error>,
-}
-
 impl Sweep {
     /// Checks `keys` on `node`. Returns what was done even when a step fails, so evictions are
     /// always counted and announced. Once `ctx.cancel` fires no new eviction starts.
@@ -141,7 +56,7 @@ impl Sweep {
         keys: Vec<Vec<u8>>,
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
-    ) -> Checked {
+    ) -> Checked<Error> {
         let mut out = Checked {
             counts: Counts::default(),
             states: vec![KeyState::Unknown; keys.len()],
@@ -182,14 +97,14 @@ impl Sweep {
         keys: &[Vec<u8>],
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         let purpose = opts.purpose;
         let judge_at = opts.judge_at;
         let cutoff = Cutoff::new(judge_at, self.config.ttl, self.config.score_unit);
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let guarded = purpose.guarded() && self.guard.enabled();
-        let reads = read::read(node, &refs, purpose.read(&cutoff, guarded)).await?;
+        let reads = read::read(node, &refs, first_read(purpose, &cutoff, guarded)).await?;
         out.time = reads.time;
         if reads.pttl_refused > 0 {
             self.pttl_refused(ctx.observer);
@@ -282,7 +197,13 @@ impl Sweep {
 
     /// Records what became of key `i`, counting it when members remain.
     #[inline]
-    pub(super) fn settle(&self, i: usize, state: KeyState, out: &mut Checked, obs: &dyn Observer) {
+    pub(super) fn settle(
+        &self,
+        i: usize,
+        state: KeyState,
+        out: &mut Checked<Error>,
+        obs: &dyn Observer,
+    ) {
         out.states[i] = state;
         if let KeyState::Live { card, .. } = state {
             self.count_clean(card, out, obs);
@@ -296,7 +217,7 @@ impl Sweep {
         refs: &[&[u8]],
         cutoff: &Cutoff,
         triage: &mut Triage,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         if triage.uncounted.is_empty() {
             return Ok(());
@@ -348,7 +269,7 @@ impl Sweep {
 
     /// Nothing is removed: the tracked stale keys are reported as they were read, to be looked
     /// at again when the hold ends; the others wait for the next walk.
-    fn hold(&self, triage: &Triage, out: &mut Checked, obs: &dyn Observer) {
+    fn hold(&self, triage: &Triage, out: &mut Checked<Error>, obs: &dyn Observer) {
         for (i, _) in &triage.stale {
             if let Some(read) = triage.seen.get(i) {
                 self.settle(*i, self.live(read.card, read.oldest), out, obs);
@@ -412,7 +333,7 @@ impl Sweep {
         KeyState::live(card, oldest, self.config.score_unit)
     }
 
-    fn count_clean(&self, card: u64, out: &mut Checked, observer: &dyn Observer) {
+    fn count_clean(&self, card: u64, out: &mut Checked<Error>, observer: &dyn Observer) {
         if card > 0 {
             out.counts.keys += 1;
             out.counts.members += card;
@@ -427,7 +348,7 @@ impl Sweep {
         keys: &[&[u8]],
         reads: Vec<KeyStatus>,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         let (sets, stale): (Vec<&[u8]>, Vec<u64>) = keys
             .iter()

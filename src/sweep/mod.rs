@@ -1,15 +1,13 @@
 //! One sweep at run time: its settings, event encoder and eviction script, and the check of a
 //! batch of its keys on one primary.
 //!
-//! - this module: [`Sweep`], what every check of it shares, and what checks report to;
+//! - this module: [`Sweep`], what every check of it shares;
 //! - `check`: one batch of keys, read, evicted and announced: the one evictor every source of
-//!   work (a full pass, a deadline, reconciliation) goes through, as named steps;
-//! - `plan`: the check's pure steps (what each read says, how zombies split into calls);
+//!   work (a full pass, a deadline, reconciliation) goes through, as named steps, its pure ones
+//!   the rules' (`plan`, `sizing`, `units`, `ahead`, `storm`);
 //! - `apply`: the evict step (transactions, the bounded script, counting and announcing);
 //! - `announce`: the events of what was removed, and publishing them;
-//! - `streamed`: the evict step of a sweep with a stream (the stream script's calls);
-//! - `sizing`: how big calls may be, from the length of the ids met;
-//! - `units`: whether the scores read fit the sweep's `score_unit`.
+//! - `streamed`: the evict step of a sweep with a stream (the stream script's calls).
 //!
 //! The daemon publishes the events from the eviction's reply instead of a script publishing
 //! them. Why: ids that are not valid UTF-8 cannot be encoded as JSON in Lua (cjson passes the
@@ -21,34 +19,27 @@
 //! them. Redis pub/sub is at-most-once to subscribers anyway, and every event carries the
 //! roster, so consumers already resynchronise from the next one.
 
-mod ahead;
 mod announce;
 mod apply;
 mod check;
-mod plan;
-mod sizing;
-pub(crate) mod storm;
 mod streamed;
-pub(crate) mod units;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use tokio::time::Instant;
+use presence_sweeper_config::{Config, EventsConfig, EvictConfig, SweepConfig};
+use presence_sweeper_redis::evict::EvictScript;
+use presence_sweeper_redis::evict::preflight;
+use presence_sweeper_redis::evict::stream::StreamScript;
+use presence_sweeper_redis::{Error, Node, Store};
+use presence_sweeper_rules::ahead::AheadWatch;
+use presence_sweeper_rules::event::EventEncoder;
+use presence_sweeper_rules::sizing::Sizing;
+use presence_sweeper_rules::storm::{GuardReport, StormGuard, Unreported};
+use presence_sweeper_rules::units::{UnitAlarm, UnitWatch};
 
-use crate::Error;
-use crate::config::{Config, EventsConfig, EvictConfig, SweepConfig};
-use crate::events::EventEncoder;
-use crate::evict::EvictScript;
-use crate::evict::preflight;
-use crate::evict::stream::StreamScript;
-use crate::store::{Node, Store};
-use crate::sweep::storm::{GuardMetrics, StormGuard};
-use crate::sweep::units::{UnitAlarm, UnitWatch};
-
-pub(crate) use check::{CheckCtx, CheckOpts, Checked, Purpose};
-pub(crate) use plan::KeyState;
+pub(crate) use check::CheckCtx;
 
 /// How long a node's successful preflight stands: ACLs rarely change, and a failed check forgets
 /// it at once.
@@ -72,11 +63,11 @@ pub struct Sweep {
     /// Whether its scores fit its `score_unit`; evicts nothing while they do not.
     units: UnitWatch,
     /// Scores ahead of Redis's clock: reported, never a reason to evict.
-    ahead: ahead::AheadWatch,
+    ahead: AheadWatch,
     /// Whether a refused `PTTL` was said in the log already.
     pttl_said: std::sync::atomic::AtomicBool,
     /// How big its calls may be, from its ids' length.
-    sizing: sizing::Sizing,
+    sizing: Sizing,
     /// When each node (by its id) last passed its preflight.
     preflights: Mutex<HashMap<String, Instant>>,
 }
@@ -95,7 +86,7 @@ impl Sweep {
             &settings.evict,
             &settings.events,
             settings.redis.sharded_pubsub,
-            GuardMetrics::detached(),
+            Arc::new(Unreported),
             UnitAlarm::detached(),
         )
     }
@@ -107,11 +98,11 @@ impl Sweep {
         evict: &EvictConfig,
         events: &EventsConfig,
         sharded_pubsub: bool,
-        guard: GuardMetrics,
+        guard: Arc<dyn GuardReport>,
         units: UnitAlarm,
     ) -> Self {
         Self {
-            ahead: ahead::AheadWatch::new(&config.name),
+            ahead: AheadWatch::new(&config.name),
             pttl_said: std::sync::atomic::AtomicBool::new(false),
             units: UnitWatch::new(
                 &config.name,
@@ -125,7 +116,7 @@ impl Sweep {
                 events.max_bytes,
                 config.stream.is_some(),
             ),
-            sizing: sizing::Sizing::new(events.max_bytes),
+            sizing: Sizing::new(events.max_bytes),
             guard: StormGuard::new(&config.storm_guard, &config.name, config.ttl, guard),
             config: config.clone(),
             script: EvictScript::new(),
@@ -161,7 +152,7 @@ impl Sweep {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&id)
-            .is_some_and(|at| at.elapsed() < PREFLIGHT_VALID);
+            .is_some_and(|at| crate::time::now().saturating_duration_since(*at) < PREFLIGHT_VALID);
         if fresh {
             return Ok(());
         }
@@ -211,7 +202,7 @@ impl Sweep {
         self.preflights
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, Instant::now());
+            .insert(id, crate::time::now());
         Ok(())
     }
 
@@ -222,78 +213,5 @@ impl Sweep {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&node.id().to_string());
-    }
-}
-
-/// Per-key and per-member observations of checks, for metrics and liveness. Ids never reach it.
-pub trait Observer: Send + Sync {
-    /// A key was checked; `cardinality` members remain in it.
-    fn key_checked(&self, cardinality: u64) {
-        let _ = cardinality;
-    }
-    /// Work moved on (a SCAN page or a reply came back); feeds liveness.
-    fn progress(&self) {}
-    /// A member was evicted `lag_seconds` after its window closed (infinite for a score before
-    /// 1970, `-inf`, or a lag over a day: a score written by hand; see `announce::MAX_LAG`).
-    fn member_evicted(&self, lag_seconds: f64) {
-        let _ = lag_seconds;
-    }
-    /// The ACL refused a read the checks can do without (`PTTL`).
-    fn read_refused(&self) {}
-    /// Keys were read whose scores lay ahead of Redis's clock (see `ahead`).
-    fn scores_ahead(&self, keys: u64) {
-        let _ = keys;
-    }
-    /// Events were published.
-    fn published(&self, events: u64) {
-        let _ = events;
-    }
-    /// Members were removed whose events were not published (never sent, or refused).
-    fn events_failed(&self, events: u64) {
-        let _ = events;
-    }
-    /// Members were removed whose events were sent but not confirmed: Redis may or may not
-    /// have published them.
-    fn events_unconfirmed(&self, events: u64) {
-        let _ = events;
-    }
-    /// Eviction calls of a sweep without a stream got no reply (none within
-    /// `redis.eviction_timeout`, or the connection dropped): what they removed, if anything,
-    /// was not announced.
-    fn evictions_unanswered(&self, calls: u64) {
-        let _ = calls;
-    }
-}
-
-/// An observer that ignores everything.
-pub struct NoObserver;
-impl Observer for NoObserver {}
-
-/// What checks did, summed.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Counts {
-    /// Sorted sets checked (keys that vanished or changed type are not counted).
-    pub keys: u64,
-    /// Members left in them.
-    pub members: u64,
-    /// Members removed (on a dry run: that would have been).
-    pub evicted: u64,
-    /// Events published.
-    pub events_published: u64,
-    /// Members removed whose events were not published (never sent, or refused).
-    pub events_failed: u64,
-    /// Members removed whose events were sent but not confirmed (the reply was lost).
-    pub events_unconfirmed: u64,
-}
-
-impl Counts {
-    /// Adds `other` to these counts.
-    pub(crate) fn add(&mut self, other: &Counts) {
-        self.keys += other.keys;
-        self.members += other.members;
-        self.evicted += other.evicted;
-        self.events_published += other.events_published;
-        self.events_failed += other.events_failed;
-        self.events_unconfirmed += other.events_unconfirmed;
     }
 }

@@ -1,15 +1,16 @@
 //! The evict step of a sweep with a stream: every stale key goes through the stream script,
 //! which removes, appends and publishes in one atomic step; here its reply is counted.
 
+use presence_sweeper_config::StreamConfig;
+use presence_sweeper_redis::evict::stream::{StreamKey, StreamKeyReply, StreamParams, Streamed};
+use presence_sweeper_redis::{Error, Node, refusal_reason};
+use presence_sweeper_rules::check::{CheckOpts, Checked};
+use presence_sweeper_rules::event::conversation_field;
+use presence_sweeper_rules::plan::KeyState;
+
 use super::Sweep;
 use super::apply::slot_groups;
-use super::check::{CheckCtx, CheckOpts, Checked};
-use crate::Error;
-use crate::config::StreamConfig;
-use crate::error::refusal_reason;
-use crate::events::conversation_field;
-use crate::evict::stream::{StreamKey, StreamKeyReply, StreamParams, Streamed};
-use crate::store::Node;
+use super::check::CheckCtx;
 
 /// About the most bytes of ids one call of the stream script encodes.
 const STREAM_CALL_BYTES: usize = 128 << 10;
@@ -31,7 +32,7 @@ impl Sweep {
         first: usize,
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         let most = self.stream_budget();
         let runs = groups
@@ -60,7 +61,7 @@ impl Sweep {
         budget: usize,
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         let stream = self.config.stream.as_ref().expect("a sweep with a stream");
         let most = self.stream_budget();
@@ -97,7 +98,7 @@ impl Sweep {
                         continue;
                     }
                     StreamKeyReply::WrongType => {
-                        out.states[i] = super::plan::KeyState::Gone;
+                        out.states[i] = KeyState::Gone;
                         continue;
                     }
                 };
@@ -146,7 +147,7 @@ impl Sweep {
         s: &Streamed,
         now: f64,
         ctx: CheckCtx<'_>,
-        out: &mut Checked,
+        out: &mut Checked<Error>,
     ) {
         if !s.more || s.refused.is_some() {
             out.counts.keys += 1;

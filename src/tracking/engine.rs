@@ -14,18 +14,21 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{
+use crate::sweep::Sweep;
+use crate::tracking::lease::Lease;
+use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
+use crate::tracking::report::Reports;
+use crate::tracking::schedule::{CronClock, CronJob, Ticker, TickerError};
+use presence_sweeper_config::{
     Config, CoordinationConfig, EventsConfig, EvictConfig, NotificationMode, SweepConfig,
 };
-use crate::store::{NodeId, Store};
-use crate::sweep::Sweep;
-use crate::tracking::index::Capacity;
-use crate::tracking::lease::Lease;
-use crate::tracking::pause::PauseWatch;
-use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
-use crate::tracking::report::{Beat, Reports, SweepReport, Totals};
-use crate::tracking::schedule::{CronClock, CronJob, Ticker, TickerError, after};
-use crate::tracking::summary::Summary;
+use presence_sweeper_redis::Store;
+use presence_sweeper_rules::clock::after;
+use presence_sweeper_rules::index::Capacity;
+use presence_sweeper_rules::node::NodeId;
+use presence_sweeper_rules::pause::PauseWatch;
+use presence_sweeper_rules::report::{Beat, SweepReport, Totals};
+use presence_sweeper_rules::summary::Summary;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
 /// resharding); sooner when a primary's work fails, but at most once per [`TOPOLOGY_AFTER`].
@@ -104,7 +107,7 @@ pub(crate) struct Engine {
     suspect: Arc<tokio::sync::Notify>,
     /// Pauses of the daemon itself, for every primary's loop.
     pauses: Arc<PauseWatch>,
-    last_topology: tokio::time::Instant,
+    last_topology: std::time::Instant,
     /// The first topology was read: a primary found later took over keys (a failover, a
     /// replica's takeover, slots moved to it).
     topology_known: bool,
@@ -138,7 +141,7 @@ impl Engine {
         let pauses = Arc::new(PauseWatch::default());
         tokio::spawn({
             let (pauses, cancel) = (pauses.clone(), cancel.clone());
-            async move { pauses.run(cancel).await }
+            async move { crate::tracking::pause::run(&pauses, cancel).await }
         });
         Self {
             pauses,
@@ -156,10 +159,10 @@ impl Engine {
             outbox,
             topology,
             suspect: Arc::default(),
-            last_topology: tokio::time::Instant::now(),
+            last_topology: crate::time::now(),
             topology_known: false,
             turn,
-            summary: Summary::new(tokio::time::Instant::now()),
+            summary: Summary::new(crate::time::now()),
         }
     }
 
@@ -277,7 +280,7 @@ impl Engine {
             _ = self.topology.tick() => Next::Topology,
             () = async {
                 self.suspect.notified().await;
-                tokio::time::sleep_until(soon).await;
+                crate::time::sleep_until(soon).await;
             } => Next::Topology,
             _ = self.turn.tick() => Next::Turn,
         };
@@ -316,7 +319,7 @@ impl Engine {
             entry.job.report.interval(interval);
         }
         self.retiring.retain(|task| !task.is_finished());
-        let now = tokio::time::Instant::now();
+        let now = crate::time::now();
         self.bursts(now);
         if let Some(covered) = self.summary.due(now) {
             self.summarize(covered);
@@ -324,7 +327,7 @@ impl Engine {
     }
 
     /// An info line as soon as a sweep evicts a large burst (counts only: never an id).
-    fn bursts(&mut self, now: tokio::time::Instant) {
+    fn bursts(&mut self, now: std::time::Instant) {
         for (name, entry) in &self.sweeps {
             let evicted = entry.job.report.totals().evicted;
             if let Some((burst, over)) = self.summary.burst(name, evicted, now) {
@@ -394,7 +397,7 @@ impl Engine {
     /// Starts a loop for every primary of the topology now, and stops those of servers that
     /// are no longer primaries.
     async fn refresh_topology(&mut self) {
-        self.last_topology = tokio::time::Instant::now();
+        self.last_topology = crate::time::now();
         let nodes = match self.store.nodes().await {
             Ok(nodes) => nodes,
             Err(e) => {
@@ -411,7 +414,7 @@ impl Engine {
             .collect();
         // Primaries that left while not answering failed over: the apps could not write to
         // their keys since then, and the loops that take those keys over never saw it.
-        let now = tokio::time::Instant::now();
+        let now = crate::time::now();
         let inherited_outage = gone
             .iter()
             .filter_map(|id| self.primaries[id].shared.last_answer.stalled_since(now))
@@ -433,7 +436,6 @@ impl Engine {
             let stop = self.cancel.child_token();
             let shared = Arc::new(Shared {
                 subscribed: AtomicBool::new(false),
-                suspect: self.suspect.clone(),
                 last_answer: LastAnswer::default(),
                 pauses: self.pauses.clone(),
             });
@@ -445,6 +447,7 @@ impl Engine {
                 settings: self.settings.clone(),
                 capacity: self.capacity.clone(),
                 shared: shared.clone(),
+                suspect: self.suspect.clone(),
                 inherited_outage,
                 takes_over: self.topology_known,
             };
@@ -545,7 +548,7 @@ struct ScheduleLoop {
 /// releases the lease so a standby can take over at once.
 async fn run_schedule(mut c: ScheduleLoop) {
     let mut alive = tokio::time::interval(c.alive_every);
-    let mut next_lease_attempt = c.lease.as_ref().map(|_| tokio::time::Instant::now());
+    let mut next_lease_attempt = c.lease.as_ref().map(|_| crate::time::now());
     let mut held = false;
     loop {
         tokio::select! {
@@ -553,7 +556,7 @@ async fn run_schedule(mut c: ScheduleLoop) {
             () = c.ticker.tick() => {
                 let _ = c.outbox.send(Msg::Tick(c.name.clone())).await;
             }
-            () = async { tokio::time::sleep_until(next_lease_attempt.expect("guarded")).await },
+            () = async { crate::time::sleep_until(next_lease_attempt.expect("guarded")).await },
                 if next_lease_attempt.is_some() => {
                 let (lease, report) = c.lease.as_ref().expect("guarded");
                 if let Err(e) = lease.try_hold(&mut c.store.connection()).await {
@@ -564,7 +567,7 @@ async fn run_schedule(mut c: ScheduleLoop) {
                     held = lease.held();
                     let _ = c.outbox.send(Msg::Lease(c.name.clone(), held)).await;
                 }
-                next_lease_attempt = Some(after(tokio::time::Instant::now(), lease.attempt_every()));
+                next_lease_attempt = Some(after(crate::time::now(), lease.attempt_every()));
             }
             _ = alive.tick() => {}
         }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 
-use crate::Error;
+use presence_sweeper_redis::Error;
 
 /// Renews the lease if `ARGV[1]` still holds it.
 const RENEW: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \

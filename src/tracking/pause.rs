@@ -1,137 +1,31 @@
-//! Pauses of the daemon itself, seen however busy its loops are: a task whose timer should fire
-//! every [`TICK`] and, when it fires far later, was not run meanwhile. The whole process was
-//! then stopped or starved (a SIGSTOP, a frozen VM, a throttled container, a runtime kept busy
-//! by work that did not yield): Redis and the apps went on without it, so that time is neither
-//! Redis's silence nor a reason for a credit. A loop's own timer cannot tell: a busy loop never
-//! waits for it, and finds an event ready at once after the pause.
+//! The timer of the daemon's pause watch (the rules' [`PauseWatch`]): it should fire every
+//! [`TICK`]; when it fires far later, the whole process was stopped or starved meanwhile.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use tokio::time::Instant;
+use presence_sweeper_rules::pause::{PauseWatch, TICK};
 use tokio_util::sync::CancellationToken;
 
-/// How often the watch's timer fires.
-const TICK: Duration = Duration::from_millis(100);
-/// A timer this much later than asked: the daemon did not run. Well under liveness's `STALL`
-/// (1.5 s), so that a pause is known for one before its gap could read as an outage.
-pub(crate) const PAUSED_AFTER: Duration = Duration::from_millis(500);
+use crate::time::now;
 
-/// The pauses seen so far.
-#[derive(Debug, Default)]
-pub(crate) struct PauseWatch {
-    /// How many pauses were seen.
-    count: AtomicU64,
-    /// Their total length, when the last one ended, and when the process was last seen
-    /// running (by the watch's timer or by a reader).
-    state: Mutex<State>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    total: Duration,
-    ended: Option<Instant>,
-    alive: Option<Instant>,
-}
-
-/// What a reader of the watch has taken in so far.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Seen {
-    count: u64,
-    total: Duration,
-}
-
-impl PauseWatch {
-    /// Watches until `cancel` fires.
-    pub(crate) async fn run(&self, cancel: CancellationToken) {
-        self.alive(Instant::now());
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(TICK) => {}
-            }
-            self.alive(Instant::now());
+/// Keeps `watch`'s timer running until `cancel` fires.
+pub(crate) async fn run(watch: &PauseWatch, cancel: CancellationToken) {
+    watch.alive(now());
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(TICK) => {}
         }
-    }
-
-    /// The process runs at `now`: if it was last seen running far longer than a tick ago, it
-    /// was paused meanwhile. The watch's timer says so; so does a loop that turns before the
-    /// timer (the runtime hands out what waited on sockets first after a resume).
-    fn alive(&self, now: Instant) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let gap = state
-            .alive
-            .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
-        state.alive = Some(now);
-        if gap > TICK + PAUSED_AFTER {
-            Self::add(&mut state, now, gap.saturating_sub(TICK));
-            self.count.fetch_add(1, Ordering::Release);
-        }
-    }
-
-    fn add(state: &mut State, now: Instant, pause: Duration) {
-        state.total = state.total.saturating_add(pause);
-        state.ended = Some(now);
-    }
-
-    /// The daemon did not run for `pause`, until `now`.
-    #[cfg(test)]
-    pub(crate) fn record(&self, now: Instant, pause: Duration) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        Self::add(&mut state, now, pause);
-        self.count.fetch_add(1, Ordering::Release);
-    }
-
-    /// The pauses since `seen`, summed, and when the last ended; `seen` takes them in. At
-    /// `now`, a watch whose timer is overdue is a pause ending now, whether or not the timer
-    /// fired yet. Cheap when there was none (every turn of every loop asks).
-    pub(crate) fn since(&self, seen: &mut Seen, now: Instant) -> Option<(Instant, Duration)> {
-        self.alive(now);
-        if self.count.load(Ordering::Acquire) == seen.count {
-            return None;
-        }
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let pause = state.total.saturating_sub(seen.total);
-        *seen = Seen {
-            count: self.count.load(Ordering::Acquire),
-            total: state.total,
-        };
-        Some((state.ended?, pause))
+        watch.alive(now());
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_timer_fired_late_is_a_pause_and_each_reader_sees_it_once() {
-        let watch = std::sync::Arc::new(PauseWatch::default());
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (watch, cancel) = (watch.clone(), cancel.clone());
-            async move { watch.run(cancel).await }
-        });
-        let (mut a, mut b) = (Seen::default(), Seen::default());
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(
-            watch.since(&mut a, Instant::now()),
-            None,
-            "on time: no pause"
-        );
-        watch.record(Instant::now(), Duration::from_secs(3));
-        watch.record(Instant::now(), Duration::from_secs(1));
-        let (_, pause) = watch.since(&mut a, Instant::now()).expect("seen");
-        assert_eq!(pause, Duration::from_secs(4), "summed");
-        assert_eq!(watch.since(&mut a, Instant::now()), None, "once");
-        assert_eq!(
-            watch.since(&mut b, Instant::now()).map(|p| p.1),
-            Some(Duration::from_secs(4))
-        );
-        cancel.cancel();
-        task.await.unwrap();
-    }
+    use presence_sweeper_rules::pause::Seen;
+
+    use super::*;
 
     #[test]
     fn a_stopped_process_is_seen_by_its_timer() {
@@ -140,13 +34,13 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let watch = std::sync::Arc::new(PauseWatch::default());
+        let watch = Arc::new(PauseWatch::default());
         let mut seen = Seen::default();
         rt.block_on(async {
             let cancel = CancellationToken::new();
             let task = tokio::spawn({
                 let (watch, cancel) = (watch.clone(), cancel.clone());
-                async move { watch.run(cancel).await }
+                async move { run(&watch, cancel).await }
             });
             tokio::time::sleep(Duration::from_millis(50)).await;
             // Blocking the runtime is the point: it stands for a stopped process.
@@ -155,25 +49,9 @@ mod tests {
             cancel.cancel();
             task.await.unwrap();
         });
-        let (_, pause) = watch.since(&mut seen, Instant::now()).expect("a pause");
+        let (_, pause) = rt
+            .block_on(async { watch.since(&mut seen, now()) })
+            .expect("a pause");
         assert!(pause >= Duration::from_millis(500), "{pause:?}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_loop_turning_before_the_overdue_timer_sees_the_pause_once() {
-        let watch = PauseWatch::default();
-        let t0 = Instant::now();
-        watch.alive(t0);
-        let mut seen = Seen::default();
-        // Resumed after 3 s: a loop turns first, the watch's timer fires after it.
-        let resumed = t0 + Duration::from_secs(3);
-        let (ended, pause) = watch.since(&mut seen, resumed).expect("a pause");
-        assert_eq!((ended, pause), (resumed, Duration::from_millis(2900)));
-        watch.alive(resumed + Duration::from_millis(1));
-        assert_eq!(
-            watch.since(&mut seen, resumed + Duration::from_millis(2)),
-            None,
-            "once"
-        );
     }
 }

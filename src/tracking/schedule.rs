@@ -5,25 +5,13 @@
 //! `src/job/mod.rs`), which cannot drive a 250 ms or 1 s sweep. Cron expressions, whose finest
 //! unit is a second, go through tokio-cron-scheduler.
 
-use std::time::Duration;
-
 use tokio::sync::mpsc;
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio::time::{Interval, MissedTickBehavior};
 use tokio_cron_scheduler::{Job, JobScheduler, JobSchedulerError};
 use uuid::Uuid;
 
-use crate::config::Schedule;
-
-/// How far off [`after`] puts a time that cannot be added: tokio's own timers do the same with
-/// a timeout too long to add.
-const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
-
-/// `at + d`, or a time that never comes where that would overflow. Configured durations are
-/// bounded (`config::MAX_INTERVAL` and the like), but an instant computed from one must not
-/// panic whatever it holds.
-pub(crate) fn after(at: Instant, d: Duration) -> Instant {
-    at.checked_add(d).unwrap_or_else(|| at + FAR_FUTURE)
-}
+use presence_sweeper_config::Schedule;
+use presence_sweeper_rules::clock::after;
 
 /// Why a sweep's ticker could not start: the cron scheduler failed.
 #[derive(Debug, thiserror::Error)]
@@ -98,8 +86,8 @@ impl Ticker {
     ) -> Result<Self, TickerError> {
         match schedule {
             Schedule::Every(period) => {
-                let first = after(Instant::now(), *period);
-                let mut interval = tokio::time::interval_at(first, *period);
+                let first = after(crate::time::now(), *period);
+                let mut interval = tokio::time::interval_at(first.into(), *period);
                 interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
                 Ok(Self::Every(interval))
             }
@@ -146,16 +134,12 @@ impl Ticker {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test(start_paused = true)]
     async fn an_instant_too_far_off_is_far_off_not_a_panic() {
-        let now = Instant::now();
-        assert_eq!(
-            after(now, Duration::from_secs(5)),
-            now + Duration::from_secs(5)
-        );
-        assert_eq!(after(now, Duration::MAX), now + FAR_FUTURE);
         let mut cron = CronClock::default();
         let never = Duration::from_secs(9_999_999_999_999_999_999);
         let mut t = Ticker::start(&Schedule::Every(never), &mut cron)
@@ -171,13 +155,13 @@ mod tests {
         let mut t = Ticker::start(&Schedule::Every(Duration::from_secs(1)), &mut cron)
             .await
             .unwrap();
-        let start = tokio::time::Instant::now();
+        let start = crate::time::now();
         t.tick().await;
-        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        assert_eq!(crate::time::now() - start, Duration::from_secs(1));
         // A pass that took 3.5 periods: the missed ticks are not delivered in a burst.
         tokio::time::advance(Duration::from_millis(3500)).await;
         t.tick().await;
         t.tick().await;
-        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        assert_eq!(crate::time::now() - start, Duration::from_secs(5));
     }
 }

@@ -88,7 +88,7 @@ fn setup(extra: &str) -> Setup {
             "--redis-url",
             &proxy.url(),
             "--log-level",
-            "info,presence_sweeper::store::wire=debug",
+            "info,presence_sweeper_redis::wire=debug",
         ],
         &[],
     );

@@ -16,10 +16,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use presence_sweeper::Store;
-use presence_sweeper::config::{Config, Sources};
+use presence_sweeper::Sweep;
 use presence_sweeper::pass::{Pass, PassError, PassOptions, PassReport};
-use presence_sweeper::{NoObserver, Sweep};
+use presence_sweeper_config::{Config, Sources};
+use presence_sweeper_redis::Store;
+use presence_sweeper_rules::report::NoObserver;
 use tokio_util::sync::CancellationToken;
 
 /// Polls `f` until it holds; fails the test, naming `what`, after `timeout`.
@@ -556,9 +557,21 @@ pub fn binary_path() -> &'static str {
     env!("CARGO_BIN_EXE_presence-sweeper")
 }
 
-/// Path of the built tools binary (`seed`, `simulate`).
+/// Path of the built tools binary (`seed`, `simulate`). It is another package's binary, which
+/// cargo builds for its own tests only: it is built here, once per test run, with the profile
+/// of these tests (at once when `cargo build` already did).
 pub fn tools_path() -> &'static str {
-    env!("CARGO_BIN_EXE_presence-sweeper-tools")
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let built = escargot::CargoBuild::new()
+            .package("presence-sweeper-tools")
+            .bin("presence-sweeper-tools")
+            .current_release()
+            .arg("--locked")
+            .run()
+            .unwrap_or_else(|e| panic!("building presence-sweeper-tools failed: {e}"));
+        built.path().to_string_lossy().into_owned()
+    })
 }
 
 impl Binary {
@@ -867,6 +880,11 @@ impl InProcessDaemon {
             }),
             notifier: Arc::new(presence_sweeper::serve::systemd::Notifier::disabled()),
             logs: Default::default(),
+            build: presence_sweeper::serve::BuildInfo {
+                version: presence_sweeper_cli::version::VERSION,
+                revision: presence_sweeper_cli::version::REVISION,
+                rustc: presence_sweeper_cli::version::rustc_release(),
+            },
         };
         let task = tokio::spawn(daemon.run(cancel.clone()));
         Self {

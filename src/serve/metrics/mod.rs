@@ -16,15 +16,43 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
-use crate::config::SweepConfig;
-use crate::error::Trouble;
+use presence_sweeper_config::SweepConfig;
+use presence_sweeper_rules::node::NodeId;
+use presence_sweeper_rules::report::{NodeFigures, Observer, Totals};
+use presence_sweeper_rules::storm::GuardReport;
+use presence_sweeper_rules::trouble::Trouble;
+
 use crate::serve::logging::LogStats;
-use crate::store::NodeId;
-use crate::sweep::Observer;
-use crate::sweep::storm::GuardMetrics;
-use crate::tracking::report::{NodeFigures, Totals};
 
 const NAMESPACE: &str = "presence_sweeper";
+
+/// What this binary was built from, for `build_info`: its binary knows (the build script is
+/// the command line's).
+#[derive(Debug, Clone, Copy)]
+pub struct BuildInfo {
+    /// The version, e.g. `0.1.0`.
+    pub version: &'static str,
+    /// The git revision it was built from, or `unknown`.
+    pub revision: &'static str,
+    /// The compiler's version number, e.g. `1.95.0`.
+    pub rustc: &'static str,
+}
+
+/// The storm guard's series of one sweep: 1 while it holds, and the holds it started.
+#[derive(Debug, Clone)]
+pub(crate) struct GuardMetrics {
+    holding: prometheus::IntGauge,
+    holds: prometheus::IntCounter,
+}
+
+impl GuardReport for GuardMetrics {
+    fn holding(&self, holding: bool) {
+        self.holding.set(i64::from(holding));
+    }
+    fn hold_started(&self) {
+        self.holds.inc();
+    }
+}
 
 /// The logger's counts, read at each scrape.
 struct LogCollector {
@@ -115,7 +143,7 @@ impl Metrics {
         clippy::too_many_lines,
         reason = "registration of every metric, one after the other: one list to read"
     )]
-    pub fn new() -> Self {
+    pub fn new(build: BuildInfo) -> Self {
         let registry = Registry::new();
         let by_sweep = &["sweep"];
         let counter = |name: &str, help: &str| {
@@ -332,11 +360,7 @@ impl Metrics {
         )
         .expect("valid metric");
         build_info
-            .with_label_values(&[
-                crate::version::VERSION,
-                crate::version::REVISION,
-                crate::version::rustc_release(),
-            ])
+            .with_label_values(&[build.version, build.revision, build.rustc])
             .set(1);
         let collectors: Vec<Box<dyn Collector>> = vec![
             Box::new(m.sweeps.clone()),
@@ -604,12 +628,6 @@ impl Metrics {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, help).namespace(NAMESPACE)
 }
@@ -653,8 +671,8 @@ pub struct SweepMetrics {
 
 impl SweepMetrics {
     /// The storm guard's series.
-    pub(crate) fn guard(&self) -> GuardMetrics {
-        self.guard.clone()
+    pub(crate) fn guard(&self) -> Arc<dyn GuardReport> {
+        Arc::new(self.guard.clone())
     }
 
     /// 1 while the sweep's `score_unit` looks wrong.

@@ -28,49 +28,40 @@
 //! instant by the reply's travel, so a cutoff computed from it is never ahead of Redis.
 
 mod canary;
-mod coordinator;
-mod deadlines;
-mod liveness;
-mod liveness_io;
-mod notifications;
+mod io;
 mod notifications_io;
 mod ops;
-mod sweeps;
-#[cfg(test)]
-mod testing;
-mod tracked;
-mod walks;
+mod standing_io;
 mod walks_io;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
-use futures_util::stream::FuturesUnordered;
+use futures_util::stream::{BoxStream, FuturesUnordered};
+use presence_sweeper_config::{EvictConfig, NotificationMode, ScanConfig, TrackingConfig};
+use presence_sweeper_redis::{Error, Node, Store};
+use presence_sweeper_rules::check::Checked;
+use presence_sweeper_rules::index::{Capacity, Ticket};
+use presence_sweeper_rules::keyspace::Notice;
+use presence_sweeper_rules::primary::Job as _;
+use presence_sweeper_rules::primary::coordinator::{Action, Coordinator, Setup, Turn};
+use presence_sweeper_rules::primary::deadlines::{self, Batching};
+use presence_sweeper_rules::primary::notifications::{Outcome, Polled};
+use presence_sweeper_rules::primary::sweeps::Sweeps;
+use presence_sweeper_rules::primary::tracked::{Tick, WalkEnd, WalkWork};
+use presence_sweeper_rules::primary::walks::{Start, Walk, WalkKind};
+use presence_sweeper_rules::report::{Beat, NodeReport};
+use presence_sweeper_rules::scan::Page;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
-use crate::config::{EvictConfig, NotificationMode, ScanConfig, TrackingConfig};
-use crate::store::scan::Page;
-use crate::store::{Node, Store};
-use crate::sweep::Checked;
-use crate::tracking::index::{Capacity, Ticket};
-use crate::tracking::keyspace::{Notice, Subscription};
-use crate::tracking::report::{Beat, NodeReport};
+pub(crate) use io::{Job, Redis};
+pub(crate) use presence_sweeper_rules::primary::coordinator::{LastAnswer, Shared};
 
-pub(crate) use coordinator::{LastAnswer, Shared};
-pub(crate) use tracked::Job;
-
-use coordinator::{Action, Coordinator, Setup, Turn};
-use deadlines::Batching;
-use notifications::{Outcome, Polled};
+use crate::time::now;
 use ops::{Done, Ops, Walked};
-use sweeps::Sweeps;
-use tracked::{Tick, WalkEnd, WalkWork};
-use walks::{Start, Walk, WalkKind};
 
 /// Notices taken at once when they have already arrived.
 const NOTICE_BATCH: usize = 256;
@@ -110,6 +101,9 @@ pub(crate) struct Primary {
     pub(crate) beat: Arc<dyn Beat>,
     /// What the engine learns from this loop.
     pub(crate) shared: Arc<Shared>,
+    /// Told when work fails here: the topology may have changed (a failover). One for every
+    /// primary: the engine looks at the topology once for all.
+    pub(crate) suspect: Arc<tokio::sync::Notify>,
     /// This loop replaces primaries that stopped answering at this instant (Redis's clock): a
     /// failover. Its first answer ends that outage, and the credit follows.
     pub(crate) inherited_outage: Option<f64>,
@@ -123,7 +117,7 @@ impl Primary {
     /// Runs until `cancel` fires, then lets the checks in flight finish (their events are
     /// published) and returns.
     pub(crate) async fn run(self, commands: mpsc::Receiver<Command>, cancel: CancellationToken) {
-        let now = Instant::now();
+        let now = now();
         let id = self.node.id().clone();
         let mode = self.settings.tracking.notifications;
         let setup = Setup {
@@ -151,6 +145,8 @@ impl Primary {
             commands,
             in_flight: FuturesUnordered::new(),
             walk: None,
+            pages: None,
+            suspect: self.suspect,
             canary_key: None,
         };
         run.main().await;
@@ -167,21 +163,24 @@ enum Event {
     Done(Done),
     Page(Option<Result<Page, Error>>),
     Notice(Option<Notice>),
-    Subscription(Outcome<Subscription>),
+    Subscription(Outcome<Redis>),
     Timer,
     Cancelled,
 }
 
 /// The loop: it selects events and applies what its parts decide.
 struct Run {
-    coord: Coordinator<Subscription>,
-    sweeps: Sweeps,
+    coord: Coordinator<Redis>,
+    sweeps: Sweeps<Redis>,
     batching: Batching,
     ops: Ops,
     beat: Arc<dyn Beat>,
     commands: mpsc::Receiver<Command>,
     in_flight: FuturesUnordered<BoxFuture<'static, Done>>,
-    walk: Option<Walk>,
+    walk: Option<Walk<Error>>,
+    /// The SCAN pages of the walk in flight.
+    pages: Option<BoxStream<'static, Result<Page, Error>>>,
+    suspect: Arc<tokio::sync::Notify>,
     /// The canary's key here, once known (see [`canary`]).
     canary_key: Option<Vec<u8>>,
 }
@@ -192,7 +191,7 @@ impl Run {
             self.start_work();
             self.beat.alive();
             let event = self.next_event().await;
-            let now = Instant::now();
+            let now = now();
             self.coord.on_turn(now);
             match event {
                 Event::Cancelled | Event::Command(None) => return,
@@ -214,7 +213,7 @@ impl Run {
 
     /// Waits for whatever comes first.
     async fn next_event(&mut self) -> Event {
-        let now = Instant::now();
+        let now = now();
         let room = self.batching.room(self.in_flight.len());
         let due = self.sweeps.next_due().filter(|_| room);
         let walk = self.walk.as_ref().map(|w| w.paced_until(now));
@@ -229,7 +228,7 @@ impl Run {
         let Run {
             commands,
             in_flight,
-            walk,
+            pages,
             coord,
             ops,
             ..
@@ -247,14 +246,14 @@ impl Run {
             c = commands.recv() => Event::Command(c),
             Some(done) = in_flight.next(), if !in_flight.is_empty() => Event::Done(done),
             e = subscription => e,
-            p = async { walk.as_mut().expect("guarded").pages.next().await }, if walk_wants_page => Event::Page(p),
-            () = tokio::time::sleep_until(wake) => Event::Timer,
+            p = async { pages.as_mut().expect("guarded").next().await }, if walk_wants_page => Event::Page(p),
+            () = crate::time::sleep_until(wake) => Event::Timer,
         }
     }
 
     /// Starts whatever is due: what the coordinator asks, checks, the walk's work.
     fn start_work(&mut self) {
-        let now = Instant::now();
+        let now = now();
         let stopping = self.ops.cancel.is_cancelled();
         let turn = Turn {
             walking: self.walk.is_some(),
@@ -270,7 +269,7 @@ impl Run {
         self.dispatch_checks();
         self.dispatch_walk_work();
         if let Some(clock) = self.coord.clock() {
-            self.sweeps.holding(clock.now());
+            self.sweeps.holding(clock.at(now));
         }
     }
 
@@ -285,8 +284,9 @@ impl Run {
                 Action::Refresh(failure) => self.in_flight.push(self.ops.refresh(failure)),
                 Action::Walk(start) => self.start_walk(now, start),
                 Action::Unnoticed => self.sweeps.set_unnoticed(),
+                Action::Suspect => self.suspect.notify_one(),
                 Action::RecheckLatest => {
-                    let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
+                    let now_ms = self.coord.clock().map_or(0, |c| c.ms_at(now));
                     self.sweeps.recheck_latest(now_ms);
                 }
             }
@@ -325,8 +325,8 @@ impl Run {
         if self.ops.cancel.is_cancelled() {
             return;
         }
-        let now_ms = clock.now_ms();
-        let read_time = self.coord.wants_time();
+        let now_ms = clock.ms_at(now());
+        let read_time = self.coord.wants_time(now());
         let mut any = true;
         while any {
             any = false;
@@ -334,14 +334,14 @@ impl Run {
                 let t = self.sweeps.get_mut(i);
                 let ttl = t.job.sweep.config().ttl.as_secs_f64();
                 let room = self.batching.room(self.in_flight.len());
-                let Some(verdict) = self.coord.verdict(Instant::now(), ttl).filter(|_| room) else {
+                let Some(verdict) = self.coord.verdict(now(), ttl).filter(|_| room) else {
                     return;
                 };
                 let Some((tickets, keys)) = t.due_batch(now_ms, self.batching.batch) else {
                     continue;
                 };
                 any = true;
-                let (epoch, sent) = (t.epoch, Instant::now());
+                let (epoch, sent) = (t.epoch, now());
                 let check = self
                     .ops
                     .check(t, keys, deadlines::deadline_opts(verdict, read_time));
@@ -390,11 +390,11 @@ impl Run {
         (now, sent): (Instant, Instant),
         epoch: u64,
         tickets: Vec<Ticket>,
-        checked: Checked,
+        checked: Checked<Error>,
     ) {
         let failed = checked.error.is_some();
         self.coord.on_check(sent, now, checked.time, failed);
-        let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
+        let now_ms = self.coord.clock().map_or(0, |c| c.ms_at(now));
         let credit = |ttl: f64| self.coord.credit_until(ttl);
         let node = self.sweeps.node().clone();
         if let Some(t) = self.sweeps.by_epoch(epoch) {
@@ -426,7 +426,7 @@ impl Run {
     fn notices_waiting(&mut self) {
         use futures_util::FutureExt as _;
         for _ in 0..NOTICE_BATCH {
-            let now = Instant::now();
+            let now = now();
             let Polled::Active(sub) = self.coord.subscription() else {
                 return;
             };
@@ -445,7 +445,7 @@ impl Run {
     /// After cancellation: the checks in flight finish and their events are published.
     async fn drain(&mut self) {
         while let Some(done) = self.in_flight.next().await {
-            self.done(Instant::now(), done);
+            self.done(now(), done);
         }
         if let Some(walk) = self.walk.take() {
             for t in self.sweeps.iter() {
@@ -471,7 +471,8 @@ impl Run {
         self.beat.busy(true);
         let subscription = (self.coord.in_use(), self.coord.generation());
         let epochs = self.sweeps.epochs();
-        self.walk = Some(Walk::new(now, start, pages, epochs, rate, subscription));
+        self.walk = Some(Walk::new(now, start, epochs, rate, subscription));
+        self.pages = Some(pages);
         tracing::debug!(node = %self.sweeps.node(), kind = ?start.kind, "walk started");
     }
 
@@ -491,7 +492,7 @@ impl Run {
                 let epochs = walk.epochs.clone();
                 self.beat.progress();
                 self.coord.on_reply(None, now, Some(page.time));
-                let now_ms = self.coord.clock().map_or(0, |c| c.now_ms());
+                let now_ms = self.coord.clock().map_or(0, |c| c.ms_at(now));
                 self.sweeps
                     .route(&page, &epochs, kind, count_missed, now_ms);
             }
@@ -519,7 +520,7 @@ impl Run {
                 }
             }
         }
-        self.finish_walk_if_done(Instant::now());
+        self.finish_walk_if_done(now());
     }
 
     /// The next check or read of keys the walk queued for sweep `i`, if a batch is ready.
@@ -527,7 +528,7 @@ impl Run {
         let t = self.sweeps.get_mut(i);
         let ttl = t.job.sweep.config().ttl.as_secs_f64();
         // Nothing is evicted while liveness is in doubt: the keys wait for its verdict.
-        let verdict = self.coord.verdict(Instant::now(), ttl);
+        let verdict = self.coord.verdict(now(), ttl);
         let epoch = t.epoch;
         let job = t.job.clone();
         let pattern = &job.sweep.config().pattern;
@@ -567,6 +568,7 @@ impl Run {
             return;
         }
         let walk = self.walk.take().expect("checked above");
+        self.pages = None;
         self.beat.busy(false);
         let in_use = self.coord.in_use();
         let end = WalkEnd {
@@ -575,7 +577,7 @@ impl Run {
             all_noticed: walk.all_noticed(in_use, self.coord.generation()),
             notifications: in_use,
             max_keys: self.ops.settings.tracking.max_keys,
-            unix_now: crate::store::clock::unix_now(),
+            unix_now: crate::time::unix_now(),
         };
         let node = self.sweeps.node().clone();
         for i in 0..self.sweeps.len() {

@@ -3,23 +3,19 @@
 
 use std::sync::Arc;
 
-use futures_util::future::BoxFuture;
+use presence_sweeper_redis::{Error, Node, Store};
+use presence_sweeper_rules::keyspace::{Availability, channel_prefix};
+use presence_sweeper_rules::primary::canary;
+use presence_sweeper_rules::primary::notifications::{Config, Op, Outcome, Pending};
 
 use super::Settings;
-use super::canary;
-use super::notifications::{Config, Op, Outcome};
+use super::io::Redis;
 use super::ops::Ops;
-use crate::Error;
-use crate::store::{Node, Store};
-use crate::tracking::keyspace::{self, Availability, Subscription};
+use presence_sweeper_redis::keyspace::{self, Subscription};
 
 impl Ops {
     /// The future of a subscription operation, on `patterns`.
-    pub(crate) fn subscription(
-        &self,
-        op: Op<Subscription>,
-        patterns: Vec<String>,
-    ) -> BoxFuture<'static, Outcome<Subscription>> {
+    pub(crate) fn subscription(&self, op: Op<Redis>, patterns: Vec<String>) -> Pending<Redis> {
         let (store, node, settings) =
             (self.store.clone(), self.node.clone(), self.settings.clone());
         match op {
@@ -39,7 +35,8 @@ impl Ops {
 }
 
 /// A look at the server's settings, on the primary's own connection (no new connection: it
-/// comes every [`super::notifications::QUIET`] on a quiet keyspace), within the command
+/// comes every [`QUIET`](presence_sweeper_rules::primary::notifications::QUIET) on a quiet
+/// keyspace), within the command
 /// timeout. Turns them on again if the configuration allows.
 async fn look(mut node: Node, settings: &Settings) -> Config {
     let look = async {
@@ -73,7 +70,7 @@ async fn subscribe(
     node: Node,
     patterns: Vec<String>,
     settings: Arc<Settings>,
-) -> Outcome<Subscription> {
+) -> Outcome<Redis> {
     let config = match look(node.clone(), &settings).await {
         Config::NoAnswer => {
             return Outcome::Failed(Error::Redis(redis::RedisError::from(std::io::Error::new(
@@ -87,7 +84,7 @@ async fn subscribe(
     // notifications flow on a quiet keyspace. A pattern, not the key: the key is learnt by the
     // first probe, and each primary publishes only its own keys' events. An ACL without that
     // channel still gets the sweeps' notices.
-    let canary = format!("{}{}*", keyspace::channel_prefix(node.db()), canary::PREFIX);
+    let canary = format!("{}{}*", channel_prefix(node.db()), canary::PREFIX);
     let attempt = async {
         let with_canary: Vec<String> = patterns.iter().cloned().chain([canary]).collect();
         let pubsub = store.subscriber(&node).await?;

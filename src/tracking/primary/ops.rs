@@ -1,24 +1,26 @@
 //! The I/O of one primary's loop: what its futures share ([`Ops`]) and what each reports when
 //! it finishes ([`Done`]), for the loop to hand to the part it concerns. The futures of each part
-//! are beside it: `liveness_io`, `notifications_io`, `walks_io`; the check and the look at the
+//! are beside it: `standing_io`, `notifications_io`, `walks_io`; the check and the look at the
 //! primary are here.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::future::BoxFuture;
-use tokio::time::Instant;
+use presence_sweeper_redis::{Error, Node, Store};
+use presence_sweeper_rules::check::{CheckOpts, Checked};
+use presence_sweeper_rules::index::Ticket;
+use presence_sweeper_rules::primary::Job as _;
+use presence_sweeper_rules::primary::coordinator::Refreshed;
+use presence_sweeper_rules::primary::deadlines::WITNESSES;
+use presence_sweeper_rules::primary::tracked::Tracked;
+use presence_sweeper_rules::read::Reads;
 use tokio_util::sync::CancellationToken;
 
 use super::Settings;
-use super::coordinator::Refreshed;
-use super::deadlines::WITNESSES;
-use super::liveness_io::Probed;
-use super::tracked::Tracked;
-use crate::Error;
-use crate::evict::read::Reads;
-use crate::store::{Node, Store};
-use crate::sweep::{CheckCtx, CheckOpts, Checked};
-use crate::tracking::index::Ticket;
+use super::io::Redis;
+use super::standing_io::Probed;
+use crate::sweep::CheckCtx;
 
 /// What a future of the loop finished.
 pub(crate) enum Done {
@@ -27,12 +29,12 @@ pub(crate) enum Done {
     /// After a refusal: whether the Redis user may now do all that every sweep's checks do.
     Permitted(Result<(), Error>),
     /// The primary was looked up again: the node to use from now on, if it changed.
-    Refreshed(Refreshed, Option<Node>),
+    Refreshed(Refreshed<Error>, Option<Node>),
     /// A check of keys the index handed out, sent at `sent`.
     Checked {
         epoch: u64,
         tickets: Vec<Ticket>,
-        checked: Checked,
+        checked: Checked<Error>,
         sent: Instant,
     },
     /// Work of the walk in flight, for the sweep of `epoch`.
@@ -42,7 +44,7 @@ pub(crate) enum Done {
 /// What a future of the walk in flight finished.
 pub(crate) enum Walked {
     /// A check of keys the walk could not track.
-    Direct(Checked),
+    Direct(Checked<Error>),
     /// A reconciliation's read of the lowest scores of tracked keys (the ids `.0`).
     Verified(Vec<Vec<u8>>, Result<Reads, Error>),
     /// A read of the size of tracked keys the walk did not find: 0 for a key that is gone.
@@ -62,13 +64,13 @@ impl Ops {
     /// few busy keys go with it as witnesses.
     pub(crate) fn check(
         &self,
-        t: &Tracked,
+        t: &Tracked<Redis>,
         keys: Vec<Vec<u8>>,
         opts: CheckOpts,
-    ) -> impl Future<Output = Checked> + Send + 'static {
+    ) -> impl Future<Output = Checked<Error>> + Send + 'static {
         let witnesses: Vec<Vec<u8>> =
-            if opts.purpose.may_hold() && t.job.sweep.guard().suspects_silence(opts.judge_at) {
-                let pattern = &t.job.sweep.config().pattern;
+            if opts.purpose.may_hold() && t.job.guard().suspects_silence(opts.judge_at) {
+                let pattern = t.job.pattern();
                 t.index
                     .latest(WITNESSES)
                     .map(|id| pattern.key(id))

@@ -4,11 +4,13 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
+use presence_sweeper_redis::evict::read::{self, Read};
+use presence_sweeper_redis::{Error, scan};
+use presence_sweeper_rules::pattern::KeyPattern;
+use presence_sweeper_rules::read::Reads;
+use presence_sweeper_rules::scan::{Page, common_glob};
+
 use super::ops::{Done, Ops, Walked};
-use crate::Error;
-use crate::config::pattern::KeyPattern;
-use crate::evict::read::{self, Read, Reads};
-use crate::store::scan::{self, Page};
 
 impl Ops {
     /// The SCAN pages of a walk for sweeps of `patterns`.
@@ -16,7 +18,7 @@ impl Ops {
         &self,
         patterns: impl IntoIterator<Item = &'p KeyPattern>,
     ) -> BoxStream<'static, Result<Page, Error>> {
-        let glob = scan::common_glob(patterns);
+        let glob = common_glob(patterns);
         scan::pages(self.node.clone(), glob, self.settings.scan.count).boxed()
     }
 

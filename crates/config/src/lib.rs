@@ -1,0 +1,298 @@
+//! Configuration: built-in defaults < TOML file < environment < command-line flags.
+//!
+//! The `config` crate merges the layers; this module then walks the merged tree itself rather
+//! than deserializing it, so that every rejection names the full key, the offending value and the
+//! layer it came from, and so that any key nobody reads is reported instead of ignored.
+//!
+//! One file per section, each holding its struct and the table of its keys (`section`): a key's
+//! name, how it is read and how `check-config` prints it, side by side. What each setting means
+//! is written once, in the shipped `config/presence-sweeper.toml`, from which
+//! `docs/configuration.md` is generated.
+
+mod coordination;
+mod duration;
+mod env;
+mod error;
+mod events;
+mod evict;
+mod http;
+mod layers;
+mod log;
+mod redis;
+mod scan;
+mod schedule;
+mod secret;
+mod section;
+mod sweep;
+mod tracking;
+mod tree;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use config::FileFormat;
+
+pub use self::coordination::CoordinationConfig;
+pub use self::duration::{MAX_INTERVAL, MAX_LEASE_TTL, MAX_STREAM_AGE, MAX_TIMEOUT, MAX_TTL};
+pub use self::env::{CONFIG_VAR, UnknownVariable};
+pub use self::error::{ConfigError, Origin};
+pub use self::events::EventsConfig;
+pub use self::evict::EvictConfig;
+pub use self::http::HttpConfig;
+use self::layers::{EnvLayer, FileLayer, FlagLayer};
+pub use self::log::{LogConfig, LogFormat};
+pub use self::redis::{RedisConfig, RedisMode, TlsConfig};
+pub use self::scan::ScanConfig;
+pub use self::schedule::{Schedule, ScheduleError};
+pub use self::secret::{Secret, redact_url};
+use self::section::Key;
+pub use self::sweep::{EventShape, StreamConfig, SweepConfig};
+pub use self::tracking::{NotificationMode, TrackingConfig};
+use self::tree::{Table, one_line};
+pub use presence_sweeper_rules::pattern::{CONVERSATION_ID, ChannelTemplate, HASH_TAG, KeyPattern};
+pub use presence_sweeper_rules::score::ScoreUnit;
+
+/// The built-in defaults: the shipped example file `config/presence-sweeper.toml`, without its
+/// comments (`build.rs`).
+const DEFAULTS_TOML: &str = include_str!(concat!(env!("OUT_DIR"), "/defaults.toml"));
+
+/// Environment variable prefix: `PRESENCE_SWEEPER__REDIS__URL` sets `redis.url`.
+pub const ENV_PREFIX: &str = "PRESENCE_SWEEPER";
+/// The built-in sweep of typing indicators, whose keys `seed --typing` and `simulate --typing`
+/// write.
+pub const TYPING_SWEEP: &str = "typing";
+/// Separator between the prefix and each key segment in environment variable names.
+pub const ENV_SEPARATOR: &str = "__";
+
+/// The validated configuration of the daemon. Each section's settings are explained in the
+/// shipped `config/presence-sweeper.toml`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// `[redis]`: how to reach Redis.
+    pub redis: RedisConfig,
+    /// `[scan]`: how walks discover keys.
+    pub scan: ScanConfig,
+    /// `[evict]`: how eviction work is cut into bounded batches and calls.
+    pub evict: EvictConfig,
+    /// `[events]`: the events published.
+    pub events: EventsConfig,
+    /// `[tracking]`: how keys are tracked between walks.
+    pub tracking: TrackingConfig,
+    /// `[coordination]`: how several replicas share the work.
+    pub coordination: CoordinationConfig,
+    /// `[http]`: the metrics and health server.
+    pub http: HttpConfig,
+    /// `[log]`: logging.
+    pub log: LogConfig,
+    /// `[sweeps.<name>]`: every configured sweep, enabled or not, ordered by name.
+    pub sweeps: Vec<SweepConfig>,
+    /// The configuration file that was read, if any, as given.
+    pub file: Option<PathBuf>,
+}
+
+/// Where configuration comes from; the caller passes the environment in so tests control it.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// The TOML file (`--config` / `PRESENCE_SWEEPER_CONFIG`), if any.
+    pub file: Option<PathBuf>,
+    /// Environment variables; only `PRESENCE_SWEEPER__*` ones are read.
+    pub env: HashMap<String, String>,
+    /// Command-line flags, the top layer.
+    pub overrides: Overrides,
+}
+
+/// Command-line flags that override configuration keys.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--redis-url`.
+    pub redis_url: Option<String>,
+    /// `--log-format`.
+    pub log_format: Option<String>,
+    /// `--log-level`.
+    pub log_level: Option<String>,
+    /// `--http-listen`.
+    pub http_listen: Option<String>,
+}
+
+impl Overrides {
+    /// The flags given, as a layer: each value's origin is its flag.
+    fn layer(&self) -> FlagLayer {
+        let flags = [
+            ("redis.url", "--redis-url", &self.redis_url),
+            ("log.format", "--log-format", &self.log_format),
+            ("log.level", "--log-level", &self.log_level),
+            ("http.listen", "--http-listen", &self.http_listen),
+        ];
+        FlagLayer(
+            flags
+                .into_iter()
+                .filter_map(|(key, flag, value)| Some((key, flag, value.clone()?)))
+                .collect(),
+        )
+    }
+}
+
+/// A `--sweep` name that is not configured.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown sweep `{name}` (configured: {known})")]
+pub struct UnknownSweep {
+    /// The name asked for.
+    pub name: String,
+    /// The configured names.
+    pub known: String,
+}
+
+impl Config {
+    /// Loads, merges and validates every layer.
+    pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
+        let mut builder = config::Config::builder()
+            .add_source(config::File::from_str(DEFAULTS_TOML, FileFormat::Toml));
+        if let Some(path) = &sources.file {
+            builder = builder.add_source(FileLayer::read(path)?);
+        }
+        let merged = builder
+            .add_source(EnvLayer::read(&sources.env)?)
+            .add_source(sources.overrides.layer())
+            .build()
+            .map_err(|e| match e {
+                config::ConfigError::FileParse { uri, cause } => ConfigError::Syntax(format!(
+                    "{}: {}",
+                    uri.unwrap_or_default(),
+                    one_line(&cause.to_string())
+                )),
+                other => ConfigError::Syntax(one_line(&other.to_string())),
+            })?;
+        let root =
+            config::Source::collect(&merged).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let mut config = Self::from_tree(Table::new(String::new(), root))?;
+        config.file = sources.file.clone();
+        Ok(config)
+    }
+
+    fn from_tree(mut root: Table) -> Result<Self, ConfigError> {
+        let mut redis = root.table("redis")?;
+        let mut sweeps = root.table("sweeps")?;
+        let redis_config = RedisConfig::read(&mut redis)?;
+        let config = Self {
+            sweeps: SweepConfig::read_all(&mut sweeps, &redis_config)?,
+            redis: redis_config,
+            scan: read_section(&mut root, "scan", ScanConfig::KEYS)?,
+            evict: read_section(&mut root, "evict", EvictConfig::KEYS)?,
+            events: read_section(&mut root, "events", EventsConfig::KEYS)?,
+            tracking: read_section(&mut root, "tracking", TrackingConfig::KEYS)?,
+            coordination: read_section(&mut root, "coordination", CoordinationConfig::KEYS)?,
+            http: read_section(&mut root, "http", HttpConfig::KEYS)?,
+            log: read_section(&mut root, "log", LogConfig::KEYS)?,
+            file: None,
+        };
+        redis.finish()?;
+        sweeps.finish()?;
+        root.finish()?;
+        Ok(config)
+    }
+
+    /// The sweeps that run.
+    pub fn enabled_sweeps(&self) -> impl Iterator<Item = &SweepConfig> {
+        self.sweeps.iter().filter(|s| s.enabled)
+    }
+
+    /// The sweep called `name`, enabled or not.
+    pub fn sweep(&self, name: &str) -> Option<&SweepConfig> {
+        self.sweeps.iter().find(|s| s.name == name)
+    }
+
+    /// The sweeps a command runs: the named ones, enabled or not, or else every enabled one.
+    pub fn select_sweeps(&self, names: &[String]) -> Result<Vec<&SweepConfig>, UnknownSweep> {
+        if names.is_empty() {
+            return Ok(self.enabled_sweeps().collect());
+        }
+        names
+            .iter()
+            .map(|name| {
+                self.sweep(name).ok_or_else(|| UnknownSweep {
+                    name: name.clone(),
+                    known: self
+                        .sweeps
+                        .iter()
+                        .map(|s| s.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })
+            })
+            .collect()
+    }
+
+    /// `PRESENCE_SWEEPER*` variables of `env` that set nothing, each with the variable probably
+    /// meant. `check-config` refuses them; the other commands warn.
+    pub fn unknown_variables(&self, env: &HashMap<String, String>) -> Vec<UnknownVariable> {
+        env::unknown_variables(env, || {
+            self.to_toml()
+                .lines()
+                .scan(String::new(), |table, line| {
+                    Some(effective_key(table, line))
+                })
+                .flatten()
+                .collect()
+        })
+    }
+
+    /// The effective configuration as TOML, every key in effect included (unset ones as
+    /// comments), with every secret redacted.
+    pub fn to_toml(&self) -> String {
+        let mut out = String::new();
+        if let Some(file) = &self.file {
+            let _ = writeln!(out, "# file: {}", file.display());
+        }
+        self.redis.write_toml(&mut out);
+        section::write(&mut out, "scan", ScanConfig::KEYS, &self.scan);
+        section::write(&mut out, "evict", EvictConfig::KEYS, &self.evict);
+        section::write(&mut out, "events", EventsConfig::KEYS, &self.events);
+        section::write(&mut out, "tracking", TrackingConfig::KEYS, &self.tracking);
+        let coordination = &self.coordination;
+        section::write(
+            &mut out,
+            "coordination",
+            CoordinationConfig::KEYS,
+            coordination,
+        );
+        section::write(&mut out, "http", HttpConfig::KEYS, &self.http);
+        section::write(&mut out, "log", LogConfig::KEYS, &self.log);
+        for sweep in &self.sweeps {
+            sweep.write_toml(&mut out);
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+        out
+    }
+}
+
+/// Reads the section `name` of `root`, which must hold every key of `keys`.
+fn read_section<S: Default>(
+    root: &mut Table,
+    name: &str,
+    keys: &[Key<S>],
+) -> Result<S, ConfigError> {
+    let mut table = root.table(name)?;
+    let mut section = S::default();
+    section::read(&mut table, keys, &mut section)?;
+    table.finish()?;
+    Ok(section)
+}
+
+/// The dotted key a line of [`Config::to_toml`] sets or shows unset, if it is one; `table`
+/// follows the `[table]` lines.
+pub(crate) fn effective_key(table: &mut String, line: &str) -> Option<String> {
+    if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+        *table = name.to_owned();
+        return None;
+    }
+    let name = match line.strip_prefix("# ") {
+        Some(unset) => unset.strip_suffix(": unset")?,
+        None => line.split_once(" = ")?.0,
+    };
+    Some(format!("{table}.{name}"))
+}
+
+#[cfg(test)]
+mod tests;

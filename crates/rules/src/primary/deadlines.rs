@@ -1,0 +1,350 @@
+//! Deadlines: which keys are due, how they are batched, how many checks go in flight, and when
+//! a checked key is looked at again. No I/O: the loop takes due keys from the index with these
+//! numbers and applies what [`next_look`] says to each checked key.
+
+use std::time::Duration;
+
+use super::standing::Verdict;
+use crate::check::{CheckOpts, Purpose};
+use crate::index::NEVER;
+use crate::plan::KeyState;
+
+/// How long after a failed check its keys are checked again.
+pub const RETRY: Duration = Duration::from_secs(1);
+/// A key is checked no sooner than this after its deadline: long enough that Redis's clock is
+/// past it (the estimate lags by a reply's travel), so the check finds the zombie stale.
+const DEADLINE_MARGIN_MS: u64 = 3;
+/// Keys coming due within this long of each other are checked in one batch: each batch costs
+/// Redis a round trip's fixed work, and a zombie a few milliseconds more lag is no one's loss.
+const BATCH_WINDOW_MS: u64 = 50;
+/// A check reads Redis's clock anew when the last reading is older than this.
+pub const CLOCK_REFRESH: Duration = Duration::from_secs(1);
+/// A key found due but not stale (a heartbeat raced its deadline, or clocks disagree) is looked
+/// at again no sooner than this, so no disagreement can make the loop spin.
+const MIN_RECHECK_MS: u64 = 20;
+/// Keys whose newest heartbeat a check reads when the storm guard suspects silence.
+pub const WITNESSES: usize = 16;
+/// How often a key whose every member is pinned (a score of `+inf`) is checked: it has no
+/// deadline, but it may vanish without a notification (a restart), and must not stay tracked.
+const PINNED_RECHECK_MS: u64 = 3_600_000;
+
+/// `evict.batch_keys` and `evict.pipeline_depth`: how many keys go in one check, and how many
+/// checks and reads are in flight at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Batching {
+    pub batch: usize,
+    pub depth: usize,
+}
+
+impl Batching {
+    /// Whether another future may go in flight, with `in_flight` there already.
+    pub fn room(&self, in_flight: usize) -> bool {
+        in_flight < self.depth
+    }
+
+    /// Whether a walk with `queued` keys waiting may ask for another page.
+    pub fn room_for_page(&self, queued: usize) -> bool {
+        crate::scan::room_for_page(queued, self.batch, self.depth)
+    }
+
+    /// Whether a sweep whose next key is due at `next_due` (ms, Redis's clock) has a batch to
+    /// check at `now_ms`: a batch waits for its window, so that keys due close together go
+    /// together.
+    pub fn ripe(next_due: Option<u64>, now_ms: u64) -> bool {
+        next_due.is_some_and(|due| Self::wake_ms(due) <= now_ms)
+    }
+
+    /// When (ms, Redis's clock) a key due at `due` is checked with its batch.
+    pub fn wake_ms(due: u64) -> u64 {
+        due.saturating_add(BATCH_WINDOW_MS)
+    }
+
+    /// Keys due by this (ms, Redis's clock) are taken into a batch at `now_ms`.
+    pub fn due_by(now_ms: u64) -> u64 {
+        now_ms.saturating_sub(DEADLINE_MARGIN_MS)
+    }
+}
+
+/// The options of a check of tracked keys at their deadlines, as `verdict` allows; it reads
+/// Redis's clock anew if `read_time`. With [`walk_opts`], the only places the loop builds
+/// [`CheckOpts`].
+pub fn deadline_opts(verdict: Verdict, read_time: bool) -> CheckOpts {
+    CheckOpts {
+        judge_at: verdict.judge_at,
+        spare_until: verdict.spare_until,
+        purpose: Purpose::Deadline {
+            read_time,
+            held_back: verdict.held_back,
+        },
+    }
+}
+
+/// The options of a check of keys a walk found at Redis's `page_time` but could not track, as
+/// `verdict` allows: judged no later than the page was read.
+pub fn walk_opts(verdict: Verdict, page_time: f64) -> CheckOpts {
+    CheckOpts {
+        judge_at: verdict.judge_at.min(page_time),
+        spare_until: verdict.spare_until,
+        purpose: Purpose::Walk {
+            held_back: verdict.held_back,
+        },
+    }
+}
+
+/// What becomes of a checked key in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look {
+    /// Gone (or moved to another primary, whose walk finds it): forget it.
+    Forget,
+    /// Look again at this instant (ms, Redis's clock); it holds `card` members.
+    At { next: u64, card: u64 },
+    /// The check could not tell: try again at this instant.
+    Retry(u64),
+}
+
+/// When a key checked at `now_ms` in state `state` is looked at again. `spared_until`: members
+/// an outage kept from heartbeating, or the storm guard holds, are spared until then.
+/// `expires_in`: the key's own TTL as the check read it (ms); a key that expires then is looked
+/// at then, found gone and forgotten, even if the server publishes no `expired` event.
+pub fn next_look(
+    state: &KeyState,
+    now_ms: u64,
+    ttl_ms: u64,
+    spared_until: Option<u64>,
+    expires_in: Option<u64>,
+) -> Look {
+    match *state {
+        KeyState::Gone | KeyState::Moved => Look::Forget,
+        KeyState::Live {
+            card,
+            oldest: Some(oldest),
+        } => {
+            let deadline = deadline_ms(oldest, ttl_ms);
+            let next = match spared_until {
+                // Pinned members (`+inf`) never come due; the key is still looked at now and
+                // then, so that one lost in a restart is forgotten.
+                _ if deadline == NEVER => now_ms + PINNED_RECHECK_MS,
+                _ if deadline > now_ms => deadline,
+                Some(until) => until + DEADLINE_MARGIN_MS,
+                None => now_ms + MIN_RECHECK_MS,
+            };
+            // Read before `now_ms`: the key expires no later than this. Redis expires a key
+            // when it is accessed, so the check finds it gone.
+            let expiry = expires_in.map_or(NEVER, |ms| {
+                now_ms.saturating_add(ms).saturating_add(DEADLINE_MARGIN_MS)
+            });
+            Look::At {
+                next: next.min(expiry),
+                card,
+            }
+        }
+        KeyState::Live { oldest: None, .. } | KeyState::Unknown => {
+            Look::Retry(now_ms + RETRY.as_millis() as u64)
+        }
+    }
+}
+
+/// Until when (ms, Redis's clock) the members of a check are spared: an outage's credit for a
+/// sweep of window `ttl_ms`, or the storm guard's hold (`hold_until`, seconds), whichever is
+/// later, if still ahead of `now_ms`.
+pub fn spared_until(
+    credit_until_s: Option<f64>,
+    hold_until: Option<f64>,
+    now_ms: u64,
+) -> Option<u64> {
+    credit_until_s
+        .into_iter()
+        .chain(hold_until)
+        .map(|until| (until * 1000.0) as u64)
+        .filter(|&until| until > now_ms)
+        .max()
+}
+
+/// A key whose oldest member scored `oldest` (Unix seconds) is due at this many milliseconds
+/// on Redis's clock.
+pub fn deadline_ms(oldest: f64, ttl_ms: u64) -> u64 {
+    let at = oldest * 1000.0 + ttl_ms as f64;
+    if at.is_nan() || at <= 0.0 {
+        0
+    } else if at >= NEVER as f64 {
+        NEVER
+    } else {
+        at.ceil() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_764_460_000_000;
+
+    fn live(oldest: f64) -> KeyState {
+        KeyState::Live {
+            card: 3,
+            oldest: Some(oldest),
+        }
+    }
+
+    #[test]
+    fn a_deadline_check_judges_as_the_verdict_says() {
+        let verdict = Verdict {
+            judge_at: 1000.0,
+            held_back: true,
+            spare_until: Some(1040.0),
+        };
+        let opts = deadline_opts(verdict, true);
+        assert_eq!((opts.judge_at, opts.spare_until), (1000.0, Some(1040.0)));
+        assert!(matches!(
+            opts.purpose,
+            Purpose::Deadline {
+                read_time: true,
+                held_back: true
+            }
+        ));
+    }
+
+    #[test]
+    fn a_walk_check_judges_no_later_than_its_page_was_read() {
+        let verdict = Verdict {
+            judge_at: 1000.0,
+            held_back: false,
+            spare_until: None,
+        };
+        assert_eq!(walk_opts(verdict, 999.5).judge_at, 999.5);
+        assert_eq!(walk_opts(verdict, 1001.0).judge_at, 1000.0);
+        assert!(matches!(
+            walk_opts(verdict, 1001.0).purpose,
+            Purpose::Walk { held_back: false }
+        ));
+    }
+
+    #[test]
+    fn deadlines_from_scores() {
+        assert_eq!(deadline_ms(1_764_460_000.25, 45_000), 1_764_460_045_250);
+        assert_eq!(deadline_ms(f64::NEG_INFINITY, 45_000), 0);
+        assert_eq!(deadline_ms(f64::INFINITY, 45_000), NEVER);
+        assert_eq!(deadline_ms(f64::NAN, 45_000), 0);
+    }
+
+    #[test]
+    fn a_batch_waits_for_its_window_and_takes_keys_past_the_margin() {
+        assert!(!Batching::ripe(None, NOW));
+        assert!(
+            !Batching::ripe(Some(NOW), NOW),
+            "keys due together go together"
+        );
+        assert!(Batching::ripe(Some(NOW - BATCH_WINDOW_MS), NOW));
+        assert_eq!(Batching::wake_ms(NOW), NOW + BATCH_WINDOW_MS);
+        assert_eq!(Batching::due_by(NOW), NOW - DEADLINE_MARGIN_MS);
+        assert_eq!(Batching::wake_ms(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn in_flight_and_queued_work_is_bounded() {
+        let c = Batching {
+            batch: 10,
+            depth: 2,
+        };
+        assert!(c.room(1) && !c.room(2));
+        assert!(c.room_for_page(19) && !c.room_for_page(20));
+    }
+
+    #[test]
+    fn a_live_key_is_looked_at_again_at_its_deadline() {
+        let look = next_look(&live(NOW as f64 / 1000.0), NOW, 45_000, None, None);
+        assert_eq!(
+            look,
+            Look::At {
+                next: NOW + 45_000,
+                card: 3
+            }
+        );
+        assert_eq!(
+            next_look(&KeyState::Gone, NOW, 45_000, None, None),
+            Look::Forget
+        );
+        assert_eq!(
+            next_look(&KeyState::Moved, NOW, 45_000, None, None),
+            Look::Forget
+        );
+        assert_eq!(
+            next_look(&KeyState::Unknown, NOW, 45_000, None, None),
+            Look::Retry(NOW + 1000)
+        );
+    }
+
+    #[test]
+    fn a_due_key_found_not_stale_does_not_spin() {
+        let overdue = live((NOW - 50_000) as f64 / 1000.0);
+        assert_eq!(
+            next_look(&overdue, NOW, 45_000, None, None),
+            Look::At {
+                next: NOW + MIN_RECHECK_MS,
+                card: 3
+            }
+        );
+        assert_eq!(
+            next_look(&overdue, NOW, 45_000, Some(NOW + 9_000), None),
+            Look::At {
+                next: NOW + 9_000 + DEADLINE_MARGIN_MS,
+                card: 3
+            },
+            "spared members come due when the credit ends"
+        );
+        assert_eq!(
+            next_look(&live(f64::INFINITY), NOW, 45_000, Some(NOW + 9_000), None),
+            Look::At {
+                next: NOW + PINNED_RECHECK_MS,
+                card: 3
+            }
+        );
+    }
+
+    #[test]
+    fn a_key_that_expires_before_its_deadline_is_looked_at_when_it_expires() {
+        let fresh = live(NOW as f64 / 1000.0);
+        assert_eq!(
+            next_look(&fresh, NOW, 45_000, None, Some(5_000)),
+            Look::At {
+                next: NOW + 5_000 + DEADLINE_MARGIN_MS,
+                card: 3
+            }
+        );
+        assert_eq!(
+            next_look(&fresh, NOW, 45_000, None, Some(60_000)),
+            Look::At {
+                next: NOW + 45_000,
+                card: 3
+            },
+            "an earlier deadline stands"
+        );
+        assert_eq!(
+            next_look(&live(f64::INFINITY), NOW, 45_000, None, Some(1_000)),
+            Look::At {
+                next: NOW + 1_000 + DEADLINE_MARGIN_MS,
+                card: 3
+            },
+            "pinned members leave with their key"
+        );
+        assert_eq!(
+            next_look(&KeyState::Gone, NOW, 45_000, None, Some(1_000)),
+            Look::Forget
+        );
+    }
+
+    #[test]
+    fn members_are_spared_until_the_later_of_credit_and_hold() {
+        let now_s = NOW as f64 / 1000.0;
+        assert_eq!(spared_until(None, None, NOW), None);
+        assert_eq!(spared_until(Some(now_s - 1.0), None, NOW), None, "over");
+        assert_eq!(
+            spared_until(Some(now_s + 5.0), Some(now_s + 2.0), NOW),
+            Some(NOW + 5_000)
+        );
+        assert_eq!(
+            spared_until(None, Some(now_s + 2.0), NOW),
+            Some(NOW + 2_000)
+        );
+    }
+}

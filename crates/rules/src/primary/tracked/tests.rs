@@ -1,0 +1,382 @@
+//! A sweep's part of one primary's loop, with no Redis: checks, pages, notices and reads come
+//! back as values, and the index and the reports show what they changed.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::check::{Checked, Counts};
+use crate::index::{Capacity, Ticket};
+use crate::keyspace::{Change, Notice};
+use crate::plan::KeyState;
+use crate::primary::sweeps::Sweeps;
+use crate::primary::testing::{NoBeat, SweepLog, TestError, TestIo, job, node};
+use crate::read::{KeyRead, KeyStatus, Reads};
+use crate::trouble::Trouble;
+
+/// Redis's clock, in milliseconds, as the tests' checks read it.
+const NOW: u64 = 1_764_460_000_000;
+const NOW_S: f64 = 1_764_460_000.0;
+const TTL_MS: u64 = 45_000;
+
+fn tracked(capacity: usize) -> (Tracked<TestIo>, Arc<SweepLog>) {
+    let (job, log) = job("online");
+    (
+        Tracked::new(job, 1, 0, Capacity::new(capacity), Arc::new(NoBeat)),
+        log,
+    )
+}
+
+fn key(id: &str) -> Vec<u8> {
+    format!("presence:{id}:online").into_bytes()
+}
+
+fn checked(states: Vec<KeyState>) -> Checked<TestError> {
+    Checked {
+        counts: Counts::default(),
+        states,
+        time: Some(NOW_S),
+        expires_in: Vec::new(),
+        hold_until: None,
+        error: None,
+    }
+}
+
+fn live(oldest_s: f64) -> KeyState {
+    KeyState::Live {
+        card: 2,
+        oldest: Some(oldest_s),
+    }
+}
+
+/// Takes every due key (by `by`): their tickets, and the conversation ids of their keys.
+fn take(t: &mut Tracked<TestIo>, by: u64) -> (Vec<Ticket>, Vec<Vec<u8>>) {
+    t.take_due(by, 100)
+}
+
+/// A sweep whose first walk ended, having found `ids`.
+fn synced(ids: &[&str]) -> (Tracked<TestIo>, Arc<SweepLog>) {
+    let (mut t, log) = tracked(100);
+    t.walk_started();
+    for id in ids {
+        t.found(
+            &key(id),
+            id.as_bytes(),
+            NOW_S,
+            WalkKind::Reconcile,
+            false,
+            NOW,
+        );
+    }
+    t.scan_done();
+    end(&mut t, WalkEnding::Done);
+    log.said.take();
+    (t, log)
+}
+
+fn end(t: &mut Tracked<TestIo>, how: WalkEnding) -> Ended {
+    let end = WalkEnd {
+        how,
+        duration: Duration::from_millis(5),
+        all_noticed: false,
+        notifications: false,
+        max_keys: 100,
+        unix_now: NOW_S,
+    };
+    // What the walk left queued goes first, as the loop's reads would take it.
+    while t.walk_work(100, true, None).is_some() {}
+    t.walk_ended(&node(), end)
+}
+
+#[test]
+fn a_key_found_by_a_walk_is_tracked_and_due_at_once() {
+    let (t, log) = synced(&["c1", "c2"]);
+    assert_eq!(t.index.len(), 2);
+    assert_eq!(
+        t.index.next_due(),
+        Some(NOW),
+        "read at once for its deadline"
+    );
+    assert_eq!(log.figures.lock().unwrap().keys, 2);
+}
+
+#[test]
+fn the_first_walk_is_said_once_and_makes_the_sweep_synced() {
+    let (mut t, log) = tracked(100);
+    t.walk_started();
+    t.found(&key("c1"), b"c1", NOW_S, WalkKind::Reconcile, false, NOW);
+    t.scan_done();
+    let ended = end(&mut t, WalkEnding::Done);
+    assert_eq!(ended.first, Some((1, 1)));
+    assert_eq!(log.said.take(), ["walk ok 1"]);
+    t.walk_started();
+    let ended = end(&mut t, WalkEnding::Done);
+    assert_eq!(ended, Ended::default(), "said once");
+}
+
+#[test]
+fn a_failed_or_interrupted_walk_syncs_nothing() {
+    let (mut t, log) = tracked(100);
+    t.walk_started();
+    t.found(&key("c1"), b"c1", NOW_S, WalkKind::Reconcile, false, NOW);
+    assert_eq!(end(&mut t, WalkEnding::Failed), Ended::default());
+    assert_eq!(end(&mut t, WalkEnding::Cancelled), Ended::default());
+    assert_eq!(log.said.take(), ["walk failed 1", "walk interrupted 1"]);
+    assert_eq!(
+        t.tick(crate::testing::now(), true, None),
+        Tick::Walk,
+        "not synced: ticks still walk"
+    );
+}
+
+#[test]
+fn with_notifications_a_synced_sweep_skips_its_ticks() {
+    let (mut t, log) = synced(&["c1"]);
+    let now = crate::testing::now();
+    assert_eq!(t.tick(now, true, None), Tick::Skip);
+    assert_eq!(t.tick(now, false, None), Tick::Walk);
+    assert_eq!(log.said.take(), ["tick false"]);
+}
+
+#[test]
+fn a_tick_during_a_walk_is_late_only_if_the_walk_began_before_the_last_tick() {
+    let (mut t, log) = tracked(100);
+    let t0 = crate::testing::now();
+    let t1 = t0 + Duration::from_secs(1);
+    assert_eq!(t.tick(t0, false, None), Tick::Walk);
+    assert_eq!(
+        t.tick(t1, false, Some(t0 + Duration::from_millis(10))),
+        Tick::Running { overrun: false },
+        "another sweep's walk since this one's tick serves it"
+    );
+    let t2 = t1 + Duration::from_secs(1);
+    assert_eq!(
+        t.tick(t2, false, Some(t0 + Duration::from_millis(10))),
+        Tick::Running { overrun: true }
+    );
+    assert_eq!(log.said.take(), ["tick false", "tick false", "tick true"]);
+}
+
+#[test]
+fn a_checked_key_is_looked_at_again_at_its_deadline() {
+    let (mut t, log) = synced(&["c1"]);
+    let (tickets, keys) = take(&mut t, NOW);
+    assert_eq!(keys, [key("c1")]);
+    t.checked(
+        &node(),
+        tickets,
+        &checked(vec![live(NOW_S - 5.0)]),
+        NOW,
+        None,
+    );
+    assert_eq!(t.index.next_due(), Some(NOW - 5_000 + TTL_MS));
+    assert_eq!(t.index.members(), 2);
+    assert_eq!(log.figures.lock().unwrap().members, 2);
+    assert_eq!(log.said.take(), ["checks 1 false"]);
+}
+
+#[test]
+fn a_key_found_gone_is_forgotten_and_one_not_read_is_tried_again() {
+    let (mut t, _) = synced(&["c1", "c2"]);
+    let (tickets, _) = take(&mut t, NOW);
+    let states = vec![KeyState::Gone, KeyState::Unknown];
+    t.checked(&node(), tickets, &checked(states), NOW, None);
+    assert_eq!(t.index.len(), 1);
+    assert_eq!(t.index.next_due(), Some(NOW + 1_000), "a retry after RETRY");
+}
+
+#[test]
+fn members_a_credit_spares_come_due_when_it_ends() {
+    let (mut t, _) = synced(&["c1"]);
+    let (tickets, _) = take(&mut t, NOW);
+    let overdue = live(NOW_S - 60.0);
+    let credit_until = Some(NOW_S + 30.0);
+    t.checked(&node(), tickets, &checked(vec![overdue]), NOW, credit_until);
+    assert_eq!(t.index.next_due(), Some(NOW + 30_000 + 3));
+}
+
+#[test]
+fn a_failed_check_is_counted_as_such() {
+    let (mut t, log) = synced(&["c1"]);
+    let (tickets, _) = take(&mut t, NOW);
+    let mut c = checked(vec![KeyState::Unknown]);
+    c.error = Some(TestError(Trouble::Other));
+    t.checked(&node(), tickets, &c, NOW, None);
+    assert_eq!(log.said.take(), ["checks 1 true"]);
+}
+
+#[test]
+fn a_noticed_write_tracks_a_new_key_due_a_ttl_from_now() {
+    let (mut t, _) = synced(&[]);
+    assert!(!t.notice(&node(), b"c9", Change::Written, Some(NOW_S)));
+    assert_eq!(t.index.next_due(), Some(NOW), "a new key is read at once");
+    let (tickets, _) = take(&mut t, NOW);
+    t.checked(&node(), tickets, &checked(vec![live(NOW_S)]), NOW, None);
+    assert!(!t.notice(&node(), b"c9", Change::Written, Some(NOW_S)));
+    assert_eq!(t.index.next_due(), Some(NOW + TTL_MS));
+    t.notice(&node(), b"c9", Change::Deleted, Some(NOW_S));
+    assert_eq!(t.index.len(), 0);
+}
+
+#[test]
+fn a_full_index_is_said_once_and_leaves_new_keys_to_scheduled_walks() {
+    let (mut t, log) = tracked(1);
+    assert!(!t.notice(&node(), b"c1", Change::Written, Some(NOW_S)));
+    assert!(
+        t.notice(&node(), b"c2", Change::Written, Some(NOW_S)),
+        "full"
+    );
+    assert!(
+        !t.notice(&node(), b"c3", Change::Written, Some(NOW_S)),
+        "said once"
+    );
+    assert_eq!(log.figures.lock().unwrap().untracked, 1);
+}
+
+#[test]
+fn a_walk_checks_directly_what_the_index_cannot_take_but_only_with_a_verdict() {
+    let (mut t, _) = tracked(1);
+    t.walk_started();
+    t.found(&key("c1"), b"c1", NOW_S, WalkKind::Discover, false, NOW);
+    t.found(
+        &key("c2"),
+        b"c2",
+        NOW_S - 1.0,
+        WalkKind::Discover,
+        false,
+        NOW,
+    );
+    assert_eq!(t.queued(), 1);
+    assert!(
+        t.walk_work(10, true, None).is_none(),
+        "nothing judged in doubt"
+    );
+    let verdict = Verdict {
+        judge_at: NOW_S,
+        held_back: false,
+        spare_until: None,
+    };
+    match t.walk_work(10, true, Some(verdict)) {
+        Some(WalkWork::Direct {
+            keys, page_time, ..
+        }) => {
+            assert_eq!(keys, [key("c2")]);
+            assert_eq!(page_time, NOW_S - 1.0);
+        }
+        _ => panic!("a direct check"),
+    }
+    t.direct_checked(&node(), 7);
+    let ended = end(&mut t, WalkEnding::Done);
+    assert_eq!(ended.untracked, Some(1), "the index filled up");
+}
+
+#[test]
+fn a_reconciliation_reads_keys_written_since_their_checks_then_what_it_did_not_see() {
+    let (mut t, _) = synced(&["c1", "c2"]);
+    let (tickets, _) = take(&mut t, NOW);
+    t.checked(&node(), tickets, &checked(vec![live(NOW_S); 2]), NOW, None);
+    t.notice(&node(), b"c1", Change::Written, Some(NOW_S));
+    t.walk_started();
+    t.found(&key("c1"), b"c1", NOW_S, WalkKind::Reconcile, false, NOW);
+    assert!(
+        t.walk_work(10, false, None).is_none(),
+        "a batch waits to fill"
+    );
+    t.scan_done();
+    match t.walk_work(10, true, None) {
+        Some(WalkWork::Verify { ids }) => assert_eq!(ids, [b"c1".to_vec()]),
+        _ => panic!("a verify read"),
+    }
+    match t.walk_work(10, true, None) {
+        Some(WalkWork::Unseen { ids }) => assert_eq!(ids, [b"c2".to_vec()]),
+        _ => panic!("an unseen read"),
+    }
+    assert!(t.walk_work(10, true, None).is_none());
+}
+
+#[test]
+fn reads_after_a_walk_forget_what_is_gone_and_move_deadlines_earlier() {
+    let (mut t, _) = synced(&["c1", "c2", "c3"]);
+    let (tickets, _) = take(&mut t, NOW);
+    t.checked(&node(), tickets, &checked(vec![live(NOW_S); 3]), NOW, None);
+    t.walk_started();
+    let set = |oldest: Option<f64>, card| {
+        KeyStatus::Set(KeyRead {
+            card,
+            oldest,
+            ..KeyRead::default()
+        })
+    };
+    let reads = Reads {
+        keys: vec![set(None, 0), set(Some(NOW_S), 2)],
+        time: Some(NOW_S),
+        pttl_refused: 0,
+    };
+    let gone = t.unseen_read(&node(), &[b"c1".to_vec(), b"c2".to_vec()], reads);
+    assert_eq!(gone, 1, "c1 is gone; c2 is there");
+    let reads = Reads {
+        keys: vec![set(Some(NOW_S - 40.0), 2), set(None, 0)],
+        time: Some(NOW_S),
+        pttl_refused: 0,
+    };
+    t.verified(&node(), &[b"c2".to_vec(), b"c3".to_vec()], reads);
+    assert_eq!(t.index.len(), 1, "c3 read gone");
+    assert_eq!(t.index.next_due(), Some(NOW - 40_000 + TTL_MS));
+}
+
+#[test]
+fn a_walk_counts_keys_it_tracks_as_missed_notifications_only_once_synced() {
+    let (mut t, log) = tracked(100);
+    t.walk_started();
+    t.found(&key("c1"), b"c1", NOW_S, WalkKind::Reconcile, true, NOW);
+    assert!(log.said.take().is_empty(), "the first walk misses nothing");
+    end(&mut t, WalkEnding::Done);
+    log.said.take();
+    t.walk_started();
+    t.found(&key("c2"), b"c2", NOW_S, WalkKind::Reconcile, true, NOW);
+    assert_eq!(log.said.take(), ["missed 1"]);
+}
+
+#[test]
+fn the_sweeps_follow_reloads_and_keep_what_did_not_change() {
+    let (online, _) = job("online");
+    let (typing, typing_log) = job("typing");
+    let mut s = Sweeps::<TestIo>::new(node(), 0, Capacity::new(100), Arc::new(NoBeat));
+    assert!(s.set(vec![online.clone(), typing.clone()]));
+    let epochs = s.epochs();
+    assert!(
+        !s.set(vec![typing.clone(), online.clone()]),
+        "the same sweeps"
+    );
+    assert_eq!(s.epochs().len(), 2);
+    assert!(s.set(vec![online.clone()]));
+    assert_eq!(typing_log.said.take(), ["forget"]);
+    assert_eq!(s.epochs(), [epochs[0]], "online kept its index");
+    let (online_again, _) = job("online");
+    assert!(s.set(vec![online_again]), "changed settings: a new sweep");
+    assert_ne!(s.epochs(), [epochs[0]]);
+}
+
+#[test]
+fn pages_and_notices_go_to_the_sweeps_whose_keys_they_are() {
+    let (online, _) = job("online");
+    let (typing, _) = job("typing");
+    let mut s = Sweeps::<TestIo>::new(node(), 0, Capacity::new(100), Arc::new(NoBeat));
+    s.set(vec![online, typing]);
+    let page = crate::scan::Page {
+        keys: vec![key("c1"), b"presence:c2:typing".to_vec(), b"other".to_vec()],
+        time: NOW_S,
+    };
+    s.walk_started();
+    s.route(&page, &s.epochs(), WalkKind::Reconcile, false, NOW);
+    let sizes: Vec<usize> = s.iter().map(|t| t.index.len()).collect();
+    assert_eq!(sizes, [1, 1]);
+    let notice = Notice {
+        pattern: s.channels()[1].clone().into_bytes(),
+        key: b"presence:c3:typing".to_vec(),
+        change: Change::Written,
+    };
+    assert_eq!(s.notice(&notice, Some(NOW_S)), None);
+    let sizes: Vec<usize> = s.iter().map(|t| t.index.len()).collect();
+    assert_eq!(sizes, [1, 2]);
+    assert_eq!(s.next_due(), Some(NOW));
+}

@@ -1,0 +1,311 @@
+//! When one primary's loop walks its keyspace, and the bookkeeping of the walk in flight. No
+//! I/O: the walk's SCAN pages are a stream the loop polls; pacing and batching are the shared
+//! [`crate::store::scan`] pieces a full pass uses too.
+
+use std::time::Duration;
+
+use std::time::Instant;
+
+use super::tracked::WalkEnding;
+use crate::clock::after;
+use crate::scan::Pace;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkKind {
+    /// Finds keys the index does not know: on a sweep's schedule, where notifications are not
+    /// in use.
+    Discover,
+    /// Also reads the lowest score of every tracked key, which catches a score written in the
+    /// past, a key deleted or created anew while nobody listened (a Redis restart): at start,
+    /// after a (re)subscription or a failure, and every `tracking.reconcile_interval`.
+    Reconcile,
+}
+
+/// When walks are due: a catch-up walk ("sync") after whatever may have hidden writes, and the
+/// periodic reconciliation.
+#[derive(Debug)]
+pub struct Walks {
+    interval: Duration,
+    sync_wanted: bool,
+    sync_after: Instant,
+    reconcile_at: Instant,
+}
+
+/// How a walk starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Start {
+    pub kind: WalkKind,
+    /// An untracked key it finds is a missed notification.
+    pub count_missed: bool,
+}
+
+impl Walks {
+    /// At start, a catch-up walk is wanted at once.
+    pub fn new(at: Instant, reconcile_interval: Duration) -> Self {
+        Self {
+            interval: reconcile_interval,
+            sync_wanted: true,
+            sync_after: at,
+            reconcile_at: after(at, reconcile_interval),
+        }
+    }
+
+    /// A catch-up walk is wanted, no sooner than `after`.
+    pub fn want_sync(&mut self, after: Instant) {
+        self.sync_wanted = true;
+        self.sync_after = after;
+    }
+
+    /// A catch-up walk is wanted, whenever one was already due.
+    pub fn want_sync_soon(&mut self) {
+        self.sync_wanted = true;
+    }
+
+    /// Whether the periodic reconciliation is due (the subscription's settings are looked at
+    /// again then too).
+    pub fn reconcile_due(&self, at: Instant) -> bool {
+        self.reconcile_at <= at
+    }
+
+    /// Whether a walk is due at `at`, with none in flight. A catch-up walk waits for a
+    /// subscription being made (`subscription_waits`): then nothing written meanwhile can be
+    /// missed, and one walk does for both.
+    pub fn due(&self, at: Instant, subscription_waits: bool) -> bool {
+        self.reconcile_due(at) || (self.sync_wanted && self.sync_after <= at && !subscription_waits)
+    }
+
+    /// When a walk comes due, with none in flight. A walk waiting for a subscription is woken
+    /// by its outcome or its retry, not by a timer already due (that would spin).
+    pub fn next_wake(&self, subscription_waits: bool) -> Instant {
+        if self.sync_wanted && !subscription_waits {
+            self.reconcile_at.min(self.sync_after)
+        } else {
+            self.reconcile_at
+        }
+    }
+
+    /// A walk of `kind` starts at `at`: a catch-up walk reconciles, and a reconciliation puts
+    /// the next one an interval off. A catch-up walk counts no missed notification: the
+    /// periodic one, with notifications in use throughout, does.
+    pub fn start(&mut self, at: Instant, kind: WalkKind, notifications: bool) -> Start {
+        let count_missed = notifications && !self.sync_wanted;
+        let kind = if self.sync_wanted {
+            WalkKind::Reconcile
+        } else {
+            kind
+        };
+        if kind == WalkKind::Reconcile {
+            self.sync_wanted = false;
+            self.reconcile_at = after(at, self.interval);
+        }
+        Start { kind, count_missed }
+    }
+
+    /// Nothing to walk (no sweep here, or stopping): no catch-up is owed.
+    pub fn nothing_to_walk(&mut self) {
+        self.sync_wanted = false;
+    }
+}
+
+/// The walk in flight (its pages are the loop's: it reads them as this says).
+pub struct Walk<E> {
+    pub kind: WalkKind,
+    pub started: Instant,
+    /// The sweeps it serves.
+    pub epochs: Vec<u64>,
+    pub count_missed: bool,
+    /// Notifications were in use when it started, under this generation of the subscription;
+    /// if the same one still is at its end, every write since is noticed, and only keys written
+    /// since their checks need reading again.
+    noticed_from_start: bool,
+    generation: u64,
+    pub scan_done: bool,
+    /// Walk futures not finished yet.
+    in_flight: usize,
+    pub error: Option<E>,
+    pub pace: Pace,
+}
+
+impl<E> Walk<E> {
+    pub fn new(
+        at: Instant,
+        start: Start,
+        epochs: Vec<u64>,
+        keys_per_second: Option<f64>,
+        subscription: (bool, u64),
+    ) -> Self {
+        Self {
+            kind: start.kind,
+            started: at,
+            epochs,
+            count_missed: start.count_missed,
+            noticed_from_start: subscription.0,
+            generation: subscription.1,
+            scan_done: false,
+            in_flight: 0,
+            error: None,
+            pace: Pace::new(at, keys_per_second),
+        }
+    }
+
+    /// Whether to ask for the next page at `at`, with `room` in flight and `queued` keys waiting.
+    pub fn wants_page(&self, at: Instant, room: bool, queued_ok: bool) -> bool {
+        !self.scan_done && self.error.is_none() && self.pace.ready(at) && room && queued_ok
+    }
+
+    /// When the pace lets the next page be asked for, if later than `at`.
+    pub fn paced_until(&self, at: Instant) -> Option<Instant> {
+        self.pace.next_page_at().filter(|t| *t > at)
+    }
+
+    pub fn future_started(&mut self) {
+        self.in_flight += 1;
+    }
+
+    pub fn future_done(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
+    /// Keeps the first error: the walk ends once its futures have.
+    pub fn fail(&mut self, e: E) {
+        self.error.get_or_insert(e);
+    }
+
+    /// Whether the walk is over, with `queued` keys still waiting for its checks and reads.
+    pub fn over(&self, queued: usize) -> bool {
+        self.in_flight == 0 && (self.error.is_some() || (self.scan_done && queued == 0))
+    }
+
+    /// How the walk ended, once [`Walk::over`]: shutdown (`stopping`) cut it short, or it
+    /// failed, or it covered the keyspace.
+    pub fn ending(&self, stopping: bool) -> WalkEnding {
+        match (&self.error, stopping) {
+            (_, true) => WalkEnding::Cancelled,
+            (Some(_), false) => WalkEnding::Failed,
+            (None, false) => WalkEnding::Done,
+        }
+    }
+
+    /// A reconciliation that read every key, under one subscription from start to end: from
+    /// now on every write is noticed.
+    pub fn all_noticed(&self, in_use: bool, generation: u64) -> bool {
+        self.kind == WalkKind::Reconcile
+            && self.error.is_none()
+            && self.noticed_from_start
+            && in_use
+            && self.generation == generation
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn walk(at: Instant, kind: WalkKind, subscription: (bool, u64)) -> Walk<&'static str> {
+        let start = Start {
+            kind,
+            count_missed: false,
+        };
+        Walk::new(at, start, vec![1], None, subscription)
+    }
+
+    #[test]
+    fn the_first_walk_reconciles_at_once_and_only_once() {
+        let t0 = crate::testing::now();
+        let mut w = Walks::new(t0, HOUR);
+        assert!(w.due(t0, false));
+        assert!(!w.due(t0, true), "it waits for a subscription being made");
+        let start = w.start(t0, WalkKind::Discover, false);
+        assert_eq!(start.kind, WalkKind::Reconcile);
+        assert!(!w.due(t0, false));
+        assert_eq!(w.next_wake(false), t0 + HOUR);
+    }
+
+    #[test]
+    fn a_catch_up_walk_comes_once_after_a_lost_subscription() {
+        let t0 = crate::testing::now();
+        let mut w = Walks::new(t0, HOUR);
+        w.start(t0, WalkKind::Reconcile, false);
+        let lost = t0 + Duration::from_secs(60);
+        w.want_sync_soon();
+        assert!(!w.due(lost, true), "not while resubscribing");
+        assert!(w.due(lost, false));
+        let start = w.start(lost, WalkKind::Discover, true);
+        assert_eq!(start.kind, WalkKind::Reconcile);
+        assert!(
+            !start.count_missed,
+            "a catch-up counts no missed notification"
+        );
+        assert!(!w.due(lost + Duration::from_secs(1), false), "once");
+    }
+
+    #[test]
+    fn a_catch_up_after_a_failure_waits_its_delay() {
+        let t0 = crate::testing::now();
+        let mut w = Walks::new(t0, HOUR);
+        w.start(t0, WalkKind::Reconcile, false);
+        w.want_sync(t0 + Duration::from_secs(1));
+        assert!(!w.due(t0, false));
+        assert_eq!(w.next_wake(false), t0 + Duration::from_secs(1));
+        assert_eq!(
+            w.next_wake(true),
+            t0 + HOUR,
+            "a subscription's outcome wakes it"
+        );
+        assert!(w.due(t0 + Duration::from_secs(1), false));
+    }
+
+    #[test]
+    fn the_periodic_reconciliation_counts_missed_notifications() {
+        let t0 = crate::testing::now();
+        let mut w = Walks::new(t0, HOUR);
+        w.start(t0, WalkKind::Reconcile, true);
+        assert!(w.due(t0 + HOUR, true), "a reconciliation waits for nothing");
+        let start = w.start(t0 + HOUR, WalkKind::Reconcile, true);
+        assert!(start.count_missed);
+        let tick = w.start(t0 + HOUR, WalkKind::Discover, false);
+        assert_eq!(tick.kind, WalkKind::Discover);
+        assert_eq!(
+            w.next_wake(false),
+            t0 + HOUR * 2,
+            "a discovery moves no reconciliation"
+        );
+    }
+
+    #[test]
+    fn a_walk_ends_when_its_pages_and_futures_are_done() {
+        let t0 = crate::testing::now();
+        let mut w = walk(t0, WalkKind::Reconcile, (true, 3));
+        assert!(w.wants_page(t0, true, true));
+        assert!(!w.wants_page(t0, false, true), "no room in flight");
+        w.scan_done = true;
+        assert!(!w.wants_page(t0, true, true));
+        assert!(!w.over(5), "keys still queued");
+        w.future_started();
+        assert!(!w.over(0));
+        w.future_done();
+        assert!(w.over(0));
+        assert!(w.all_noticed(true, 3));
+        assert!(
+            !w.all_noticed(true, 4),
+            "a new subscription since it started"
+        );
+        w.fail("x");
+        assert!(!w.all_noticed(true, 3), "a failed walk proves nothing");
+    }
+
+    #[test]
+    fn a_failed_walk_ends_once_its_futures_are_done() {
+        let t0 = crate::testing::now();
+        let mut w = walk(t0, WalkKind::Discover, (false, 0));
+        w.future_started();
+        w.fail("x");
+        assert!(!w.wants_page(t0, true, true));
+        assert!(!w.over(3));
+        w.future_done();
+        assert!(w.over(3));
+        assert!(!w.all_noticed(true, 0), "a discovery reads no tracked key");
+    }
+}

@@ -1,0 +1,760 @@
+//! `presence-sweeper-tools simulate`: live presence traffic against a Redis on this machine, to
+//! demo a sweeper running separately and to measure it: eviction lag, false evictions,
+//! duplicates and missed zombies.
+//!
+//! Users heartbeat the way the README tells apps to (`heartbeat.lua`: score from Redis `TIME`,
+//! `ZADD GT`, key TTL refreshed), one script call per conversation with all its users, spread
+//! evenly over the heartbeat period by a few worker tasks that each own a share of the
+//! conversations. Each tick, a worker first lets users vanish (they just stop heartbeating), then
+//! sends the heartbeats that are due in one pipeline and waits for it: a worker never has a call
+//! in flight for a conversation it is changing, so the last score of a vanished user is exact.
+//!
+//! Before the first heartbeat the simulator PSUBSCRIBEs to the sweep's channel and judges every
+//! event ([`Tracker`]). After `--duration` nobody vanishes any more (and typing bursts end), and
+//! the run goes on for the grace period, heartbeats continuing, so the last zombies can be
+//! evicted. A zombie is given `--grace` from its last heartbeat (ttl + 2 x schedule by default:
+//! its window plus two passes); one still there after that is missed.
+//!
+//! Conversation ids are `sim-<run>-<n>`, with a random run id, so that runs never share keys or
+//! events; at the end the simulator deletes exactly the keys it wrote, by name.
+
+mod report;
+mod tracker;
+mod watch;
+mod worker;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use report::{SimulateReport, TypingReport};
+use tracker::{Fate, Lag, Tracker, Verdict};
+use watch::{WATCH_EVERY, Watch, end_time, unix_now, watch_redis};
+use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
+
+use presence_sweeper_config::{CONVERSATION_ID, Config, RedisConfig, SweepConfig, UnknownSweep};
+use presence_sweeper_redis::subscriber::{Push, Subscriber};
+use presence_sweeper_redis::{Error, Opener, Store};
+
+use crate::loopback::{self, NotLoopback};
+
+/// Longest `--duration`: the run must end on its own.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// Worker tasks at most.
+const WORKERS: usize = 4;
+/// How long after the end the subscriber keeps listening for events already published.
+const DRAIN: Duration = Duration::from_millis(300);
+/// Keys deleted per DEL at the end.
+const DELETE_BATCH: usize = 500;
+
+/// What to simulate, resolved from the `simulate` command's arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct SimulateOptions {
+    /// Conversations.
+    pub(crate) conversations: u32,
+    /// Live users per conversation.
+    pub(crate) users: u32,
+    /// Heartbeat period of every live user.
+    pub(crate) heartbeat: Duration,
+    /// Share of live users who vanish per minute without a leave (they stop heartbeating).
+    pub(crate) vanish_rate: f64,
+    /// Vanished users do not come back; by default they return as new user ids, so the
+    /// population stays steady.
+    pub(crate) rejoin: bool,
+    /// Conversations opened per minute while users vanish, each a key that did not exist: its
+    /// first user heartbeats once and leaves at once (a zombie in a brand-new key, judged on its
+    /// own: `new_key_eviction_lag_seconds`), the others stay like any user.
+    pub(crate) new_conversations: f64,
+    /// Some users also type in bursts (a keystroke a second for a few seconds) on the `typing`
+    /// sweep's keys.
+    pub(crate) typing: bool,
+    /// How long users vanish; the grace period follows.
+    pub(crate) duration: Duration,
+    /// Time a zombie is given from its last heartbeat before it counts as missed; also how long
+    /// the run goes on after `--duration` (with `--typing`, at least the typing sweep's ttl + 2 x
+    /// schedule). Default: the sweep's ttl + 2 x schedule.
+    pub(crate) grace: Option<Duration>,
+    /// The sweep whose keys, ttl, score unit and channel are used.
+    pub(crate) sweep: String,
+}
+
+/// Why the simulation was refused before anything was written.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SimulateError {
+    /// `--sweep` names no configured sweep.
+    #[error(transparent)]
+    UnknownSweep(#[from] UnknownSweep),
+    /// `--typing` without a sweep called `typing`.
+    #[error(
+        "--typing writes the `typing` sweep's keys, but no sweep called `typing` is configured"
+    )]
+    NoTypingSweep,
+    /// An option out of range.
+    #[error("{0}")]
+    Invalid(String),
+    /// The Redis is not on this machine.
+    #[error(transparent)]
+    NotLoopback(#[from] NotLoopback),
+}
+
+/// A validated simulation.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    sweep: SweepConfig,
+    typing: Option<SweepConfig>,
+    conversations: u32,
+    users: u32,
+    heartbeat: Duration,
+    vanish_rate: f64,
+    rejoin: bool,
+    new_conversations: f64,
+    duration: Duration,
+    grace: Duration,
+    typing_grace: Duration,
+    run_id: String,
+}
+
+impl Plan {
+    /// How long the run goes on after `--duration`: enough for every zombie's verdict.
+    pub(crate) fn tail(&self) -> Duration {
+        match &self.typing {
+            Some(_) => self.grace.max(self.typing_grace),
+            None => self.grace,
+        }
+    }
+
+    /// The conversation id prefix of this run, `sim-<run>-`.
+    pub(crate) fn prefix(&self) -> String {
+        format!("sim-{}-", self.run_id)
+    }
+}
+
+/// Checks the options against the configuration; refuses a Redis that is not on this machine.
+pub(crate) fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateError> {
+    let invalid = |s: String| Err(SimulateError::Invalid(s));
+    if !(0.0..=1.0).contains(&opts.vanish_rate) {
+        return invalid(format!(
+            "--vanish-rate must be between 0 and 1 (got {})",
+            opts.vanish_rate
+        ));
+    }
+    if opts.duration.is_zero() || opts.duration > MAX_DURATION {
+        return invalid("--duration must be more than 0 and at most 24h".into());
+    }
+    if opts.heartbeat.is_zero() {
+        return invalid("--heartbeat must be more than 0".into());
+    }
+    if !(0.0..=60_000.0).contains(&opts.new_conversations) {
+        return invalid(format!(
+            "--new-conversations must be between 0 and 60000 a minute (got {})",
+            opts.new_conversations
+        ));
+    }
+    let sweep = config.select_sweeps(std::slice::from_ref(&opts.sweep))?[0].clone();
+    let typing = match opts.typing {
+        true => Some(
+            config
+                .sweep(presence_sweeper_config::TYPING_SWEEP)
+                .ok_or(SimulateError::NoTypingSweep)?
+                .clone(),
+        ),
+        false => None,
+    };
+    let grace = match opts.grace {
+        Some(g) => g,
+        None => default_grace(&sweep).ok_or_else(|| {
+            SimulateError::Invalid(format!(
+                "sweep `{}` has a schedule that never runs again: give --grace",
+                sweep.name
+            ))
+        })?,
+    };
+    if grace <= sweep.ttl {
+        return invalid(format!(
+            "--grace ({}) must be longer than the sweep's ttl ({}): it counts from the last heartbeat",
+            humantime::format_duration(grace),
+            humantime::format_duration(sweep.ttl)
+        ));
+    }
+    let typing_grace = typing
+        .as_ref()
+        .map_or(Some(Duration::ZERO), default_grace)
+        .ok_or_else(|| {
+            SimulateError::Invalid("the `typing` sweep's schedule never runs again".into())
+        })?;
+    loopback::require(&config.redis)?;
+    Ok(Plan {
+        sweep,
+        typing,
+        conversations: opts.conversations,
+        users: opts.users,
+        heartbeat: opts.heartbeat,
+        vanish_rate: opts.vanish_rate,
+        rejoin: opts.rejoin,
+        new_conversations: opts.new_conversations,
+        duration: opts.duration,
+        grace,
+        typing_grace,
+        run_id: format!("{:06x}", random_u64() & 0xff_ffff),
+    })
+}
+
+/// ttl + 2 x schedule: the window, then a pass that may just have missed it, then the next.
+fn default_grace(sweep: &SweepConfig) -> Option<Duration> {
+    Some(sweep.ttl + 2 * sweep.schedule.interval()?)
+}
+
+/// Runs the simulation: subscribe, heartbeat and vanish for the duration, go on for the grace,
+/// then delete the keys it wrote. Ctrl-C (`cancel`) ends it early, with the same clean-up and a
+/// report of what happened so far.
+///
+/// Redis going away mid-run (a restart, a failover, a pause) does not end it: the workers'
+/// heartbeats fail and are tried again, the subscriber reconnects, and a watcher notes outages,
+/// restarts (a new `run_id`) and gaps in the subscription, so that members whose data a restart
+/// lost, or whose events went out while nobody listened, are told apart from missed zombies.
+/// Only failing to start (Redis unreachable, the script refused) is an error: once the run
+/// started, the report always comes.
+pub(crate) async fn run(
+    plan: &Plan,
+    redis: &RedisConfig,
+    cancel: &CancellationToken,
+) -> Result<SimulateReport, Error> {
+    let store = Store::connect_as(redis, Opener::Tool("simulate")).await?;
+    let script = redis::Script::new(include_str!("heartbeat.lua"));
+    script.load_async(&mut store.connection()).await?;
+
+    let prefix = plan.prefix();
+    let mut patterns = vec![channel_pattern(&plan.sweep.channel.to_string(), &prefix)];
+    if let Some(t) = &plan.typing {
+        patterns.push(channel_pattern(&t.channel.to_string(), &prefix));
+        patterns.dedup();
+    }
+    let shared = Arc::new(Shared::new(plan));
+    let watch = Arc::new(Watch::default());
+    let events = Events {
+        store: store.clone(),
+        patterns,
+        timeout: redis.command_timeout,
+        shared: shared.clone(),
+        watch: watch.clone(),
+    };
+    let sub = events.subscribe().await?;
+
+    let stop = cancel.child_token();
+    let stop_listening = CancellationToken::new();
+    let watcher = tokio::spawn(watch_redis(
+        store.clone(),
+        watch.clone(),
+        stop_listening.clone(),
+    ));
+    let listener = tokio::spawn(events.listen(sub, stop_listening.clone()));
+    tracing::info!(
+        sweep = %plan.sweep.name,
+        conversations = plan.conversations,
+        users = plan.users,
+        duration = %humantime::format_duration(plan.duration),
+        grace = %humantime::format_duration(plan.tail()),
+        "simulation started"
+    );
+    if plan.heartbeat >= plan.sweep.ttl {
+        tracing::warn!(
+            "the heartbeat period is not shorter than the sweep's ttl: live users will be evicted"
+        );
+    }
+    if plan.typing.as_ref().is_some_and(|t| t.ttl <= KEYSTROKE) {
+        tracing::warn!("the typing sweep's ttl is not longer than the 1 s between keystrokes");
+    }
+
+    let start = Instant::now();
+    let clock = Clock {
+        start,
+        vanish_until: start + plan.duration,
+        end: start + plan.duration + plan.tail(),
+    };
+    let workers = WORKERS.min(plan.conversations as usize).max(1);
+    let tasks: Vec<_> = (0..workers)
+        .map(|index| {
+            let worker = Worker::new(plan, index, workers, &store, &script, shared.clone());
+            tokio::spawn(worker.run(clock, stop.clone()))
+        })
+        .collect();
+    let mut counts = Counts::default();
+    for task in tasks {
+        match task.await {
+            Ok(c) => counts.add(&c),
+            // A worker cannot panic short of a bug; what it wrote before is lost to the counts,
+            // not to the verdicts (those are in `shared`).
+            Err(e) => tracing::error!(error = %e, "a simulation worker stopped"),
+        }
+    }
+    let stopped = Instant::now();
+
+    // Events published before the end may still be on their way.
+    let end = end_time(&store, &watch).await;
+    tokio::time::sleep(DRAIN).await;
+    stop_listening.cancel();
+    let _ = listener.await;
+    let _ = watcher.await;
+    let fates = Fates::read(plan, &shared, &store, &watch, end).await;
+    let cleaned = match delete_keys(plan, &shared, &store).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not delete the run's keys; they expire on their own (10 x ttl)");
+            false
+        }
+    };
+
+    let vanished_for = stopped.min(clock.vanish_until).duration_since(start);
+    let report = judge(
+        plan,
+        &shared,
+        &counts,
+        &watch,
+        &fates,
+        Run {
+            end,
+            vanished_for,
+            interrupted: cancel.is_cancelled(),
+            cleaned,
+        },
+    );
+    tracing::info!(
+        evictions = report.evictions,
+        false_evictions = report.false_evictions,
+        missed_zombies = report.missed_zombies,
+        "simulation finished"
+    );
+    Ok(report)
+}
+
+/// How the run went, beside the verdicts.
+struct Run {
+    /// Redis's clock at the end, in Unix seconds.
+    end: f64,
+    vanished_for: Duration,
+    interrupted: bool,
+    /// The run's keys were deleted.
+    cleaned: bool,
+}
+
+/// Whether each overdue member is still in Redis, asked at the end (`None`: Redis did not
+/// answer), with what the watch saw; decides each one's [`Fate`].
+struct Fates<'w> {
+    present: std::collections::HashMap<(bool, u64), Option<bool>>,
+    watch: &'w Watch,
+    /// The ttl of the online and the typing sweep, in seconds: no member is evicted earlier
+    /// than its last score + ttl.
+    ttls: (f64, f64),
+}
+
+impl<'w> Fates<'w> {
+    async fn read(plan: &Plan, shared: &Shared, store: &Store, watch: &'w Watch, end: f64) -> Self {
+        let mut overdue: Vec<(bool, tracker::Overdue)> = lock(&shared.online)
+            .overdue(end, plan.grace.as_secs_f64())
+            .into_iter()
+            .map(|o| (false, o))
+            .collect();
+        if plan.typing.is_some() {
+            overdue.extend(
+                lock(&shared.typing)
+                    .overdue(end, plan.typing_grace.as_secs_f64())
+                    .into_iter()
+                    .map(|o| (true, o)),
+            );
+        }
+        let asks = overdue.into_iter().map(|(typing, o)| {
+            let mut con = store.connection();
+            async move {
+                let score: Result<Option<f64>, _> = redis::cmd("ZSCORE")
+                    .arg(&*o.key)
+                    .arg(format!("u{}", o.user))
+                    .query_async(&mut con)
+                    .await;
+                ((typing, o.user), score.ok().map(|s| s.is_some()))
+            }
+        });
+        let present = futures_util::stream::iter(asks)
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        let ttls = (
+            plan.sweep.ttl.as_secs_f64(),
+            plan.typing.as_ref().map_or(0.0, |t| t.ttl.as_secs_f64()),
+        );
+        Self {
+            present,
+            watch,
+            ttls,
+        }
+    }
+
+    fn of(&self, typing: bool, o: &tracker::Overdue) -> Fate {
+        let st = self.watch.state();
+        let due = o.last_seen + if typing { self.ttls.1 } else { self.ttls.0 };
+        // Only a gap that lasted past the member's deadline can have hidden its event.
+        let unheard = st
+            .gaps
+            .iter()
+            .any(|&(_, resumed)| resumed.is_none_or(|r| r > due));
+        match self.present.get(&(typing, o.user)).copied().flatten() {
+            None => Fate::Unverified,
+            Some(true) => Fate::Missed,
+            Some(false) if st.restarts.iter().any(|&r| r > o.last_seen) => Fate::LostInRestart,
+            Some(false) if unheard => Fate::Unobserved,
+            // Removed while its event was being listened for, and none came.
+            Some(false) => Fate::Missed,
+        }
+    }
+}
+
+/// The verdicts at the run's end (Redis's clock).
+fn judge(
+    plan: &Plan,
+    shared: &Shared,
+    counts: &Counts,
+    watch: &Watch,
+    fates: &Fates<'_>,
+    run: Run,
+) -> SimulateReport {
+    let end = run.end;
+    let online = lock(&shared.online).tally(end, plan.grace.as_secs_f64(), |o| fates.of(false, o));
+    let typing = plan.typing.as_ref().map(|t| {
+        let tally =
+            lock(&shared.typing).tally(end, plan.typing_grace.as_secs_f64(), |o| fates.of(true, o));
+        TypingReport {
+            sweep: t.name.clone(),
+            bursts: tally.abandoned,
+            keystrokes: counts.keystrokes,
+            stops: tally.evictions,
+            stop_lag_seconds: tally.lag,
+            false_stops: tally.false_evictions,
+            duplicate_stops: tally.duplicates,
+            missed_stops: tally.missed,
+            pending_stops: tally.pending,
+            lost_in_restart: tally.lost_in_restart,
+            unobserved_stops: tally.unobserved,
+            unverified_stops: tally.unverified,
+        }
+    });
+    let unexpected_events = shared.unexpected.load(Ordering::Relaxed);
+    let ok = online.false_evictions
+        + online.duplicates
+        + online.missed
+        + online.unverified
+        + unexpected_events
+        == 0
+        && typing.as_ref().is_none_or(|t| {
+            t.false_stops + t.duplicate_stops + t.missed_stops + t.unverified_stops == 0
+        });
+    // Every event the run received in its conversations, judged or not.
+    let events_received = online.evictions
+        + online.false_evictions
+        + online.duplicates
+        + unexpected_events
+        + typing
+            .as_ref()
+            .map_or(0, |t| t.stops + t.false_stops + t.duplicate_stops);
+    let st = watch.state();
+    SimulateReport {
+        sweep: plan.sweep.name.clone(),
+        ttl_seconds: plan.sweep.ttl.as_secs_f64(),
+        conversations: plan.conversations,
+        users_per_conversation: plan.users,
+        heartbeat_seconds: plan.heartbeat.as_secs_f64(),
+        duration_seconds: run.vanished_for.as_secs_f64(),
+        grace_seconds: plan.grace.as_secs_f64(),
+        interrupted: run.interrupted,
+        redis_outages: st.outages,
+        redis_restarts: st.restarts.len() as u64,
+        subscription_gaps: st.gaps.len() as u64,
+        failed_heartbeat_calls: counts.failed_calls,
+        keys_deleted: run.cleaned,
+        heartbeats: counts.heartbeats,
+        heartbeat_calls: counts.calls,
+        users_vanished: online.abandoned,
+        evictions: online.evictions,
+        eviction_lag_seconds: online.lag,
+        new_conversations: shared.new_conversations.load(Ordering::Relaxed),
+        new_key_evictions: online.new_key_evictions,
+        new_key_eviction_lag_seconds: online.new_key_lag,
+        false_evictions: online.false_evictions,
+        duplicate_events: online.duplicates,
+        missed_zombies: online.missed,
+        pending_zombies: online.pending,
+        lost_in_restart: online.lost_in_restart,
+        unobserved_evictions: online.unobserved,
+        unverified_zombies: online.unverified,
+        unexpected_events,
+        events_received,
+        no_sweeper_answered: events_received == 0 && online.missed > 0,
+        typing,
+        ok,
+    }
+}
+
+/// The PSUBSCRIBE pattern of a channel template for this run's conversations: the literal parts
+/// escaped, `{conversation_id}` replaced by `<prefix>*`.
+pub(crate) fn channel_pattern(template: &str, prefix: &str) -> String {
+    let escape = |s: &str| {
+        let mut out = String::with_capacity(s.len());
+        for c in s.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        out
+    };
+    template
+        .split(CONVERSATION_ID)
+        .map(escape)
+        .collect::<Vec<_>>()
+        .join(&format!("{}*", escape(prefix)))
+}
+
+/// Deletes the keys this run wrote, by name: never a pattern another user of the Redis may share.
+async fn delete_keys(plan: &Plan, shared: &Shared, store: &Store) -> Result<(), Error> {
+    let mut con = store.connection();
+    let prefix = plan.prefix();
+    let sweeps: Vec<&SweepConfig> = std::iter::once(&plan.sweep)
+        .chain(plan.typing.as_ref())
+        .collect();
+    let opened = shared.new_conversations.load(Ordering::Relaxed);
+    let ids = (0..u64::from(plan.conversations))
+        .map(|n| format!("{prefix}{n}"))
+        .chain((0..opened).map(|n| format!("{prefix}new{n}")));
+    let keys = ids.flat_map(|id| {
+        sweeps
+            .iter()
+            .map(move |s| s.pattern.key(id.as_bytes()))
+            .collect::<Vec<_>>()
+    });
+    let mut batch = Vec::with_capacity(DELETE_BATCH);
+    for key in keys {
+        batch.push(key);
+        if batch.len() == DELETE_BATCH {
+            redis::cmd("DEL")
+                .arg(&batch)
+                .query_async::<()>(&mut con)
+                .await?;
+            batch.clear();
+        }
+    }
+    if !batch.is_empty() {
+        redis::cmd("DEL")
+            .arg(&batch)
+            .query_async::<()>(&mut con)
+            .await?;
+    }
+    Ok(())
+}
+
+/// What the workers and the subscriber share.
+struct Shared {
+    online: Mutex<Tracker>,
+    typing: Mutex<Tracker>,
+    unexpected: AtomicU64,
+    next_user: AtomicU64,
+    /// Conversations opened during the run so far.
+    new_conversations: AtomicU64,
+    prefix: String,
+    online_count: String,
+    typing_count: Option<String>,
+}
+
+impl Shared {
+    fn new(plan: &Plan) -> Self {
+        Self {
+            online: Mutex::new(Tracker::new(plan.sweep.ttl.as_secs_f64())),
+            typing: Mutex::new(Tracker::new(
+                plan.typing.as_ref().map_or(0.0, |t| t.ttl.as_secs_f64()),
+            )),
+            unexpected: AtomicU64::new(0),
+            next_user: AtomicU64::new(1),
+            new_conversations: AtomicU64::new(0),
+            prefix: plan.prefix(),
+            online_count: format!("{}_count", plan.sweep.name),
+            typing_count: plan.typing.as_ref().map(|t| format!("{}_count", t.name)),
+        }
+    }
+
+    /// A new user number: ids are never reused, so a rejoining user is a new member.
+    fn new_user(&self) -> u64 {
+        self.next_user.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The number of a new conversation.
+    fn new_conversation(&self) -> u64 {
+        self.new_conversations.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Judges one event payload.
+    /// Judges one event, which arrived at `arrived` on Redis's clock (as the watcher last read
+    /// it, plus the time since; its `timestamp`, the eviction's own instant, when the watcher has
+    /// not read it yet).
+    fn event(&self, payload: &[u8], arrived: Option<f64>) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else {
+            self.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(conversation) = v["conversation_id"].as_str() else {
+            self.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if !conversation.starts_with(&self.prefix) {
+            // Another run's or the app's: not ours to judge.
+            return;
+        }
+        // The roster field is named after the sweep, which tells the two sweeps apart even when
+        // they publish on one channel with one event type.
+        let tracker = if v.get(&self.online_count).is_some() {
+            &self.online
+        } else if self
+            .typing_count
+            .as_ref()
+            .is_some_and(|c| v.get(c).is_some())
+        {
+            &self.typing
+        } else {
+            return;
+        };
+        let user = v["user_id"]
+            .as_str()
+            .and_then(|u| u.strip_prefix('u'))
+            .and_then(|n| n.parse::<u64>().ok());
+        let (Some(user), Some(timestamp)) = (user, v["timestamp"].as_f64()) else {
+            self.unexpected.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if lock(tracker).observe(user, arrived.unwrap_or(timestamp)) == Verdict::Unknown {
+            self.unexpected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn lock(m: &Mutex<Tracker>) -> MutexGuard<'_, Tracker> {
+    // No tracker update can panic midway, so a lock poisoned by a panic elsewhere is still sound.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The run's subscription to the events of its conversations, over the daemon's own
+/// subscriber: a connection of its own, read only as fast as the run judges events, so that a
+/// burst waits in Redis rather than here.
+struct Events {
+    store: Store,
+    /// Channel patterns of the run's conversations ([`channel_pattern`]).
+    patterns: Vec<String>,
+    /// How long Redis may take to confirm a subscription (`redis.command_timeout`).
+    timeout: Duration,
+    shared: Arc<Shared>,
+    watch: Arc<Watch>,
+}
+
+impl Events {
+    /// Subscribes to every pattern, and waits until Redis confirmed each: events published
+    /// from then on are heard. Events that come before the last confirmation are judged.
+    async fn subscribe(&self) -> Result<Subscriber, Error> {
+        // The tools write to one standalone server: the one node.
+        let node = self
+            .store
+            .nodes()
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "no Redis server to subscribe to",
+                ))
+            })?;
+        let mut sub = self.store.subscriber(&node).await?;
+        let mut args: Vec<&[u8]> = vec![b"PSUBSCRIBE"];
+        args.extend(self.patterns.iter().map(String::as_bytes));
+        let confirmed = async {
+            sub.command(&args).await?;
+            let mut confirmed = 0;
+            while confirmed < self.patterns.len() {
+                match sub.next().await? {
+                    Push::Subscribed => confirmed += 1,
+                    Push::Message { payload, .. } => self.shared.event(payload, self.watch.now()),
+                    Push::Error(e) => return Err(redis::RedisError::from(e)),
+                    Push::Pong | Push::Other => {}
+                }
+            }
+            Ok(())
+        };
+        tokio::time::timeout(self.timeout, confirmed)
+            .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "Redis did not confirm the subscription in time",
+                )
+                .into())
+            })?;
+        Ok(sub)
+    }
+
+    /// Judges events until `stop`. When the subscription is lost (Redis restarted, failed over)
+    /// the gap is noted and the subscription taken up again as soon as Redis answers.
+    async fn listen(self, mut sub: Subscriber, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                read = sub.next() => match read {
+                    Ok(Push::Message { payload, .. }) => {
+                        self.shared.event(payload, self.watch.now());
+                        continue;
+                    }
+                    Ok(Push::Subscribed | Push::Pong | Push::Other) => continue,
+                    Ok(Push::Error(e)) => {
+                        let e = redis::RedisError::from(e);
+                        tracing::debug!(error = %e, "an error on the event subscription");
+                    }
+                    Err(e) => tracing::debug!(error = %e, "the event subscription ended"),
+                },
+            }
+            let lost_at = self.watch.now().unwrap_or_else(unix_now);
+            self.watch.state().gaps.push((lost_at, None));
+            tracing::warn!("the event subscription was lost; taking it up again");
+            sub = loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(WATCH_EVERY) => {}
+                }
+                match self.subscribe().await {
+                    Ok(sub) => break sub,
+                    Err(e) => tracing::debug!(error = %e, "subscribing again failed"),
+                }
+            };
+            let resumed = self.watch.now().unwrap_or_else(unix_now);
+            if let Some(gap) = self.watch.state().gaps.last_mut() {
+                gap.1 = Some(resumed);
+            }
+            tracing::warn!("subscribed again");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_pattern_escapes_the_literal_parts() {
+        assert_eq!(
+            channel_pattern("presence:{conversation_id}:events", "sim-ab12cd-"),
+            "presence:sim-ab12cd-*:events"
+        );
+        assert_eq!(
+            channel_pattern("ev[{conversation_id}]*", "sim-1-"),
+            "ev\\[sim-1-*\\]\\*"
+        );
+        assert_eq!(channel_pattern("all-events", "sim-1-"), "all-events");
+    }
+}

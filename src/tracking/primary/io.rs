@@ -1,0 +1,51 @@
+//! The daemon's side of the rules' [`Io`]: the sweeps, subscriptions and errors that the rules
+//! of a primary hold and hand back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use presence_sweeper_redis::Error;
+use presence_sweeper_rules::pattern::KeyPattern;
+use presence_sweeper_rules::primary::{self, Io};
+use presence_sweeper_rules::report::SweepReport;
+use presence_sweeper_rules::score::ScoreUnit;
+use presence_sweeper_rules::storm::StormGuard;
+
+use crate::sweep::Sweep;
+use presence_sweeper_redis::keyspace::Subscription;
+
+/// The daemon's types for the rules.
+pub(crate) struct Redis;
+
+impl Io for Redis {
+    type Job = Job;
+    type Subscription = Subscription;
+    type Error = Error;
+}
+
+/// A sweep as the loops run it, shared by every primary.
+pub(crate) struct Job {
+    pub(crate) sweep: Arc<Sweep>,
+    pub(crate) report: Arc<dyn SweepReport>,
+}
+
+impl primary::Job for Job {
+    fn name(&self) -> &str {
+        &self.sweep.config().name
+    }
+    fn pattern(&self) -> &KeyPattern {
+        &self.sweep.config().pattern
+    }
+    fn ttl(&self) -> Duration {
+        self.sweep.config().ttl
+    }
+    fn score_unit(&self) -> ScoreUnit {
+        self.sweep.config().score_unit
+    }
+    fn guard(&self) -> &StormGuard {
+        self.sweep.guard()
+    }
+    fn report(&self) -> &Arc<dyn SweepReport> {
+        &self.report
+    }
+}
