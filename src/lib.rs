@@ -19,8 +19,8 @@
 //! Map of this crate, lowest first:
 //! - `time`: the daemon's one clock (tokio's, so that tests can pause it), as the rules'
 //!   instants.
-//! - `sweep`: one sweep at run time and the check of a batch of its keys, the one evictor every
-//!   source of work goes through (`check`: read, classify, admit, plan, evict; `apply`:
+//! - [`evictor`]: a sweep at run time ([`Evictor`]) and the check of a batch of its keys, which
+//!   every source of work goes through (`check`: read, classify, admit, plan, evict; `apply`:
 //!   transactions and the bounded script; `streamed`: the stream's script; `announce`).
 //! - `tracking`: where the daemon's work comes from: `primary` (one primary's loop, applying
 //!   what the rules decide, and its I/O: `ops`, `standing_io`, `notifications_io`,
@@ -38,11 +38,11 @@
 //! The command line belongs to the binary (`src/main.rs`, `src/cli.rs`), which turns it into
 //! these modules' options.
 
+pub mod evictor;
 pub mod pass;
 pub mod serve;
 pub mod stats;
-pub mod sweep;
 mod time;
 mod tracking;
 
-pub use sweep::Sweep;
+pub use evictor::Evictor;

@@ -10,7 +10,7 @@ mod cli;
 
 use clap::{CommandFactory as _, Parser};
 use cli::{Cli, Command};
-use presence_sweeper::pass::PassOptions;
+use presence_sweeper::pass;
 use presence_sweeper::pass::command;
 use presence_sweeper::serve::BuildInfo;
 use presence_sweeper::serve::daemon::{Daemon, EXIT_DEADLINE};
@@ -160,7 +160,7 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
     ));
     let cancel = CancellationToken::new();
     signals::install(cancel.clone(), EXIT_DEADLINE)?;
-    let reports = command::run(config, &selected, PassOptions::new(dry_run), &cancel)
+    let reports = command::run(config, &selected, pass::Options::new(dry_run), &cancel)
         .await
         .map_err(|e| anyhow::anyhow!("sweep failed: {e}"))?;
     for (name, report) in reports {

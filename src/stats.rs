@@ -14,13 +14,14 @@
 //! Counts are exact on a quiet keyspace; while keys come and go, SCAN may report a key twice
 //! (during a rehash) or miss one created meanwhile, as any SCAN-based tool does.
 
+use presence_sweeper_config as config;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt;
 use std::pin::pin;
 
 use futures_util::StreamExt;
-use presence_sweeper_config::{Config, SweepConfig};
+use presence_sweeper_config::Config;
 use presence_sweeper_redis::evict::read::{self, Read};
 use presence_sweeper_redis::reply::redis_time;
 use presence_sweeper_redis::{Error, Opener, Store, scan};
@@ -107,7 +108,7 @@ pub(crate) struct Conversation {
 /// Reads the keyspace of each sweep in `sweeps`, one after the other.
 pub async fn run(
     config: &Config,
-    sweeps: &[&SweepConfig],
+    sweeps: &[&config::Sweep],
     top: usize,
 ) -> Result<StatsReport, Error> {
     let store = Store::connect_as(&config.redis, Opener::Tool("stats")).await?;
@@ -126,7 +127,7 @@ pub async fn run(
 
 async fn sweep_stats(
     store: &Store,
-    sweep: &SweepConfig,
+    sweep: &config::Sweep,
     scan_count: u32,
     top: usize,
 ) -> Result<SweepStats, Error> {
@@ -145,7 +146,7 @@ async fn sweep_stats(
 async fn tally_node(
     tally: &mut Tally,
     mut con: presence_sweeper_redis::Node,
-    sweep: &SweepConfig,
+    sweep: &config::Sweep,
     scan_count: u32,
 ) -> Result<(), Error> {
     let unit = sweep.score_unit;
@@ -240,7 +241,7 @@ impl Tally {
         }
     }
 
-    fn finish(self, sweep: &SweepConfig, now: f64, seconds: f64) -> SweepStats {
+    fn finish(self, sweep: &config::Sweep, now: f64, seconds: f64) -> SweepStats {
         let bounds = BUCKETS.iter().map(|&to| Some(to)).chain([None]);
         let mut from = 1;
         let buckets: Vec<Bucket> = bounds
@@ -384,8 +385,8 @@ fn seconds(s: f64) -> String {
 mod tests {
     use super::*;
 
-    fn sweep() -> SweepConfig {
-        SweepConfig {
+    fn sweep() -> config::Sweep {
+        config::Sweep {
             name: "online".into(),
             pattern: presence_sweeper_rules::pattern::KeyPattern::parse("presence:*:online")
                 .unwrap(),

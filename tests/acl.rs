@@ -171,7 +171,7 @@ async fn without_multi_nothing_runs_and_the_error_says_why() {
 /// must say so rather than report that nothing happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
-    use presence_sweeper::pass::PassOptions;
+    use presence_sweeper::pass;
 
     let server = RedisServer::start();
     create_user(&server, "sweeper", MINIMAL);
@@ -179,7 +179,7 @@ async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
     let cfg = crate::support::config(&url, "[sweeps.typing]\nenabled = false\n");
     let sweeper = crate::support::OnePass::connect(&cfg, "online").await;
     seed(&server);
-    let report = sweeper.run(PassOptions::default()).await.unwrap();
+    let report = sweeper.run(pass::Options::default()).await.unwrap();
     assert_eq!(report.counts.evicted, 53);
 
     let _: () = redis::cmd("ACL")
@@ -189,7 +189,7 @@ async fn multi_taken_away_after_the_preflight_reports_what_was_removed() {
         .query(&mut server.con())
         .unwrap();
     seed(&server);
-    let failed = sweeper.run(PassOptions::default()).await.unwrap_err();
+    let failed = sweeper.run(pass::Options::default()).await.unwrap_err();
     let message = failed.error.to_string();
     assert!(
         message.contains("MULTI was refused") && message.contains("removed outside a transaction"),

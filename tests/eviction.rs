@@ -6,28 +6,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::support::{OnePass, RedisServer, Subscriber, config, members, redis_now};
-use presence_sweeper::pass::{PassOptions, PassReport};
+use presence_sweeper::pass;
 use presence_sweeper_redis::scan::FIRST_PAGE_SHARE;
 use redis::Commands;
 use tokio_util::sync::CancellationToken;
 
 const ONLY_ONLINE: &str = "[sweeps.typing]\nenabled = false\n";
 
-async fn pass(server: &RedisServer, toml: &str, sweep: &str, opts: PassOptions) -> PassReport {
+async fn pass(server: &RedisServer, toml: &str, sweep: &str, opts: pass::Options) -> pass::Report {
     pass_at(&server.url(), toml, sweep, opts).await
 }
 
-async fn pass_at(url: &str, toml: &str, sweep: &str, opts: PassOptions) -> PassReport {
+async fn pass_at(url: &str, toml: &str, sweep: &str, opts: pass::Options) -> pass::Report {
     let cfg = config(url, toml);
     OnePass::connect(&cfg, sweep).await.run(opts).await.unwrap()
 }
 
 /// A pass that judges staleness at `now` (Unix seconds) rather than at Redis's clock: the
 /// `test-hooks` feature's hook, so that members can sit exactly on the boundary.
-fn judged_at(now: f64) -> PassOptions {
-    PassOptions {
+fn judged_at(now: f64) -> pass::Options {
+    pass::Options {
         judge_at: Some(now),
-        ..PassOptions::default()
+        ..pass::Options::default()
     }
 }
 
@@ -58,7 +58,7 @@ async fn stale_members_go_fresh_ones_stay_on_redis_clock() {
             ],
         )
         .unwrap();
-    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    let report = pass(&server, ONLY_ONLINE, "online", pass::Options::default()).await;
     assert_eq!(members(&mut con, "presence:c1:online"), ["live", "quiet"]);
     assert_eq!(
         (
@@ -191,7 +191,7 @@ async fn millisecond_scores() {
         )
         .unwrap();
     let sub = Subscriber::start(&server.url(), "cursor-events").await;
-    let report = pass(&server, CURSOR_MS, "cursor", PassOptions::default()).await;
+    let report = pass(&server, CURSOR_MS, "cursor", pass::Options::default()).await;
     assert_eq!(report.counts.evicted, 1);
     assert_eq!(members(&mut con, "cursor:c1"), ["fresh", "future"]);
     let got = sub.wait_for(1, Duration::from_secs(5)).await;
@@ -232,7 +232,7 @@ async fn a_pass_in_milliseconds_removes_nothing_apps_write_in_seconds() {
                 .ignore();
         }
         let () = pipe.query(&mut con).unwrap();
-        let report = pass(&server, &toml, "cursor", PassOptions::default()).await;
+        let report = pass(&server, &toml, "cursor", pass::Options::default()).await;
         assert!(report.counts.evicted <= 60, "round {round}: {report:?}");
         for i in 0..3 {
             assert_eq!(
@@ -272,7 +272,7 @@ async fn odd_conversation_ids_non_zset_keys_and_binary_members() {
         .unwrap();
 
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
-    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    let report = pass(&server, ONLY_ONLINE, "online", pass::Options::default()).await;
     assert_eq!(report.counts.keys, odd_ids.len() as u64 + 1);
     assert_eq!(report.counts.evicted, odd_ids.len() as u64 + 1);
 
@@ -324,9 +324,9 @@ async fn dry_run_changes_and_publishes_nothing() {
     }
     let before: Vec<(String, f64)> = con.zrange_withscores("presence:c3:online", 0, -1).unwrap();
     let sub = Subscriber::start(&server.url(), "*").await;
-    let opts = PassOptions {
+    let opts = pass::Options {
         dry_run: true,
-        ..PassOptions::default()
+        ..pass::Options::default()
     };
     let report = pass(&server, ONLY_ONLINE, "online", opts).await;
     assert_eq!(
@@ -377,7 +377,7 @@ async fn big_set_is_swept_in_short_commands() {
         .query(&mut con)
         .unwrap();
 
-    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    let report = pass(&server, ONLY_ONLINE, "online", pass::Options::default()).await;
     assert_eq!(report.counts.evicted, 100_000);
     assert_eq!(report.counts.events_published, 100_000);
     let card: u64 = con.zcard("presence:big:online").unwrap();
@@ -441,7 +441,7 @@ async fn three_sweepers(evict: &str) {
             let mut total = 0;
             for _ in 0..3 {
                 total += sweeper
-                    .run(PassOptions::default())
+                    .run(pass::Options::default())
                     .await
                     .unwrap()
                     .counts
@@ -559,7 +559,7 @@ async fn racing_heartbeats(evict: &str) {
             let sweeper = OnePass::connect(&cfg, "hb").await;
             let mut passes = 0u64;
             while !stop.is_cancelled() {
-                sweeper.run(PassOptions::default()).await.unwrap();
+                sweeper.run(pass::Options::default()).await.unwrap();
                 passes += 1;
                 done.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(1)).await;
@@ -705,7 +705,7 @@ async fn max_keys_per_second_paces_discovery() {
     let mut con = server.con();
     fresh_keys(&mut con, 3000);
     let toml = format!("{ONLY_ONLINE}[scan]\ncount = 100\nmax_keys_per_second = 2000\n");
-    let report = pass(&server, &toml, "online", PassOptions::default()).await;
+    let report = pass(&server, &toml, "online", pass::Options::default()).await;
     assert_eq!(report.counts.keys, 3000);
     // 3000 keys at 2000 a second: everything but the last page waits its turn.
     assert!(
@@ -724,7 +724,7 @@ async fn discovery_starts_with_small_pages() {
     let mut con = server.con();
     fresh_keys(&mut con, 5000);
     log_every_command(&mut con);
-    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    let report = pass(&server, ONLY_ONLINE, "online", pass::Options::default()).await;
     assert_eq!(report.counts.keys, 5000);
     // The sweep's SCANs (the preflight's has no MATCH), with their COUNT.
     let counts: Vec<u32> = logged(&mut con, "SCAN")
@@ -758,7 +758,7 @@ async fn a_full_pass_sizes_its_first_calls_by_the_ids_it_meets() {
     cmd.arg(now).arg("here");
     let _: () = cmd.query(&mut con).unwrap();
     log_every_command(&mut con);
-    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    let report = pass(&server, ONLY_ONLINE, "online", pass::Options::default()).await;
     assert_eq!(report.counts.evicted, 300);
     assert_eq!(members(&mut con, "presence:long:online"), ["here"]);
     let calls: Vec<Vec<String>> = logged(&mut con, "EVALSHA")
@@ -789,7 +789,7 @@ async fn script_calls_on_a_big_key_start_small() {
     }
     let _: () = cmd.query(&mut con).unwrap();
     log_every_command(&mut con);
-    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    let report = pass(&server, ONLY_ONLINE, "online", pass::Options::default()).await;
     assert_eq!(report.counts.evicted, 4000);
     // EVALSHA sha numkeys key ttl unit chunk budget ...: the budget of each call that ran (the
     // preflight's probe has a budget of 0).
@@ -823,7 +823,7 @@ async fn a_big_room_lists_100_members_and_counts_them_all() {
     cmd.arg(now - 100.0).arg("zombie");
     let _: () = cmd.query(&mut con).unwrap();
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
-    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    let report = pass(&server, ONLY_ONLINE, "online", pass::Options::default()).await;
     assert_eq!((report.counts.evicted, report.counts.members), (1, 150));
     let got = sub.wait_for(1, Duration::from_secs(5)).await;
     let ev = got[0].json();
@@ -854,7 +854,7 @@ async fn rosters_with_tied_scores_are_in_zrange_rev_order() {
         let _: () = cmd.query(&mut con).unwrap();
     }
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
-    let report = pass(&server, ONLY_ONLINE, "online", PassOptions::default()).await;
+    let report = pass(&server, ONLY_ONLINE, "online", pass::Options::default()).await;
     assert_eq!(report.counts.evicted, 2);
     let got = sub.wait_for(2, Duration::from_secs(5)).await;
     for event in got {
@@ -900,7 +900,7 @@ async fn only_the_configured_database_is_swept_over_tcp_and_unix_sockets() {
                 )
                 .unwrap();
         }
-        let report = pass_at(&url, ONLY_ONLINE, "online", PassOptions::default()).await;
+        let report = pass_at(&url, ONLY_ONLINE, "online", pass::Options::default()).await;
         assert_eq!((report.counts.keys, report.counts.evicted), (1, 1), "{url}");
         redis::cmd("SELECT").arg(db).exec(&mut con).unwrap();
         assert_eq!(members(&mut con, "presence:c1:online"), ["here"], "{url}");

@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use base64::Engine as _;
-use presence_sweeper::pass::{PassOptions, PassReport};
+use presence_sweeper::pass;
 use presence_sweeper_rules::event::owned::{StepInput, encode};
 use redis::streams::StreamRangeReply;
 
@@ -22,11 +22,11 @@ enabled = false
 stream = "presence:{hash_tag}:log"
 "#;
 
-async fn pass(url: &str, toml: &str) -> PassReport {
+async fn pass(url: &str, toml: &str) -> pass::Report {
     let cfg = config(url, toml);
     OnePass::connect(&cfg, "online")
         .await
-        .run(PassOptions::default())
+        .run(pass::Options::default())
         .await
         .unwrap()
 }
@@ -749,7 +749,7 @@ async fn a_full_redis_refuses_the_stream_and_nothing_is_removed() {
     let cfg = config(&server.url(), STREAMED);
     let err = OnePass::connect(&cfg, "online")
         .await
-        .run(PassOptions::default())
+        .run(pass::Options::default())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("OOM"), "{err}");
@@ -790,7 +790,7 @@ async fn the_preflight_proves_the_stream_commands() {
     let cfg = config(&url, STREAMED);
     let err = OnePass::connect(&cfg, "online")
         .await
-        .run(PassOptions::default())
+        .run(pass::Options::default())
         .await
         .unwrap_err();
     let text = err.to_string();

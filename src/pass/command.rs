@@ -1,28 +1,29 @@
 //! `presence-sweeper sweep`: every enabled (or each named) sweep once.
 
+use presence_sweeper_config as config;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use presence_sweeper_config::{Config, SweepConfig};
+use presence_sweeper_config::Config;
 use presence_sweeper_redis::{Error, Opener, Store};
 use presence_sweeper_rules::report::NoObserver;
 
-use crate::pass::{Pass, PassOptions, PassReport};
-use crate::sweep::Sweep;
+use crate::evictor::Evictor;
+use crate::pass::{self, Pass};
 
 /// Connects (one attempt) and runs one full pass of every sweep in `sweeps`: one walk of each
 /// primary serves them all.
 pub async fn run(
     config: &Config,
-    sweeps: &[&SweepConfig],
-    opts: PassOptions,
+    sweeps: &[&config::Sweep],
+    opts: pass::Options,
     cancel: &CancellationToken,
-) -> Result<Vec<(String, PassReport)>, Error> {
+) -> Result<Vec<(String, pass::Report)>, Error> {
     let store = Store::connect_as(&config.redis, Opener::Tool("sweep")).await?;
-    let runtime: Vec<Arc<Sweep>> = sweeps
+    let runtime: Vec<Arc<Evictor>> = sweeps
         .iter()
-        .map(|s| Arc::new(Sweep::new(s, config)))
+        .map(|s| Arc::new(Evictor::new(s, config)))
         .collect();
     let reports = Pass::new(config)
         .run(&store, &runtime, opts, &NoObserver, cancel)
@@ -34,13 +35,13 @@ pub async fn run(
 /// The summary line `presence-sweeper sweep` prints for one sweep.
 pub struct Summary<'a> {
     name: &'a str,
-    report: &'a PassReport,
+    report: &'a pass::Report,
     dry_run: bool,
 }
 
 impl<'a> Summary<'a> {
     /// The summary of `report`, the pass of sweep `name`.
-    pub fn new(name: &'a str, report: &'a PassReport, dry_run: bool) -> Self {
+    pub fn new(name: &'a str, report: &'a pass::Report, dry_run: bool) -> Self {
         Self {
             name,
             report,

@@ -9,20 +9,21 @@
 
 pub mod command;
 
+use presence_sweeper_config as config;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use presence_sweeper_config::{EvictConfig, ScanConfig};
+
 use presence_sweeper_redis::{Error, Node, Store, scan};
 use presence_sweeper_rules::check::{CheckOpts, Counts, Purpose};
 use presence_sweeper_rules::report::Observer;
 use presence_sweeper_rules::scan::{Pace, Queue, common_glob, room_for_page};
 use tokio_util::sync::CancellationToken;
 
-use crate::sweep::{CheckCtx, Sweep};
+use crate::evictor::{CheckCtx, Evictor};
 use crate::time::now;
 
 /// Primaries of a cluster walked at the same time, each with its own cursor.
@@ -30,7 +31,7 @@ pub(crate) const MAX_PARALLEL_NODES: usize = 8;
 
 /// How a pass runs.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PassOptions {
+pub struct Options {
     /// Count what would be evicted; change and publish nothing.
     pub dry_run: bool,
     /// Judge staleness at this instant, in Unix seconds, instead of at Redis's clock as the
@@ -39,7 +40,7 @@ pub struct PassOptions {
     pub judge_at: Option<f64>,
 }
 
-impl PassOptions {
+impl Options {
     /// A pass on Redis's clock that evicts, or with `dry_run` only counts.
     pub fn new(dry_run: bool) -> Self {
         Self {
@@ -56,7 +57,7 @@ impl PassOptions {
 
 /// What a pass did for one sweep.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PassReport {
+pub struct Report {
     /// Keys of the sweep that SCAN returned.
     pub keys_scanned: u64,
     /// What the checks of those keys did.
@@ -67,8 +68,8 @@ pub struct PassReport {
     pub complete: bool,
 }
 
-impl PassReport {
-    fn merge(&mut self, other: &PassReport) {
+impl Report {
+    fn merge(&mut self, other: &Report) {
         self.keys_scanned += other.keys_scanned;
         self.counts.add(&other.counts);
     }
@@ -77,20 +78,20 @@ impl PassReport {
 /// A pass that failed part way, with what it had done until then.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
-pub struct PassError {
+pub struct Incomplete {
     /// The first error.
     pub error: Error,
     /// Work done before (and, for batches already in flight, after) the error, per sweep.
-    pub partial: Vec<PassReport>,
+    pub partial: Vec<Report>,
 }
 
 /// The settings of a pass besides its sweeps.
 #[derive(Debug, Clone)]
 pub struct Pass {
     /// `[scan]`.
-    pub scan: ScanConfig,
+    pub scan: config::Scan,
     /// `[evict]`.
-    pub evict: EvictConfig,
+    pub evict: config::Evict,
 }
 
 impl Pass {
@@ -108,14 +109,14 @@ impl Pass {
     pub async fn run(
         &self,
         store: &Store,
-        sweeps: &[Arc<Sweep>],
-        opts: PassOptions,
+        sweeps: &[Arc<Evictor>],
+        opts: Options,
         observer: &dyn Observer,
         cancel: &CancellationToken,
-    ) -> Result<Vec<PassReport>, PassError> {
+    ) -> Result<Vec<Report>, Incomplete> {
         let started = now();
-        let empty = || vec![PassReport::default(); sweeps.len()];
-        let nodes = store.nodes().await.map_err(|error| PassError {
+        let empty = || vec![Report::default(); sweeps.len()];
+        let nodes = store.nodes().await.map_err(|error| Incomplete {
             error,
             partial: empty(),
         })?;
@@ -156,7 +157,7 @@ impl Pass {
                 for r in &mut reports {
                     r.complete = false;
                 }
-                Err(PassError {
+                Err(Incomplete {
                     error,
                     partial: reports,
                 })
@@ -170,11 +171,11 @@ impl Pass {
     async fn node_pass(
         &self,
         node: Node,
-        sweeps: &[Arc<Sweep>],
+        sweeps: &[Arc<Evictor>],
         rate: Option<f64>,
-        opts: PassOptions,
+        opts: Options,
         ctx: CheckCtx<'_>,
-    ) -> (Vec<PassReport>, bool, Option<Error>) {
+    ) -> (Vec<Report>, bool, Option<Error>) {
         let batch_size = self.evict.batch_keys;
         let depth = self.evict.pipeline_depth;
         let glob = common_glob(sweeps.iter().map(|s| &s.config().pattern));
@@ -182,7 +183,7 @@ impl Pass {
         // Keys waiting for a batch, per sweep.
         let mut queues: Vec<Queue> = vec![Queue::default(); sweeps.len()];
         let mut in_flight = FuturesUnordered::new();
-        let mut reports = vec![PassReport::default(); sweeps.len()];
+        let mut reports = vec![Report::default(); sweeps.len()];
         let mut failure: Option<Error> = None;
         let mut scan_done = false;
         let mut stopping = false;
@@ -251,13 +252,13 @@ impl Pass {
 
 /// Queues `key` for every sweep whose pattern it fits.
 fn route(
-    sweeps: &[Arc<Sweep>],
+    sweeps: &[Arc<Evictor>],
     key: Vec<u8>,
     time: f64,
     queues: &mut [Queue],
-    reports: &mut [PassReport],
+    reports: &mut [Report],
 ) {
-    let fits = |s: &Arc<Sweep>| s.config().pattern.conversation_id(&key).is_some();
+    let fits = |s: &Arc<Evictor>| s.config().pattern.conversation_id(&key).is_some();
     let Some(last) = sweeps.iter().rposition(fits) else {
         return;
     };

@@ -7,6 +7,7 @@
 //! never reaches `tracing-subscriber`'s own error report, an `eprintln!` that would panic on the
 //! same broken stderr and take the logging task with it. The metrics report both counts.
 
+use presence_sweeper_config as config;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
-use presence_sweeper_config::{LogConfig, LogFormat};
+use presence_sweeper_config::LogFormat;
 
 /// Quietens dependencies that log routine chatter at INFO.
 const QUIET: &str = "tokio_cron_scheduler=warn";
@@ -63,7 +64,7 @@ impl Logging {
 }
 
 /// Installs the global subscriber. `log.level` was validated when the configuration loaded.
-pub fn init(cfg: &LogConfig) -> Logging {
+pub fn init(cfg: &config::Log) -> Logging {
     let filter = EnvFilter::builder()
         .parse(format!("{},{QUIET}", cfg.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));

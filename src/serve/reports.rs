@@ -1,12 +1,12 @@
 //! Where tracking's reports go in the daemon: its Prometheus metrics and its health state (what
 //! `/readyz` and `/healthz` say). Tracking only knows the handles ([`Reports`]).
 
+use presence_sweeper_config as config;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{IntCounter, IntGauge};
 
-use presence_sweeper_config::SweepConfig;
 use presence_sweeper_rules::node::NodeId;
 use presence_sweeper_rules::report::{
     Beat, NodeFigures, NodeReport, Observer, SweepReport, Totals,
@@ -25,7 +25,7 @@ pub(crate) struct DaemonReports {
 }
 
 impl Reports for DaemonReports {
-    fn sweep(&self, config: &SweepConfig) -> SweepHandles {
+    fn sweep(&self, config: &config::Sweep) -> SweepHandles {
         let metrics = self.metrics.sweep(config);
         self.health.sweep(&config.name);
         let (health, name) = (self.health.clone(), config.name.clone());

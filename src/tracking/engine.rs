@@ -5,6 +5,7 @@
 //! A sweep's schedule no longer drives eviction: keys are checked at their deadlines. It drives
 //! the walks that find new keys where keyspace notifications are not in use.
 
+use presence_sweeper_config as config;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,14 +15,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::sweep::Sweep;
+use crate::evictor::Evictor;
 use crate::tracking::lease::Lease;
 use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
 use crate::tracking::report::Reports;
 use crate::tracking::schedule::{CronClock, CronJob, Ticker, TickerError};
-use presence_sweeper_config::{
-    Config, CoordinationConfig, EventsConfig, EvictConfig, NotificationMode, SweepConfig,
-};
+use presence_sweeper_config::{Config, NotificationMode};
 use presence_sweeper_redis::Store;
 use presence_sweeper_rules::clock::after;
 use presence_sweeper_rules::index::Capacity;
@@ -41,11 +40,11 @@ const TURN_EVERY: Duration = Duration::from_secs(1);
 /// rebuilt by a walk).
 #[derive(Clone, PartialEq)]
 struct SweepSettings {
-    sweep: SweepConfig,
-    evict: EvictConfig,
-    events: EventsConfig,
+    sweep: config::Sweep,
+    evict: config::Evict,
+    events: config::Events,
     sharded_pubsub: bool,
-    coordination: CoordinationConfig,
+    coordination: config::Coordination,
 }
 
 impl SweepSettings {
@@ -96,7 +95,7 @@ pub(crate) struct Engine {
     reports: Arc<dyn Reports>,
     cancel: CancellationToken,
     sweeps: BTreeMap<String, Entry>,
-    /// Sweep loops told to stop, finishing what they do (releasing a lease).
+    /// Evictor loops told to stop, finishing what they do (releasing a lease).
     retiring: Vec<JoinHandle<()>>,
     primaries: BTreeMap<NodeId, PrimaryHandle>,
     cron: CronClock,
@@ -214,7 +213,7 @@ impl Engine {
         let ticker = Ticker::start(&config.schedule, &mut self.cron).await?;
         let cron_job = ticker.cron_job();
         let handles = self.reports.sweep(config);
-        let sweep = Arc::new(Sweep::with_settings(
+        let sweep = Arc::new(Evictor::with_settings(
             config,
             &settings.evict,
             &settings.events,
@@ -224,7 +223,7 @@ impl Engine {
         ));
         let report = handles.report;
         let job = Arc::new(Job {
-            sweep,
+            evictor: sweep,
             report: report.clone(),
         });
         let lease = settings.coordination.lease.then(|| {

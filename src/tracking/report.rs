@@ -3,9 +3,9 @@
 //! reported. The handles it hands its loops and sweeps are the rules' own ([`SweepReport`],
 //! [`NodeReport`], [`Beat`]).
 
+use presence_sweeper_config as config;
 use std::sync::Arc;
 
-use presence_sweeper_config::SweepConfig;
 use presence_sweeper_rules::node::NodeId;
 use presence_sweeper_rules::report::{Beat, NodeReport, SweepReport};
 use presence_sweeper_rules::storm::GuardReport;
@@ -14,7 +14,7 @@ use presence_sweeper_rules::units::UnitAlarm;
 /// Everything the engine reports, and the handles it gives its loops.
 pub(crate) trait Reports: Send + Sync {
     /// The handles of a sweep, its series created at zero.
-    fn sweep(&self, config: &SweepConfig) -> SweepHandles;
+    fn sweep(&self, config: &config::Sweep) -> SweepHandles;
     /// A sweep is no longer configured: its series and readiness go.
     fn forget_sweep(&self, name: &str);
     /// Whether the configuration expects keyspace notifications on every primary.

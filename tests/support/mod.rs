@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use presence_sweeper::Sweep;
-use presence_sweeper::pass::{Pass, PassError, PassOptions, PassReport};
+use presence_sweeper::Evictor;
+use presence_sweeper::pass::{self, Pass};
 use presence_sweeper_config::{Config, Sources};
 use presence_sweeper_redis::Store;
 use presence_sweeper_rules::report::NoObserver;
@@ -397,7 +397,7 @@ pub fn config(url: &str, toml: &str) -> Config {
 pub struct OnePass {
     store: Store,
     pass: Pass,
-    sweeps: Vec<Arc<Sweep>>,
+    sweeps: Vec<Arc<Evictor>>,
 }
 
 impl OnePass {
@@ -406,12 +406,12 @@ impl OnePass {
         Self {
             store: Store::connect(&cfg.redis).await.unwrap(),
             pass: Pass::new(cfg),
-            sweeps: vec![Arc::new(Sweep::new(cfg.sweep(sweep).unwrap(), cfg))],
+            sweeps: vec![Arc::new(Evictor::new(cfg.sweep(sweep).unwrap(), cfg))],
         }
     }
 
     /// One full pass.
-    pub async fn run(&self, opts: PassOptions) -> Result<PassReport, PassError> {
+    pub async fn run(&self, opts: pass::Options) -> Result<pass::Report, pass::Incomplete> {
         let cancel = CancellationToken::new();
         self.pass
             .run(&self.store, &self.sweeps, opts, &NoObserver, &cancel)

@@ -7,7 +7,7 @@ use super::section::{Key, Shown};
 
 /// `[coordination]`. Every setting is explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CoordinationConfig {
+pub struct Coordination {
     /// `coordination.lease`: only the replica holding a sweep's lease sweeps it.
     pub lease: bool,
     /// `coordination.lease_ttl`: how long a lease outlives its holder's last renewal.
@@ -16,7 +16,7 @@ pub struct CoordinationConfig {
     pub key_prefix: String,
 }
 
-impl CoordinationConfig {
+impl Coordination {
     pub(super) const KEYS: &[Key<Self>] = &[
         Key {
             name: "lease",

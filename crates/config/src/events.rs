@@ -4,13 +4,13 @@ use super::section::{Key, Shown};
 
 /// `[events]`. Every setting is explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EventsConfig {
+pub struct Events {
     /// `events.max_bytes`: the longest event; the roster is cut to fit, the removed member's id
     /// never.
     pub max_bytes: usize,
 }
 
-impl EventsConfig {
+impl Events {
     pub(super) const KEYS: &[Key<Self>] = &[Key {
         name: "max_bytes",
         read: |t, k, e| {

@@ -5,7 +5,7 @@ use super::section::{Key, Shown};
 /// `[evict]`: bounds on the work of each batch and each call. Every setting is explained in the
 /// shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EvictConfig {
+pub struct Evict {
     /// `evict.batch_keys`: keys of one sweep checked together (one read pipeline, then one
     /// transaction for those holding zombies).
     pub batch_keys: usize,
@@ -16,7 +16,7 @@ pub struct EvictConfig {
     pub pipeline_depth: usize,
 }
 
-impl EvictConfig {
+impl Evict {
     pub(super) const KEYS: &[Key<Self>] = &[
         Key {
             name: "batch_keys",

@@ -7,7 +7,7 @@ use super::section::{Key, Shown};
 
 /// `[http]`. Every setting is explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpConfig {
+pub struct Http {
     /// `http.listen`: the address to bind; port 0 picks a free port.
     pub listen: SocketAddr,
     /// `http.web_config_file`: the exporter toolkit's web configuration file (TLS and basic
@@ -16,7 +16,7 @@ pub struct HttpConfig {
 }
 
 /// Only a starting point for reading: the merged tree always holds `http.listen`.
-impl Default for HttpConfig {
+impl Default for Http {
     fn default() -> Self {
         Self {
             listen: (Ipv4Addr::UNSPECIFIED, 0).into(),
@@ -25,7 +25,7 @@ impl Default for HttpConfig {
     }
 }
 
-impl HttpConfig {
+impl Http {
     pub(super) const KEYS: &[Key<Self>] = &[
         Key {
             name: "listen",

@@ -33,22 +33,22 @@ use std::path::PathBuf;
 
 use config::FileFormat;
 
-pub use self::coordination::CoordinationConfig;
+pub use self::coordination::Coordination;
 pub use self::duration::{MAX_INTERVAL, MAX_LEASE_TTL, MAX_STREAM_AGE, MAX_TIMEOUT, MAX_TTL};
 pub use self::env::{CONFIG_VAR, UnknownVariable};
 pub use self::error::{ConfigError, Origin};
-pub use self::events::EventsConfig;
-pub use self::evict::EvictConfig;
-pub use self::http::HttpConfig;
+pub use self::events::Events;
+pub use self::evict::Evict;
+pub use self::http::Http;
 use self::layers::{EnvLayer, FileLayer, FlagLayer};
-pub use self::log::{LogConfig, LogFormat};
-pub use self::redis::{RedisConfig, RedisMode, TlsConfig};
-pub use self::scan::ScanConfig;
+pub use self::log::{Log, LogFormat};
+pub use self::redis::{Redis, RedisMode, Tls};
+pub use self::scan::Scan;
 pub use self::schedule::{Schedule, ScheduleError};
 pub use self::secret::{Secret, redact_url};
 use self::section::Key;
-pub use self::sweep::{EventShape, StreamConfig, SweepConfig};
-pub use self::tracking::{NotificationMode, TrackingConfig};
+pub use self::sweep::{EventShape, Stream, Sweep};
+pub use self::tracking::{NotificationMode, Tracking};
 use self::tree::{Table, one_line};
 pub use presence_sweeper_rules::pattern::{CONVERSATION_ID, ChannelTemplate, HASH_TAG, KeyPattern};
 pub use presence_sweeper_rules::score::ScoreUnit;
@@ -70,23 +70,23 @@ pub const ENV_SEPARATOR: &str = "__";
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `[redis]`: how to reach Redis.
-    pub redis: RedisConfig,
+    pub redis: Redis,
     /// `[scan]`: how walks discover keys.
-    pub scan: ScanConfig,
+    pub scan: Scan,
     /// `[evict]`: how eviction work is cut into bounded batches and calls.
-    pub evict: EvictConfig,
+    pub evict: Evict,
     /// `[events]`: the events published.
-    pub events: EventsConfig,
+    pub events: Events,
     /// `[tracking]`: how keys are tracked between walks.
-    pub tracking: TrackingConfig,
+    pub tracking: Tracking,
     /// `[coordination]`: how several replicas share the work.
-    pub coordination: CoordinationConfig,
+    pub coordination: Coordination,
     /// `[http]`: the metrics and health server.
-    pub http: HttpConfig,
+    pub http: Http,
     /// `[log]`: logging.
-    pub log: LogConfig,
+    pub log: Log,
     /// `[sweeps.<name>]`: every configured sweep, enabled or not, ordered by name.
-    pub sweeps: Vec<SweepConfig>,
+    pub sweeps: Vec<Sweep>,
     /// The configuration file that was read, if any, as given.
     pub file: Option<PathBuf>,
 }
@@ -173,17 +173,17 @@ impl Config {
     fn from_tree(mut root: Table) -> Result<Self, ConfigError> {
         let mut redis = root.table("redis")?;
         let mut sweeps = root.table("sweeps")?;
-        let redis_config = RedisConfig::read(&mut redis)?;
+        let redis_config = Redis::read(&mut redis)?;
         let config = Self {
-            sweeps: SweepConfig::read_all(&mut sweeps, &redis_config)?,
+            sweeps: Sweep::read_all(&mut sweeps, &redis_config)?,
             redis: redis_config,
-            scan: read_section(&mut root, "scan", ScanConfig::KEYS)?,
-            evict: read_section(&mut root, "evict", EvictConfig::KEYS)?,
-            events: read_section(&mut root, "events", EventsConfig::KEYS)?,
-            tracking: read_section(&mut root, "tracking", TrackingConfig::KEYS)?,
-            coordination: read_section(&mut root, "coordination", CoordinationConfig::KEYS)?,
-            http: read_section(&mut root, "http", HttpConfig::KEYS)?,
-            log: read_section(&mut root, "log", LogConfig::KEYS)?,
+            scan: read_section(&mut root, "scan", Scan::KEYS)?,
+            evict: read_section(&mut root, "evict", Evict::KEYS)?,
+            events: read_section(&mut root, "events", Events::KEYS)?,
+            tracking: read_section(&mut root, "tracking", Tracking::KEYS)?,
+            coordination: read_section(&mut root, "coordination", Coordination::KEYS)?,
+            http: read_section(&mut root, "http", Http::KEYS)?,
+            log: read_section(&mut root, "log", Log::KEYS)?,
             file: None,
         };
         redis.finish()?;
@@ -193,17 +193,17 @@ impl Config {
     }
 
     /// The sweeps that run.
-    pub fn enabled_sweeps(&self) -> impl Iterator<Item = &SweepConfig> {
+    pub fn enabled_sweeps(&self) -> impl Iterator<Item = &Sweep> {
         self.sweeps.iter().filter(|s| s.enabled)
     }
 
     /// The sweep called `name`, enabled or not.
-    pub fn sweep(&self, name: &str) -> Option<&SweepConfig> {
+    pub fn sweep(&self, name: &str) -> Option<&Sweep> {
         self.sweeps.iter().find(|s| s.name == name)
     }
 
     /// The sweeps a command runs: the named ones, enabled or not, or else every enabled one.
-    pub fn select_sweeps(&self, names: &[String]) -> Result<Vec<&SweepConfig>, UnknownSweep> {
+    pub fn select_sweeps(&self, names: &[String]) -> Result<Vec<&Sweep>, UnknownSweep> {
         if names.is_empty() {
             return Ok(self.enabled_sweeps().collect());
         }
@@ -245,19 +245,14 @@ impl Config {
             let _ = writeln!(out, "# file: {}", file.display());
         }
         self.redis.write_toml(&mut out);
-        section::write(&mut out, "scan", ScanConfig::KEYS, &self.scan);
-        section::write(&mut out, "evict", EvictConfig::KEYS, &self.evict);
-        section::write(&mut out, "events", EventsConfig::KEYS, &self.events);
-        section::write(&mut out, "tracking", TrackingConfig::KEYS, &self.tracking);
+        section::write(&mut out, "scan", Scan::KEYS, &self.scan);
+        section::write(&mut out, "evict", Evict::KEYS, &self.evict);
+        section::write(&mut out, "events", Events::KEYS, &self.events);
+        section::write(&mut out, "tracking", Tracking::KEYS, &self.tracking);
         let coordination = &self.coordination;
-        section::write(
-            &mut out,
-            "coordination",
-            CoordinationConfig::KEYS,
-            coordination,
-        );
-        section::write(&mut out, "http", HttpConfig::KEYS, &self.http);
-        section::write(&mut out, "log", LogConfig::KEYS, &self.log);
+        section::write(&mut out, "coordination", Coordination::KEYS, coordination);
+        section::write(&mut out, "http", Http::KEYS, &self.http);
+        section::write(&mut out, "log", Log::KEYS, &self.log);
         for sweep in &self.sweeps {
             sweep.write_toml(&mut out);
         }

@@ -7,7 +7,7 @@ use super::section::{Key, Shown};
 
 /// `[log]`. Every setting is explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LogConfig {
+pub struct Log {
     /// `log.format`: text or JSON lines.
     pub format: LogFormat,
     /// `log.level`: a level or a `tracing` filter directive, checked when read (a misspelt level is an error).
@@ -33,7 +33,7 @@ impl LogFormat {
     }
 }
 
-impl LogConfig {
+impl Log {
     pub(super) const KEYS: &[Key<Self>] = &[
         Key {
             name: "format",

@@ -14,7 +14,7 @@ use super::tree::{Field, Table, q};
 /// `[redis]`: the connection. Its `Debug` hides passwords, also inside URLs. Every setting is
 /// explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Clone, Default, PartialEq)]
-pub struct RedisConfig {
+pub struct Redis {
     /// `redis.mode`.
     pub mode: RedisMode,
     /// `redis.url`: the server in standalone mode: `redis://[user:password@]host:port/db`,
@@ -48,7 +48,7 @@ pub struct RedisConfig {
     /// `redis.sharded_pubsub`: publish with SPUBLISH (Redis 7) instead of PUBLISH.
     pub sharded_pubsub: bool,
     /// `[redis.tls]`: certificates for `rediss://` connections.
-    pub tls: TlsConfig,
+    pub tls: Tls,
 }
 
 /// `redis.mode`.
@@ -75,7 +75,7 @@ impl RedisMode {
 
 /// `[redis.tls]`: what to trust and how to present ourselves; read at start.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct TlsConfig {
+pub struct Tls {
     /// `redis.tls.ca_file`: PEM certificates to trust instead of the system roots.
     pub ca_file: Option<PathBuf>,
     /// `redis.tls.cert_file`: PEM client certificate, for servers that verify clients.
@@ -88,14 +88,14 @@ pub struct TlsConfig {
     pub client: Option<(Vec<u8>, Secret)>,
 }
 
-impl TlsConfig {
+impl Tls {
     /// Whether anything beyond the system roots is configured.
     pub fn is_custom(&self) -> bool {
         self.ca.is_some() || self.client.is_some()
     }
 }
 
-impl RedisConfig {
+impl Redis {
     /// Where the daemon connects, as messages name it (passwords redacted): the URL, the
     /// cluster's seeds or the primary and its sentinels.
     pub fn describe(&self) -> String {
@@ -136,7 +136,7 @@ impl RedisConfig {
             return Err(t.invalid_key("mode", why));
         }
         let mut tls = t.table("tls")?;
-        cfg.tls = TlsConfig::read(&mut tls)?;
+        cfg.tls = Tls::read(&mut tls)?;
         tls.finish()?;
         Ok(cfg)
     }
@@ -144,7 +144,7 @@ impl RedisConfig {
     /// The `[redis]` section of the effective configuration, secrets redacted.
     pub(super) fn write_toml(&self, out: &mut String) {
         section::write(out, "redis", Self::KEYS, self);
-        section::write(out, "redis.tls", TlsConfig::KEYS, &self.tls);
+        section::write(out, "redis.tls", Tls::KEYS, &self.tls);
     }
 
     const KEYS: &[Key<Self>] = &[
@@ -242,7 +242,7 @@ impl RedisConfig {
     ];
 }
 
-impl TlsConfig {
+impl Tls {
     fn read(t: &mut Table) -> Result<Self, ConfigError> {
         let mut cfg = Self::default();
         section::read(t, Self::KEYS, &mut cfg)?;
@@ -330,10 +330,10 @@ fn validate_redis_url(url: &Field<String>) -> Result<(), ConfigError> {
         })
 }
 
-impl fmt::Debug for RedisConfig {
+impl fmt::Debug for Redis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let redact = |urls: &[String]| urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>();
-        f.debug_struct("RedisConfig")
+        f.debug_struct("Redis")
             .field("mode", &self.mode)
             .field("url", &redact_url(&self.url))
             .field("nodes", &redact(&self.nodes))

@@ -4,14 +4,14 @@ use super::section::{Key, Shown};
 
 /// `[scan]`: discovery. Every setting is explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ScanConfig {
+pub struct Scan {
     /// `scan.count`: the COUNT hint of each SCAN call.
     pub count: u32,
     /// `scan.max_keys_per_second`: cap on the keys a walk discovers per second (0 = no cap).
     pub max_keys_per_second: u32,
 }
 
-impl ScanConfig {
+impl Scan {
     pub(super) const KEYS: &[Key<Self>] = &[
         Key {
             name: "count",

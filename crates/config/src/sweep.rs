@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::duration::{MAX_STREAM_AGE, MAX_TTL};
 use super::error::ConfigError;
-use super::redis::{RedisConfig, RedisMode};
+use super::redis::{Redis, RedisMode};
 use super::schedule::Schedule;
 use super::section::{self, Key, Shown};
 use super::tree::Table;
@@ -54,7 +54,7 @@ impl EventShape {
 /// `sweeps.<name>.stream` and what goes with it: a durable log of the sweep's events, written
 /// in the same atomic step as the removal.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StreamConfig {
+pub struct Stream {
     /// `sweeps.<name>.stream`: the stream key template (placeholders as in `channel`).
     pub key: ChannelTemplate,
     /// `sweeps.<name>.stream_maxlen`: `XADD ... MAXLEN ~`; 0 trims by length never.
@@ -65,7 +65,7 @@ pub struct StreamConfig {
     pub ttl: Option<Duration>,
 }
 
-impl StreamConfig {
+impl Stream {
     /// The key TTL in effect: `stream_ttl`; else, for a per-conversation stream, the retention
     /// or a day; a fixed stream (whose consumer groups live in it) gets none.
     pub fn effective_ttl(&self) -> Option<Duration> {
@@ -86,7 +86,7 @@ const DEFAULT_CHANNEL: &str = "presence:{conversation_id}:events";
 /// `[sweeps.<name>]`: one kind of presence set and what to do with its zombies. Every setting
 /// is explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SweepConfig {
+pub struct Sweep {
     /// The table name; also the metric label and the roster field of events.
     pub name: String,
     /// `sweeps.<name>.match`: SCAN glob whose single `*` is the conversation id.
@@ -104,19 +104,16 @@ pub struct SweepConfig {
     /// `sweeps.<name>.event_shape`: one event per member, or per eviction step.
     pub event_shape: EventShape,
     /// `sweeps.<name>.stream` and its settings; `None` publishes on the channel only.
-    pub stream: Option<StreamConfig>,
+    pub stream: Option<Stream>,
     /// `sweeps.<name>.enabled`: false keeps the sweep configured but idle.
     pub enabled: bool,
     /// `[sweeps.<name>.storm_guard]`: holding mass evictions.
     pub storm_guard: storm::Settings,
 }
 
-impl SweepConfig {
+impl Sweep {
     /// Reads every `[sweeps.<name>]` table, ordered by name.
-    pub(super) fn read_all(
-        sweeps: &mut Table,
-        redis: &RedisConfig,
-    ) -> Result<Vec<Self>, ConfigError> {
+    pub(super) fn read_all(sweeps: &mut Table, redis: &Redis) -> Result<Vec<Self>, ConfigError> {
         let mut names: Vec<String> = sweeps.map.keys().cloned().collect();
         names.sort();
         let mut all = Vec::with_capacity(names.len());
@@ -163,7 +160,7 @@ impl SweepConfig {
 
     /// In a cluster, one script call removes members and appends to the stream (and, with
     /// `redis.sharded_pubsub`, publishes), so all of it must share the key's slot.
-    fn check_slots(&self, t: &Table, redis: &RedisConfig) -> Result<(), ConfigError> {
+    fn check_slots(&self, t: &Table, redis: &Redis) -> Result<(), ConfigError> {
         let Some(stream) = &self.stream else {
             return Ok(());
         };
@@ -279,7 +276,7 @@ impl SweepConfig {
                 match t.optional_string(k)? {
                     Some(c) if c.value.is_empty() => return Err(c.invalid("must not be empty")),
                     Some(c) => {
-                        s.stream = Some(StreamConfig {
+                        s.stream = Some(Stream {
                             key: ChannelTemplate::new(&c.value),
                             maxlen: DEFAULT_STREAM_MAXLEN,
                             retention: None,

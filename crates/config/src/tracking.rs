@@ -7,7 +7,7 @@ use super::section::{Key, Shown};
 
 /// `[tracking]`. Every setting is explained in the shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TrackingConfig {
+pub struct Tracking {
     /// `tracking.notifications`: whether keyspace notifications tell of new keys.
     pub notifications: NotificationMode,
     /// `tracking.configure_notifications`: turn keyspace notifications on where they are off.
@@ -44,7 +44,7 @@ impl NotificationMode {
     }
 }
 
-impl TrackingConfig {
+impl Tracking {
     pub(super) const KEYS: &[Key<Self>] = &[
         Key {
             name: "notifications",

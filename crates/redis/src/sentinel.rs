@@ -5,6 +5,7 @@
 //! primary answering as primary to it while the sentinels, and the apps that follow them, have
 //! moved on to another.
 
+use presence_sweeper_config as config;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,7 +18,6 @@ use tokio::time::Instant;
 
 use crate::Error;
 use crate::store::{install_crypto_provider, manager};
-use presence_sweeper_config::RedisConfig;
 
 /// How often a primary that answers as primary is checked against the sentinels' view. Each
 /// check asks the sentinels (`SENTINEL MASTERS`, up to three at once) and opens a short
@@ -27,7 +27,7 @@ const RECHECK: Duration = Duration::from_secs(10);
 pub(super) struct SentinelBackend {
     sentinel: Mutex<SentinelClient>,
     current: RwLock<(ConnectionManager, redis::Client)>,
-    cfg: RedisConfig,
+    cfg: config::Redis,
     /// The name of the connection to the primary.
     name: String,
     /// When the sentinels were last asked.
@@ -37,7 +37,10 @@ pub(super) struct SentinelBackend {
 }
 
 impl SentinelBackend {
-    pub(super) async fn connect(cfg: &RedisConfig, name: &str) -> Result<Self, redis::RedisError> {
+    pub(super) async fn connect(
+        cfg: &config::Redis,
+        name: &str,
+    ) -> Result<Self, redis::RedisError> {
         let mut sentinel = sentinel_client(cfg)?;
         let client = sentinel.async_get_client().await?;
         tracing::info!(primary = %client.get_connection_info().addr(), "Sentinel named the primary");
@@ -198,7 +201,7 @@ async fn role(con: &mut ConnectionManager) -> Result<String, redis::RedisError> 
     }
 }
 
-fn sentinel_client(cfg: &RedisConfig) -> Result<SentinelClient, redis::RedisError> {
+fn sentinel_client(cfg: &config::Redis) -> Result<SentinelClient, redis::RedisError> {
     let mut addrs = Vec::with_capacity(cfg.sentinels.len());
     let mut tls = false;
     for url in &cfg.sentinels {

@@ -2,6 +2,7 @@
 //! primary behind Sentinel. Shared by every sweep; reconnects on its own after restarts and
 //! failovers.
 
+use presence_sweeper_config as config;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Once};
@@ -13,7 +14,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
-use presence_sweeper_config::{RedisConfig, RedisMode};
+use presence_sweeper_config::RedisMode;
 use presence_sweeper_rules::node::NodeId;
 
 use crate::Error;
@@ -30,7 +31,7 @@ use crate::wire::{Target, Wire};
 #[derive(Clone)]
 pub struct Store {
     backend: Arc<Backend>,
-    cfg: Arc<RedisConfig>,
+    cfg: Arc<config::Redis>,
     /// The data path's connections, by server address; replaced when one fails.
     wires: Arc<Mutex<HashMap<String, Wire>>>,
     /// In a cluster, which primary served which slot when the topology was last read.
@@ -52,13 +53,13 @@ enum Backend {
 
 impl Store {
     /// Connects once, as the daemon: one attempt, bounded by `redis.connect_timeout`.
-    pub async fn connect(cfg: &RedisConfig) -> Result<Self, Error> {
+    pub async fn connect(cfg: &config::Redis) -> Result<Self, Error> {
         Self::connect_as(cfg, Opener::Daemon).await
     }
 
     /// Connects once, as the daemon does, naming the connections after `opener` (a tool names
     /// them after itself, so that `CLIENT LIST` tells its connections from the daemon's).
-    pub async fn connect_as(cfg: &RedisConfig, opener: Opener) -> Result<Self, Error> {
+    pub async fn connect_as(cfg: &config::Redis, opener: Opener) -> Result<Self, Error> {
         let control = opener.name(Purpose::Control);
         let attempt = async {
             let backend = match cfg.mode {
@@ -457,7 +458,7 @@ impl Store {
 }
 
 /// Why connecting failed, in one line: a server that answered gibberish is named as such.
-fn connect_error(cfg: &RedisConfig, cause: redis::RedisError) -> Error {
+fn connect_error(cfg: &config::Redis, cause: redis::RedisError) -> Error {
     if !answered_but_not_as_redis(&cause) {
         return Error::Connect {
             url: cfg.describe(),
@@ -493,7 +494,7 @@ fn timed_out(what: &'static str) -> redis::RedisError {
 }
 
 /// Whether any server the configuration names is reached over TLS.
-fn uses_tls(cfg: &RedisConfig) -> bool {
+fn uses_tls(cfg: &config::Redis) -> bool {
     std::iter::once(&cfg.url)
         .chain(&cfg.nodes)
         .chain(&cfg.sentinels)
@@ -509,12 +510,15 @@ pub(crate) fn install_crypto_provider() {
 }
 
 /// A client for one server at `url`, with the configured credentials and certificates.
-fn client(cfg: &RedisConfig, url: &str) -> Result<Client, redis::RedisError> {
+fn client(cfg: &config::Redis, url: &str) -> Result<Client, redis::RedisError> {
     client_from_info(cfg, url.into_connection_info()?)
 }
 
 /// [`client`] for an address already parsed; the configured credentials win over its own.
-fn client_from_info(cfg: &RedisConfig, info: ConnectionInfo) -> Result<Client, redis::RedisError> {
+fn client_from_info(
+    cfg: &config::Redis,
+    info: ConnectionInfo,
+) -> Result<Client, redis::RedisError> {
     // Replies are parsed as RESP2 (`WITHSCORES` as a flat list): a `?protocol=resp3` in the URL
     // is overridden rather than allowed to change their shape.
     let mut settings = info
@@ -537,7 +541,7 @@ fn client_from_info(cfg: &RedisConfig, info: ConnectionInfo) -> Result<Client, r
     Client::open(info)
 }
 
-fn manager_config(cfg: &RedisConfig) -> ConnectionManagerConfig {
+fn manager_config(cfg: &config::Redis) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(cfg.connect_timeout))
         .set_response_timeout(Some(cfg.command_timeout))
@@ -551,7 +555,7 @@ fn manager_config(cfg: &RedisConfig) -> ConnectionManagerConfig {
 /// The shared connection, named `name` (until it reconnects: [`Store::ping`] names it again).
 pub(crate) async fn manager(
     client: Client,
-    cfg: &RedisConfig,
+    cfg: &config::Redis,
     name: &str,
 ) -> Result<ConnectionManager, redis::RedisError> {
     let mut con = ConnectionManager::new_with_config(client, manager_config(cfg)).await?;
@@ -560,7 +564,7 @@ pub(crate) async fn manager(
 }
 
 async fn cluster(
-    cfg: &RedisConfig,
+    cfg: &config::Redis,
 ) -> Result<redis::cluster_async::ClusterConnection, redis::RedisError> {
     let mut tls = false;
     let mut seeds = Vec::with_capacity(cfg.nodes.len());

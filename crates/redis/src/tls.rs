@@ -2,6 +2,7 @@
 //! would trust for the same `rediss://` URL (`redis.tls.ca_file`, else the system's roots) and
 //! the client certificate, if one is configured. Built once per store.
 
+use presence_sweeper_config as config;
 use std::io;
 use std::sync::Arc;
 
@@ -9,10 +10,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
-use presence_sweeper_config::TlsConfig;
-
 /// The client configuration for `tls`.
-pub(super) fn client_config(tls: &TlsConfig) -> io::Result<Arc<ClientConfig>> {
+pub(super) fn client_config(tls: &config::Tls) -> io::Result<Arc<ClientConfig>> {
     crate::store::install_crypto_provider();
     let mut roots = RootCertStore::empty();
     match &tls.ca {
@@ -57,7 +56,7 @@ fn invalid<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> io::Error 
 
 /// The certificates in the form the Redis client takes.
 /// The certificates of `tls` in the form the Redis client takes.
-pub(crate) fn certificates(tls: &TlsConfig) -> redis::TlsCertificates {
+pub(crate) fn certificates(tls: &config::Tls) -> redis::TlsCertificates {
     redis::TlsCertificates {
         client_tls: tls
             .client

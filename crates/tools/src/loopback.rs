@@ -1,11 +1,12 @@
 //! The guard of the tools that write synthetic data (`seed`, `simulate`): they only ever run
 //! against a Redis on this machine, so a mistyped URL cannot fill a shared or production Redis.
 
+use presence_sweeper_config as config;
 use std::net::IpAddr;
 
 use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use presence_sweeper_config::{RedisConfig, RedisMode, redact_url};
+use presence_sweeper_config::{RedisMode, redact_url};
 
 /// A tool that writes synthetic data was pointed somewhere it must not write.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +33,7 @@ pub(crate) enum NotLoopback {
 
 /// Accepts `cfg` only if it is one standalone server whose URL names a loopback address,
 /// `localhost` or a unix socket.
-pub(crate) fn require(cfg: &RedisConfig) -> Result<(), NotLoopback> {
+pub(crate) fn require(cfg: &config::Redis) -> Result<(), NotLoopback> {
     match cfg.mode {
         RedisMode::Standalone => {}
         RedisMode::Cluster => return Err(NotLoopback::NotStandalone { mode: "cluster" }),

@@ -7,6 +7,7 @@
 //! members (half rounds up) rather than a random share, so a benchmark knows precisely what a pass
 //! must evict. A rerun writes the same keys again (fresh scores), and nothing is ever deleted.
 
+use presence_sweeper_config as config;
 use std::fmt;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::loopback::{self, NotLoopback};
 use presence_sweeper_config::KeyPattern;
-use presence_sweeper_config::{Config, RedisConfig, ScoreUnit, SweepConfig, UnknownSweep};
+use presence_sweeper_config::{Config, ScoreUnit, UnknownSweep};
 use presence_sweeper_redis::Error;
 use presence_sweeper_redis::{Opener, Store};
 
@@ -166,7 +167,7 @@ pub(crate) fn plan(config: &Config, opts: &SeedOptions) -> Result<Plan, SeedErro
     })
 }
 
-fn key_set(sweep: &SweepConfig, members: u32, fraction: f64) -> KeySet {
+fn key_set(sweep: &config::Sweep, members: u32, fraction: f64) -> KeySet {
     KeySet {
         sweep: sweep.name.clone(),
         pattern: sweep.pattern.clone(),
@@ -181,7 +182,7 @@ fn key_set(sweep: &SweepConfig, members: u32, fraction: f64) -> KeySet {
 /// calls.
 pub(crate) async fn run(
     plan: &Plan,
-    redis: &RedisConfig,
+    redis: &config::Redis,
     cancel: &CancellationToken,
 ) -> Result<SeedReport, Error> {
     let store = Store::connect_as(redis, Opener::Tool("seed")).await?;

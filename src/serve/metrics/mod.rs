@@ -6,6 +6,7 @@
 
 mod process;
 
+use presence_sweeper_config as config;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +17,6 @@ use prometheus::{
     Opts, Registry, TextEncoder,
 };
 
-use presence_sweeper_config::SweepConfig;
 use presence_sweeper_rules::node::NodeId;
 use presence_sweeper_rules::report::{NodeFigures, Observer, Totals};
 use presence_sweeper_rules::storm::GuardReport;
@@ -422,7 +422,7 @@ impl Metrics {
 
     /// The handles of one sweep. Creates every series of the sweep at zero, so dashboards and
     /// alerts see them from start-up.
-    pub fn sweep(&self, sweep: &SweepConfig) -> SweepMetrics {
+    pub fn sweep(&self, sweep: &config::Sweep) -> SweepMetrics {
         let name = sweep.name.as_str();
         let l = &[name];
         self.set_interval(name, sweep.schedule.interval().unwrap_or_default());

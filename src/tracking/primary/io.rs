@@ -11,7 +11,7 @@ use presence_sweeper_rules::report::SweepReport;
 use presence_sweeper_rules::score::ScoreUnit;
 use presence_sweeper_rules::storm::StormGuard;
 
-use crate::sweep::Sweep;
+use crate::evictor::Evictor;
 use presence_sweeper_redis::keyspace::Subscription;
 
 /// The daemon's types for the rules.
@@ -25,25 +25,25 @@ impl Io for Redis {
 
 /// A sweep as the loops run it, shared by every primary.
 pub(crate) struct Job {
-    pub(crate) sweep: Arc<Sweep>,
+    pub(crate) evictor: Arc<Evictor>,
     pub(crate) report: Arc<dyn SweepReport>,
 }
 
 impl primary::Job for Job {
     fn name(&self) -> &str {
-        &self.sweep.config().name
+        &self.evictor.config().name
     }
     fn pattern(&self) -> &KeyPattern {
-        &self.sweep.config().pattern
+        &self.evictor.config().pattern
     }
     fn ttl(&self) -> Duration {
-        self.sweep.config().ttl
+        self.evictor.config().ttl
     }
     fn score_unit(&self) -> ScoreUnit {
-        self.sweep.config().score_unit
+        self.evictor.config().score_unit
     }
     fn guard(&self) -> &StormGuard {
-        self.sweep.guard()
+        self.evictor.guard()
     }
     fn report(&self) -> &Arc<dyn SweepReport> {
         &self.report

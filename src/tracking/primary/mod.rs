@@ -1,5 +1,5 @@
 //! One primary's work: a deadline index per sweep, the keyspace notifications that feed it, and
-//! the walks that reconcile it, all going through the one evictor ([`crate::sweep::Sweep::check`]).
+//! the walks that reconcile it, all going through the one evictor ([`crate::evictor::Evictor::check`]).
 //!
 //! ```text
 //!  deadline index (key -> oldest + ttl) --due---> check (read, evict atomically, announce)
@@ -34,13 +34,14 @@ mod ops;
 mod standing_io;
 mod walks_io;
 
+use presence_sweeper_config as config;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{BoxStream, FuturesUnordered};
-use presence_sweeper_config::{EvictConfig, NotificationMode, ScanConfig, TrackingConfig};
+use presence_sweeper_config::NotificationMode;
 use presence_sweeper_redis::{Error, Node, Store};
 use presence_sweeper_rules::check::Checked;
 use presence_sweeper_rules::index::{Capacity, Ticket};
@@ -72,9 +73,9 @@ pub(crate) const ALIVE_EVERY: Duration = Duration::from_secs(5);
 /// The daemon-wide settings every primary's loop works by.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Settings {
-    pub(crate) scan: ScanConfig,
-    pub(crate) evict: EvictConfig,
-    pub(crate) tracking: TrackingConfig,
+    pub(crate) scan: config::Scan,
+    pub(crate) evict: config::Evict,
+    pub(crate) tracking: config::Tracking,
     /// `redis.command_timeout`: bounds subscription round trips.
     pub(crate) command_timeout: Duration,
     /// The loop turns at least this often (a quarter of the systemd watchdog's period, at
@@ -278,7 +279,7 @@ impl Run {
             match action {
                 Action::Probe => self.in_flight.push(self.ops.probe(self.canary_key.clone())),
                 Action::ProvePermissions => {
-                    let sweeps = self.sweeps.iter().map(|t| t.job.sweep.clone()).collect();
+                    let sweeps = self.sweeps.iter().map(|t| t.job.evictor.clone()).collect();
                     self.in_flight.push(self.ops.prove_permissions(sweeps));
                 }
                 Action::Refresh(failure) => self.in_flight.push(self.ops.refresh(failure)),
@@ -332,7 +333,7 @@ impl Run {
             any = false;
             for i in 0..self.sweeps.len() {
                 let t = self.sweeps.get_mut(i);
-                let ttl = t.job.sweep.config().ttl.as_secs_f64();
+                let ttl = t.job.evictor.config().ttl.as_secs_f64();
                 let room = self.batching.room(self.in_flight.len());
                 let Some(verdict) = self.coord.verdict(now(), ttl).filter(|_| room) else {
                     return;
@@ -398,7 +399,7 @@ impl Run {
         let credit = |ttl: f64| self.coord.credit_until(ttl);
         let node = self.sweeps.node().clone();
         if let Some(t) = self.sweeps.by_epoch(epoch) {
-            let credit_until = credit(t.job.sweep.config().ttl.as_secs_f64());
+            let credit_until = credit(t.job.evictor.config().ttl.as_secs_f64());
             t.checked(&node, tickets, &checked, now_ms, credit_until);
         }
         if let Some(e) = checked.error {
@@ -462,7 +463,7 @@ impl Run {
     fn start_walk(&mut self, now: Instant, start: Start) {
         let pages = self
             .ops
-            .pages(self.sweeps.iter().map(|t| &t.job.sweep.config().pattern));
+            .pages(self.sweeps.iter().map(|t| &t.job.evictor.config().pattern));
         let rate = match self.ops.settings.scan.max_keys_per_second {
             0 => None,
             rate => Some(f64::from(rate)),
@@ -526,12 +527,12 @@ impl Run {
     /// The next check or read of keys the walk queued for sweep `i`, if a batch is ready.
     fn walk_future(&mut self, i: usize, scan_done: bool) -> Option<BoxFuture<'static, Done>> {
         let t = self.sweeps.get_mut(i);
-        let ttl = t.job.sweep.config().ttl.as_secs_f64();
+        let ttl = t.job.evictor.config().ttl.as_secs_f64();
         // Nothing is evicted while liveness is in doubt: the keys wait for its verdict.
         let verdict = self.coord.verdict(now(), ttl);
         let epoch = t.epoch;
         let job = t.job.clone();
-        let pattern = &job.sweep.config().pattern;
+        let pattern = &job.evictor.config().pattern;
         Some(
             match t.walk_work(self.batching.batch, scan_done, verdict)? {
                 WalkWork::Direct {

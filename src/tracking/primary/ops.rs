@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::Settings;
 use super::io::Redis;
 use super::standing_io::Probed;
-use crate::sweep::CheckCtx;
+use crate::evictor::CheckCtx;
 
 /// What a future of the loop finished.
 pub(crate) enum Done {
@@ -78,7 +78,7 @@ impl Ops {
             } else {
                 Vec::new()
             };
-        let sweep = t.job.sweep.clone();
+        let sweep = t.job.evictor.clone();
         let observer = t.observer.clone();
         let node = self.node.clone();
         let store = self.store.clone();

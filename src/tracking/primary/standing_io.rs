@@ -11,7 +11,7 @@ use presence_sweeper_rules::primary::standing::Evidence;
 
 use super::canary::{first_slot, reading, run_id};
 use super::ops::{Done, Ops};
-use crate::sweep::Sweep;
+use crate::evictor::Evictor;
 
 /// What a probe found.
 #[derive(Debug)]
@@ -32,7 +32,7 @@ impl Ops {
 
     /// Proves every sweep's permissions, on a key of each sweep's pattern that need not exist:
     /// nothing runs, the commands are only queued and discarded.
-    pub(crate) fn prove_permissions(&self, sweeps: Vec<Arc<Sweep>>) -> BoxFuture<'static, Done> {
+    pub(crate) fn prove_permissions(&self, sweeps: Vec<Arc<Evictor>>) -> BoxFuture<'static, Done> {
         let (store, node) = (self.store.clone(), self.node.clone());
         Box::pin(async move {
             for sweep in sweeps {

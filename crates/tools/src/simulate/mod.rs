@@ -23,6 +23,7 @@ mod tracker;
 mod watch;
 mod worker;
 
+use presence_sweeper_config as config;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -37,7 +38,7 @@ use tracker::{Fate, Lag, Tracker, Verdict};
 use watch::{WATCH_EVERY, Watch, end_time, unix_now, watch_redis};
 use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
 
-use presence_sweeper_config::{CONVERSATION_ID, Config, RedisConfig, SweepConfig, UnknownSweep};
+use presence_sweeper_config::{CONVERSATION_ID, Config, UnknownSweep};
 use presence_sweeper_redis::subscriber::{Push, Subscriber};
 use presence_sweeper_redis::{Error, Opener, Store};
 
@@ -105,8 +106,8 @@ pub(crate) enum SimulateError {
 /// A validated simulation.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
-    sweep: SweepConfig,
-    typing: Option<SweepConfig>,
+    sweep: config::Sweep,
+    typing: Option<config::Sweep>,
     conversations: u32,
     users: u32,
     heartbeat: Duration,
@@ -205,7 +206,7 @@ pub(crate) fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, Simu
 }
 
 /// ttl + 2 x schedule: the window, then a pass that may just have missed it, then the next.
-fn default_grace(sweep: &SweepConfig) -> Option<Duration> {
+fn default_grace(sweep: &config::Sweep) -> Option<Duration> {
     Some(sweep.ttl + 2 * sweep.schedule.interval()?)
 }
 
@@ -221,7 +222,7 @@ fn default_grace(sweep: &SweepConfig) -> Option<Duration> {
 /// started, the report always comes.
 pub(crate) async fn run(
     plan: &Plan,
-    redis: &RedisConfig,
+    redis: &config::Redis,
     cancel: &CancellationToken,
 ) -> Result<SimulateReport, Error> {
     let store = Store::connect_as(redis, Opener::Tool("simulate")).await?;
@@ -521,7 +522,7 @@ pub(crate) fn channel_pattern(template: &str, prefix: &str) -> String {
 async fn delete_keys(plan: &Plan, shared: &Shared, store: &Store) -> Result<(), Error> {
     let mut con = store.connection();
     let prefix = plan.prefix();
-    let sweeps: Vec<&SweepConfig> = std::iter::once(&plan.sweep)
+    let sweeps: Vec<&config::Sweep> = std::iter::once(&plan.sweep)
         .chain(plan.typing.as_ref())
         .collect();
     let opened = shared.new_conversations.load(Ordering::Relaxed);

@@ -19,7 +19,7 @@ use presence_sweeper_rules::score::{Cutoff, ScoreUnit};
 use presence_sweeper_rules::storm::Admit;
 use presence_sweeper_rules::units::Mismatch;
 
-use super::Sweep;
+use super::Evictor;
 
 /// The first read of a batch checked for `purpose`: with `newest`, also each key's newest
 /// heartbeat for the storm guard.
@@ -47,7 +47,7 @@ pub(crate) struct CheckCtx<'a> {
     pub(crate) witnesses: &'a [Vec<u8>],
 }
 
-impl Sweep {
+impl Evictor {
     /// Checks `keys` on `node`. Returns what was done even when a step fails, so evictions are
     /// always counted and announced. Once `ctx.cancel` fires no new eviction starts.
     pub(crate) async fn check(

@@ -13,7 +13,7 @@ use presence_sweeper_redis::{Error, Node, Packed, SendPacked, all_ok};
 use presence_sweeper_rules::check::Counts;
 use presence_sweeper_rules::event::{Event, Leaves, Roster, Step};
 
-use super::{CheckCtx, Sweep};
+use super::{CheckCtx, Evictor};
 
 /// About the most bytes of PUBLISH commands sent in one pipeline: some 800 events of a usual
 /// size, or four of the largest. One sweep of 500 zombies with 16 KiB ids peaked at 34.9 MB RSS
@@ -77,7 +77,7 @@ impl<'a> Removal<'a> {
     }
 }
 
-impl Sweep {
+impl Evictor {
     /// PUBLISH, or SPUBLISH with `redis.sharded_pubsub`.
     pub(super) fn publish_command(&self) -> &'static str {
         if self.sharded_pubsub {

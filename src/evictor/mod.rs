@@ -1,7 +1,7 @@
-//! One sweep at run time: its settings, event encoder and eviction script, and the check of a
+//! A sweep at run time, its evictor: its settings, event encoder and eviction script, and the check of a
 //! batch of its keys on one primary.
 //!
-//! - this module: [`Sweep`], what every check of it shares;
+//! - this module: [`Evictor`], what every check of it shares;
 //! - `check`: one batch of keys, read, evicted and announced: the one evictor every source of
 //!   work (a full pass, a deadline, reconciliation) goes through, as named steps, its pure ones
 //!   the rules' (`plan`, `sizing`, `units`, `ahead`, `storm`);
@@ -24,11 +24,12 @@ mod apply;
 mod check;
 mod streamed;
 
+use presence_sweeper_config as config;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use presence_sweeper_config::{Config, EventsConfig, EvictConfig, SweepConfig};
+use presence_sweeper_config::Config;
 use presence_sweeper_redis::evict::EvictScript;
 use presence_sweeper_redis::evict::preflight;
 use presence_sweeper_redis::evict::stream::StreamScript;
@@ -45,10 +46,11 @@ pub(crate) use check::CheckCtx;
 /// it at once.
 const PREFLIGHT_VALID: Duration = Duration::from_secs(60);
 
-/// One configured sweep, ready to check keys. Shared by every primary's work.
+/// A sweep's evictor: the sweep as configured, ready to check its keys. Shared by every
+/// primary's work.
 #[derive(Debug)]
-pub struct Sweep {
-    config: SweepConfig,
+pub struct Evictor {
+    config: config::Sweep,
     encoder: EventEncoder,
     script: EvictScript,
     /// The eviction of a sweep with a stream.
@@ -57,7 +59,7 @@ pub struct Sweep {
     stream_script: std::sync::OnceLock<StreamScript>,
     /// `events.max_bytes`.
     max_bytes: usize,
-    evict: EvictConfig,
+    evict: config::Evict,
     sharded_pubsub: bool,
     guard: StormGuard,
     /// Whether its scores fit its `score_unit`; evicts nothing while they do not.
@@ -72,7 +74,7 @@ pub struct Sweep {
     preflights: Mutex<HashMap<String, Instant>>,
 }
 
-impl Sweep {
+impl Evictor {
     /// The script of a sweep with a stream.
     fn stream_script(&self) -> &StreamScript {
         self.stream_script.get_or_init(StreamScript::new)
@@ -80,7 +82,7 @@ impl Sweep {
 
     /// The sweep `config` with the eviction and publishing settings of `settings`, for a
     /// one-shot pass (its storm guard reports nowhere).
-    pub fn new(config: &SweepConfig, settings: &Config) -> Self {
+    pub fn new(config: &config::Sweep, settings: &Config) -> Self {
         Self::with_settings(
             config,
             &settings.evict,
@@ -94,9 +96,9 @@ impl Sweep {
     /// The sweep `config` with explicit settings; its storm guard reports to `guard`, a wrong
     /// `score_unit` to `units`.
     pub(crate) fn with_settings(
-        config: &SweepConfig,
-        evict: &EvictConfig,
-        events: &EventsConfig,
+        config: &config::Sweep,
+        evict: &config::Evict,
+        events: &config::Events,
         sharded_pubsub: bool,
         guard: Arc<dyn GuardReport>,
         units: UnitAlarm,
@@ -134,7 +136,7 @@ impl Sweep {
     }
 
     /// The sweep's configuration.
-    pub fn config(&self) -> &SweepConfig {
+    pub fn config(&self) -> &config::Sweep {
         &self.config
     }
 

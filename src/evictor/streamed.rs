@@ -1,21 +1,21 @@
 //! The evict step of a sweep with a stream: every stale key goes through the stream script,
 //! which removes, appends and publishes in one atomic step; here its reply is counted.
 
-use presence_sweeper_config::StreamConfig;
+use presence_sweeper_config as config;
 use presence_sweeper_redis::evict::stream::{StreamKey, StreamKeyReply, StreamParams, Streamed};
 use presence_sweeper_redis::{Error, Node, refusal_reason};
 use presence_sweeper_rules::check::{CheckOpts, Checked};
 use presence_sweeper_rules::event::conversation_field;
 use presence_sweeper_rules::plan::KeyState;
 
-use super::Sweep;
+use super::Evictor;
 use super::apply::slot_groups;
 use super::check::CheckCtx;
 
 /// About the most bytes of ids one call of the stream script encodes.
 const STREAM_CALL_BYTES: usize = 128 << 10;
 
-impl Sweep {
+impl Evictor {
     /// Evicts the keys of `groups` (indices into `keys`; each group at most a budget of
     /// zombies) and the `big` ones, calling the script again for keys its budget did not
     /// finish. A big key's first call asks for `first` members and each next one twice as many.
@@ -181,7 +181,7 @@ impl Sweep {
 
 /// The error of a stream that refused a write (`OOM` under `maxmemory`, an ACL, a key of
 /// another type): nothing was removed from that key without its entry.
-fn stream_refused(stream: &StreamConfig, error: &str) -> Error {
+fn stream_refused(stream: &config::Stream, error: &str) -> Error {
     let (code, detail) = error.split_once(' ').unwrap_or((error, ""));
     if code == "NOPERM" {
         return Error::Permission {

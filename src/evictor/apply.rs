@@ -13,14 +13,14 @@ use presence_sweeper_rules::event::Roster;
 use presence_sweeper_rules::plan::{KeyState, Plan};
 use presence_sweeper_rules::score::Cutoff;
 
-use super::Sweep;
+use super::Evictor;
 use super::announce::{Events, Removal};
 use super::check::CheckCtx;
 
 /// The keys of one transaction (as indices into the batch) and what it did.
 pub(super) type Outcome = (Vec<usize>, Result<(f64, Vec<TxKey>), Error>);
 
-impl Sweep {
+impl Evictor {
     /// The evict step: proves the permissions before the first removal, reads the clean keys'
     /// sizes alongside the first transactions (one round trip), then runs the other
     /// transactions and the script. What any call removed is counted and announced, even when
