@@ -43,6 +43,18 @@ fn bad_configurations_exit_2_with_one_line_naming_key_and_value() {
             "sweeps.typing.ttl = \"0s\"",
         ),
         (
+            "[sweeps.typing]\nttl = \"1ms\"\n",
+            "sweeps.typing.ttl = \"1ms\" (in ",
+        ),
+        (
+            "[sweeps.typing]\nttl = \"99999999999999999999s\"\n",
+            "must be at most 7days",
+        ),
+        (
+            "[sweeps.online]\nschedule = \"0 0 0 31 2 *\"\n",
+            "would never walk",
+        ),
+        (
             "[sweeps.typing]\nttl = \"five seconds\"\n",
             "sweeps.typing.ttl = \"five seconds\"",
         ),

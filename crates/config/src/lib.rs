@@ -34,7 +34,9 @@ use std::path::PathBuf;
 use config::FileFormat;
 
 pub use self::coordination::Coordination;
-pub use self::duration::{MAX_INTERVAL, MAX_LEASE_TTL, MAX_STREAM_AGE, MAX_TIMEOUT, MAX_TTL};
+pub use self::duration::{
+    MAX_INTERVAL, MAX_LEASE_TTL, MAX_STREAM_AGE, MAX_TIMEOUT, MAX_TTL, MIN_TTL,
+};
 pub use self::env::{CONFIG_VAR, UnknownVariable};
 pub use self::error::{ConfigError, Origin};
 pub use self::events::Events;

@@ -26,26 +26,38 @@ pub enum ScheduleError {
     /// A period out of range: zero, negative, or longer than [`MAX_INTERVAL`].
     #[error("{0}")]
     Period(String),
+    /// A cron expression that no date matches (such as the 31st of February): walks would
+    /// never run.
+    #[error("no date matches it: the sweep would never walk")]
+    Never,
 }
 
 impl Schedule {
     /// Parses a human duration (at most [`MAX_INTERVAL`]) or a cron expression with seconds.
     pub fn parse(text: &str) -> Result<Self, ScheduleError> {
         let text = text.trim();
-        // A cron expression never starts with a sign, so "-5s" is a negative period.
-        if text.starts_with('-') || humantime::parse_duration(text).is_ok() {
+        let fields = text.split_whitespace().count();
+        // A cron expression has five fields or more, or its wildcards; anything else is meant
+        // as a period ("30s", "1m 30s", "-5s"), and says why it is not one.
+        let cron_like = fields >= 5 || text.contains(['*', '/', ',', '?']);
+        if !cron_like {
             let period = duration::parse(text, MAX_INTERVAL).map_err(ScheduleError::Period)?;
             return Ok(Self::Every(period));
         }
-        let fields = text.split_whitespace().count();
         if fields != 6 {
             return Err(ScheduleError::Unparsable(format!(
                 "{fields} fields where a cron expression needs 6 (seconds first)"
             )));
         }
-        cron_parser()
+        let cron = cron_parser()
             .parse(text)
             .map_err(|e| ScheduleError::Unparsable(e.to_string()))?;
+        if cron
+            .find_next_occurrence(&chrono::Utc::now(), false)
+            .is_err()
+        {
+            return Err(ScheduleError::Never);
+        }
         Ok(Self::Cron(text.to_owned()))
     }
 
@@ -131,13 +143,16 @@ mod tests {
         );
         let e = Schedule::parse("1day 1s").unwrap_err().to_string();
         assert_eq!(e, "must be at most 1day");
-        let e = Schedule::parse("9999999999999999999s")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(e, "must be at most 1day");
+        for huge in ["9999999999999999999s", "99999999999999999999s"] {
+            let e = Schedule::parse(huge).unwrap_err().to_string();
+            assert_eq!(e, "must be at most 1day", "{huge}");
+        }
         let e = Schedule::parse("-5s").unwrap_err().to_string();
         assert!(e.contains("negative"), "{e}");
-        // A cron expression may run less often than the longest period.
+        // A cron expression may run less often than the longest period, but it must run.
         assert!(Schedule::parse("0 0 0 1 1 *").is_ok());
+        assert!(Schedule::parse("0 0 0 29 2 *").is_ok(), "every leap year");
+        let e = Schedule::parse("0 0 0 31 2 *").unwrap_err().to_string();
+        assert!(e.contains("would never walk"), "{e}");
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::duration::{MAX_STREAM_AGE, MAX_TTL};
+use super::duration::{MAX_STREAM_AGE, MAX_TTL, MIN_TTL};
 use super::error::ConfigError;
 use super::redis::{Redis, RedisMode};
 use super::schedule::Schedule;
@@ -199,7 +199,18 @@ impl Sweep {
         },
         Key {
             name: "ttl",
-            read: |t, k, s| t.duration(k, MAX_TTL).map(|d| s.ttl = d),
+            read: |t, k, s| {
+                let ttl = t.duration_field(k, MAX_TTL)?;
+                if ttl.value < MIN_TTL {
+                    return Err(ttl.invalid(
+                        "must be at least 1s: within a shorter window a heartbeat's round trip, \
+                         a busy Redis or the check's own batching would make users who are \
+                         there look gone",
+                    ));
+                }
+                s.ttl = ttl.value;
+                Ok(())
+            },
             show: |s| Shown::duration(s.ttl),
         },
         Key {

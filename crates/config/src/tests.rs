@@ -506,7 +506,11 @@ fn every_duration_key_takes_its_bound_and_refuses_more() {
         let c = load_with(Some(&format!("[{table}]\n{name} = \"{at}\"\n")), &[])
             .unwrap_or_else(|e| panic!("{key} = {at}: {e}"));
         assert!(c.to_toml().contains(&format!("{name} = \"{at}\"")), "{key}");
-        for above in [format!("{at} 1ms"), "9999999999999999999s".to_owned()] {
+        for above in [
+            format!("{at} 1ms"),
+            "9999999999999999999s".to_owned(),
+            "99999999999999999999s".to_owned(),
+        ] {
             let file = format!("[{table}]\n{name} = \"{above}\"\n");
             let e = load_with(Some(&file), &[]).unwrap_err().to_string();
             let named = format!("{key} = \"{above}\" (in ");
@@ -648,4 +652,33 @@ fn in_a_cluster_a_stream_must_share_its_keys_slot() {
         &[],
     )
     .unwrap();
+}
+
+#[test]
+fn a_window_under_a_second_is_refused_with_the_reason() {
+    for ttl in ["1ms", "999ms"] {
+        let file = format!("[sweeps.online]\nttl = \"{ttl}\"\n");
+        let e = load_with(Some(&file), &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("sweeps.online.ttl = \"{ttl}\" (in ")),
+            "{e}"
+        );
+        assert!(e.contains("must be at least 1s: "), "{e}");
+    }
+    let c = load_with(Some("[sweeps.online]\nttl = \"1s\"\n"), &[]).unwrap();
+    assert_eq!(c.sweep("online").unwrap().ttl, Duration::from_secs(1));
+}
+
+#[test]
+fn a_schedule_that_never_fires_is_refused() {
+    let file = "[sweeps.online]\nschedule = \"0 0 0 31 2 *\"\n";
+    let e = load_with(Some(file), &[]).unwrap_err().to_string();
+    assert!(
+        e.starts_with("sweeps.online.schedule = \"0 0 0 31 2 *\" (in "),
+        "{e}"
+    );
+    assert!(
+        e.ends_with("no date matches it: the sweep would never walk"),
+        "{e}"
+    );
 }
