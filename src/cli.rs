@@ -16,6 +16,11 @@ use presence_sweeper_config::Sources;
 /// score (last heartbeat) fell out of the window, atomically and on Redis's clock, and publishes
 /// one JSON event per removed member.
 ///
+/// With no command it runs the daemon: `presence-sweeper` is `presence-sweeper run`. Without
+/// `--config` it reads /etc/presence-sweeper/presence-sweeper.toml where that file exists, else
+/// the built-in defaults (a Redis at redis://127.0.0.1:6379/0); `check-config` says which, and
+/// so does the first line of the log.
+///
 /// `seed` and `simulate`, which write synthetic data for demos and benchmarks, are in the
 /// `presence-sweeper-tools` binary.
 #[derive(Debug, Parser)]
@@ -46,8 +51,8 @@ pub(crate) struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Run the daemon: every enabled sweep, its keys checked at their deadlines, until SIGTERM or
-    /// SIGINT.
+    /// Run the daemon (what no command means): every enabled sweep, its keys checked at their
+    /// deadlines, until SIGTERM or SIGINT.
     Run,
     /// Run one full pass of every enabled sweep (or the named ones): every key checked; print a
     /// summary line each, and exit.

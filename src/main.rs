@@ -61,11 +61,23 @@ fn main() -> ExitCode {
         if let Err(e) = out(&config.to_toml()) {
             return failed(e);
         }
-        say("presence-sweeper: configuration is valid");
+        say(format_args!(
+            "presence-sweeper: configuration is valid (read: {}; Redis: {})",
+            config.provenance,
+            config.redis.describe()
+        ));
         return ExitCode::SUCCESS;
     }
     let logging =
         (!matches!(command, Command::Healthcheck { .. })).then(|| logging::init(&config.log));
+    if matches!(command, Command::Run) {
+        // Which Redis, from which file: an empty file or none at all means a local Redis.
+        tracing::info!(
+            read = %config.provenance,
+            redis = %config.redis.describe(),
+            "configuration in effect"
+        );
+    }
     for variable in &unknown {
         if logging.is_some() {
             tracing::warn!("{variable}");

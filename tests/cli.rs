@@ -521,7 +521,7 @@ fn the_config_file_is_named_as_given() {
     let (code, stdout, stderr) = run_binary_in(&cwd, &["--config", absolute, "check-config"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stdout.starts_with(&format!("# file: {absolute}\n")),
+        stdout.starts_with(&format!("# read: the file {absolute}\n")),
         "{stdout}"
     );
 }
@@ -748,4 +748,33 @@ fn man_pages_render_one_per_command_and_name_the_files() {
     assert!(sweep.contains("keys_scanned"), "{sweep}");
     let seed = render(&out.join("presence-sweeper-tools-seed.1"));
     assert!(seed.contains("--stale-fraction"), "{seed}");
+}
+
+/// `check-config` says where the configuration came from, naming the variables and flags that
+/// set keys but never their values.
+#[test]
+fn check_config_names_what_it_read_but_no_value() {
+    let (code, stdout, stderr) = run_binary(
+        &[
+            "--redis-url",
+            "redis://u:hunter2@10.0.0.9:6379/0",
+            "check-config",
+        ],
+        &[("PRESENCE_SWEEPER__LOG__LEVEL", "debug")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let first = stdout.lines().next().unwrap();
+    assert_eq!(
+        first,
+        "# read: no file: the built-in defaults; variables PRESENCE_SWEEPER__LOG__LEVEL; flags --redis-url"
+    );
+    assert!(
+        stderr.contains("configuration is valid (read: no file: the built-in defaults;"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("Redis: redis://u:***@10.0.0.9:6379/0"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("hunter2") && !stderr.contains("hunter2"));
 }

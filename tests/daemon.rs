@@ -86,6 +86,13 @@ fn waits_for_redis_at_start_then_sweeps() {
         || (0..3).all(|c| zcard(&mut con, &format!("presence:c{c}:typing")) == 1),
     );
     assert!(d.log().contains("connected to Redis"));
+    // Which file and which Redis, said at start-up; the flag named, its value not repeated.
+    let path = d.config_path();
+    let said = format!(
+        "configuration in effect read=the file {}; flags --redis-url redis={url}",
+        path.display()
+    );
+    assert!(d.log().contains(&said), "{}", d.log());
 }
 
 #[test]

@@ -389,6 +389,7 @@ pub fn config(url: &str, toml: &str) -> Config {
         file: Some(file),
         env,
         overrides: Default::default(),
+        system_file: false,
     })
     .expect("valid test configuration")
 }
@@ -876,6 +877,7 @@ impl InProcessDaemon {
                     file: file.clone(),
                     env: env.clone(),
                     overrides: Default::default(),
+                    system_file: false,
                 })
             }),
             notifier: Arc::new(presence_sweeper::serve::systemd::Notifier::disabled()),
@@ -943,6 +945,7 @@ pub fn config_file(dir: &Path, url: &str, toml: &str) -> (Config, PathBuf) {
         file: Some(file.clone()),
         env,
         overrides: Default::default(),
+        system_file: false,
     })
     .expect("valid test configuration");
     (config, file)

@@ -13,7 +13,7 @@ pub mod version;
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use presence_sweeper_config::{CONFIG_VAR, Overrides, Sources};
@@ -50,12 +50,32 @@ pub struct ConfigFlags {
     pub log_level: Option<String>,
 }
 
+/// The system's configuration file, read when nothing names another: where the Debian package
+/// and `docs/install.md` put it, and where the systemd unit points.
+pub const SYSTEM_CONFIG: &str = "/etc/presence-sweeper/presence-sweeper.toml";
+
 impl ConfigFlags {
     /// The configuration sources these flags and `env` describe; `http_listen` is the
-    /// daemon's own override of `http.listen`.
+    /// daemon's own override of `http.listen`. Without `--config` (or `PRESENCE_SWEEPER_CONFIG`)
+    /// the system's file is read where it exists ([`SYSTEM_CONFIG`]).
     pub fn sources(&self, env: HashMap<String, String>, http_listen: Option<String>) -> Sources {
+        self.sources_with(env, http_listen, Path::new(SYSTEM_CONFIG))
+    }
+
+    /// [`ConfigFlags::sources`], with the system's file at `system`.
+    fn sources_with(
+        &self,
+        env: HashMap<String, String>,
+        http_listen: Option<String>,
+        system: &Path,
+    ) -> Sources {
+        let system_file = self.config.is_none() && system.exists();
         Sources {
-            file: self.config.clone(),
+            file: self
+                .config
+                .clone()
+                .or_else(|| system_file.then(|| system.to_owned())),
+            system_file,
             env,
             overrides: Overrides {
                 redis_url: self.redis_url.clone(),
@@ -111,4 +131,34 @@ pub fn out(text: &str) -> anyhow::Result<()> {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
         .map_err(|e| anyhow::anyhow!("cannot write the output: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_file_is_read_unless_another_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let system = dir.path().join("presence-sweeper.toml");
+        let none = ConfigFlags::default();
+        let s = none.sources_with(HashMap::new(), None, &system);
+        assert_eq!(
+            (s.file, s.system_file),
+            (None, false),
+            "no system file: defaults"
+        );
+        std::fs::write(&system, "").unwrap();
+        let s = none.sources_with(HashMap::new(), None, &system);
+        assert_eq!((s.file, s.system_file), (Some(system.clone()), true));
+        let named = ConfigFlags {
+            config: Some(PathBuf::from("/srv/other.toml")),
+            ..ConfigFlags::default()
+        };
+        let s = named.sources_with(HashMap::new(), None, &system);
+        assert_eq!(
+            (s.file, s.system_file),
+            (Some(PathBuf::from("/srv/other.toml")), false)
+        );
+    }
 }

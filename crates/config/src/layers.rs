@@ -57,6 +57,13 @@ impl Source for FileLayer {
 #[derive(Debug, Clone, Default)]
 pub(super) struct FlagLayer(pub(super) Vec<(&'static str, &'static str, String)>);
 
+impl FlagLayer {
+    /// The flags given.
+    pub(super) fn names(&self) -> Vec<&'static str> {
+        self.0.iter().map(|(_, flag, _)| *flag).collect()
+    }
+}
+
 impl Source for FlagLayer {
     fn clone_into_box(&self) -> Box<dyn Source + Send + Sync> {
         Box::new(self.clone())
@@ -103,6 +110,13 @@ impl EnvLayer {
             })
             .collect::<Result<_, _>>()
             .map(Self)
+    }
+}
+
+impl EnvLayer {
+    /// The variables read, by name.
+    pub(super) fn names(&self) -> Vec<String> {
+        self.0.iter().map(|(_, name, _)| name.clone()).collect()
     }
 }
 

@@ -28,7 +28,7 @@ mod tracking;
 mod tree;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::path::PathBuf;
 
 use config::FileFormat;
@@ -89,15 +89,52 @@ pub struct Config {
     pub log: Log,
     /// `[sweeps.<name>]`: every configured sweep, enabled or not, ordered by name.
     pub sweeps: Vec<Sweep>,
-    /// The configuration file that was read, if any, as given.
+    /// What the configuration was read from.
+    pub provenance: Provenance,
+}
+
+/// What a configuration was read from, by name: never a value (a variable may hold a
+/// password).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// The file read, as given; `None`: the built-in defaults, under the variables and flags.
     pub file: Option<PathBuf>,
+    /// `file` is the system's configuration, read because nothing named another.
+    pub system_file: bool,
+    /// The `PRESENCE_SWEEPER__*` variables that set keys.
+    pub variables: Vec<String>,
+    /// The command-line flags that set keys.
+    pub flags: Vec<&'static str>,
+}
+
+impl fmt::Display for Provenance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.file, self.system_file) {
+            (Some(file), true) => write!(
+                f,
+                "the system's file {} (--config or {CONFIG_VAR} names another)",
+                file.display()
+            )?,
+            (Some(file), false) => write!(f, "the file {}", file.display())?,
+            (None, _) => f.write_str("no file: the built-in defaults")?,
+        }
+        if !self.variables.is_empty() {
+            write!(f, "; variables {}", self.variables.join(", "))?;
+        }
+        if !self.flags.is_empty() {
+            write!(f, "; flags {}", self.flags.join(", "))?;
+        }
+        Ok(())
+    }
 }
 
 /// Where configuration comes from; the caller passes the environment in so tests control it.
 #[derive(Debug, Clone, Default)]
 pub struct Sources {
-    /// The TOML file (`--config` / `PRESENCE_SWEEPER_CONFIG`), if any.
+    /// The TOML file (`--config` / `PRESENCE_SWEEPER_CONFIG`, or the system's), if any.
     pub file: Option<PathBuf>,
+    /// `file` is the system's configuration, read because nothing named another.
+    pub system_file: bool,
     /// Environment variables; only `PRESENCE_SWEEPER__*` ones are read.
     pub env: HashMap<String, String>,
     /// Command-line flags, the top layer.
@@ -153,9 +190,17 @@ impl Config {
         if let Some(path) = &sources.file {
             builder = builder.add_source(FileLayer::read(path)?);
         }
+        let env = EnvLayer::read(&sources.env)?;
+        let flags = sources.overrides.layer();
+        let provenance = Provenance {
+            file: sources.file.clone(),
+            system_file: sources.system_file,
+            variables: env.names(),
+            flags: flags.names(),
+        };
         let merged = builder
-            .add_source(EnvLayer::read(&sources.env)?)
-            .add_source(sources.overrides.layer())
+            .add_source(env)
+            .add_source(flags)
             .build()
             .map_err(|e| match e {
                 config::ConfigError::FileParse { uri, cause } => ConfigError::Syntax(format!(
@@ -168,7 +213,7 @@ impl Config {
         let root =
             config::Source::collect(&merged).map_err(|e| ConfigError::Syntax(e.to_string()))?;
         let mut config = Self::from_tree(Table::new(String::new(), root))?;
-        config.file = sources.file.clone();
+        config.provenance = provenance;
         Ok(config)
     }
 
@@ -186,7 +231,7 @@ impl Config {
             coordination: read_section(&mut root, "coordination", Coordination::KEYS)?,
             http: read_section(&mut root, "http", Http::KEYS)?,
             log: read_section(&mut root, "log", Log::KEYS)?,
-            file: None,
+            provenance: Provenance::default(),
         };
         redis.finish()?;
         sweeps.finish()?;
@@ -243,9 +288,7 @@ impl Config {
     /// comments), with every secret redacted.
     pub fn to_toml(&self) -> String {
         let mut out = String::new();
-        if let Some(file) = &self.file {
-            let _ = writeln!(out, "# file: {}", file.display());
-        }
+        let _ = writeln!(out, "# read: {}", self.provenance);
         self.redis.write_toml(&mut out);
         section::write(&mut out, "scan", Scan::KEYS, &self.scan);
         section::write(&mut out, "evict", Evict::KEYS, &self.evict);

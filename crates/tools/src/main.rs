@@ -43,6 +43,11 @@ fn main() -> ExitCode {
         Err(e) => return refused(format!("configuration error: {e}")),
     };
     let logging = logging::init(&config.log);
+    tracing::info!(
+        read = %config.provenance,
+        redis = %config.redis.describe(),
+        "configuration in effect"
+    );
     for variable in config.unknown_variables(&env) {
         tracing::warn!("{variable}");
     }
