@@ -417,3 +417,112 @@ fn a_zombie_written_by_hand_is_evicted_but_not_observed_as_lag() {
     assert_eq!(lag("presence_sweeper_eviction_lag_seconds_count"), 1.0);
     assert!(lag("presence_sweeper_eviction_lag_seconds_sum") < 60.0);
 }
+
+/// The families of `docs/metrics.md`'s tables, each with its label names.
+fn documented_families() -> std::collections::BTreeMap<String, Vec<String>> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+        .expect("docs/metrics.md");
+    doc.lines()
+        .filter_map(|line| line.strip_prefix("| `presence_sweeper_"))
+        .map(|rest| {
+            let name = rest.split('`').next().unwrap();
+            let (family, labels) = match name.split_once('{') {
+                Some((f, l)) => (f, l.trim_end_matches('}')),
+                None => (name, ""),
+            };
+            let mut labels: Vec<String> = labels
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect();
+            labels.sort();
+            (format!("presence_sweeper_{family}"), labels)
+        })
+        .collect()
+}
+
+/// The `presence_sweeper_*` families a scrape shows, each with the label names of its series
+/// (a histogram's `le` and suffixes folded into its family).
+fn exposed_families(body: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let histograms: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" histogram"))
+        .collect();
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for s in crate::support::parse_metrics(body) {
+        if !s.name.starts_with("presence_sweeper_") {
+            continue;
+        }
+        let family = histograms
+            .iter()
+            .find(|h| {
+                ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .any(|suffix| s.name == format!("{h}{suffix}"))
+            })
+            .map_or(s.name.clone(), |h| (*h).to_owned());
+        let labels = out.entry(family).or_default();
+        for (name, _) in s.labels {
+            if name != "le" && !labels.contains(&name) {
+                labels.push(name);
+            }
+        }
+        labels.sort();
+    }
+    out
+}
+
+/// Every family `docs/metrics.md` lists is on `/metrics` from start-up, with the labels it
+/// names, for every sweep and primary the daemon runs; and every family on `/metrics` is in
+/// the docs.
+#[test]
+fn every_series_exists_from_start_up_and_the_docs_list_exactly_them() {
+    let server = RedisServer::start();
+    let d = Binary::spawn(
+        "[http]\nlisten = \"127.0.0.1:0\"\n[coordination]\nlease = true\n",
+        &["--redis-url", &server.url()],
+        &[],
+    );
+    d.wait_ready(Duration::from_secs(15));
+    let (status, body) = http_get(d.http_addr(), "/metrics");
+    assert_eq!(status, 200, "{body}");
+    let documented = documented_families();
+    let exposed = exposed_families(&body);
+    let missing: Vec<_> = documented
+        .iter()
+        .filter(|(f, labels)| exposed.get(*f) != Some(labels))
+        .map(|(f, labels)| format!("{f}{labels:?} (exposed: {:?})", exposed.get(f)))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "documented but not exposed as such: {missing:#?}"
+    );
+    let undocumented: Vec<_> = exposed
+        .keys()
+        .filter(|f| !documented.contains_key(*f))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "exposed but not documented: {undocumented:?}"
+    );
+    // Each sweep's and each primary's series are there, at start-up.
+    let samples = crate::support::parse_metrics(&body);
+    let node = format!("127.0.0.1:{}", server.port);
+    for (family, labels) in &exposed {
+        let present = |label: &str, value: &str| {
+            samples.iter().any(|s| {
+                (s.name == *family || s.name.starts_with(&format!("{family}_")))
+                    && s.labels.iter().any(|(k, v)| k == label && v == value)
+            })
+        };
+        if labels.contains(&"sweep".to_owned()) {
+            for sweep in ["online", "typing"] {
+                assert!(present("sweep", sweep), "{family} has no series of {sweep}");
+            }
+        }
+        if labels.contains(&"node".to_owned()) {
+            assert!(present("node", &node), "{family} has no series of {node}");
+        }
+    }
+}

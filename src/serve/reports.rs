@@ -66,7 +66,7 @@ impl Reports for DaemonReports {
         Box::new(NodeHandle {
             notifications: self.metrics.notifications_gauge(node),
             config_refused: self.metrics.config_refused_gauge(node),
-            outages: self.metrics.outages(node),
+            outages: self.metrics.start_node(node),
             metrics: self.metrics.clone(),
             health: self.health.clone(),
             node: node.clone(),
