@@ -21,7 +21,7 @@ use presence_sweeper_config::Sources;
 /// the built-in defaults (a Redis at redis://127.0.0.1:6379/0); `check-config` says which, and
 /// so does the first line of the log.
 ///
-/// `seed` and `simulate`, which write synthetic data for demos and benchmarks, are in the
+/// `demo`, `seed` and `simulate`, which write synthetic data for demos and benchmarks, are in the
 /// `presence-sweeper-tools` binary.
 #[derive(Debug, Parser)]
 #[command(

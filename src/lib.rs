@@ -14,7 +14,7 @@
 //! - `presence-sweeper-redis`: the connections, the one RESP reader, the eviction scripts.
 //! - this crate: the daemon, which applies the rules to Redis; the binary `presence-sweeper`.
 //! - `presence-sweeper-cli`: what the binaries share at their edge (flags, exit codes,
-//!   version, manual); `presence-sweeper-tools`: the `seed` and `simulate` binary.
+//!   version, manual); `presence-sweeper-tools`: the `demo`, `seed` and `simulate` binary.
 //!
 //! Map of this crate, lowest first:
 //! - `time`: the daemon's one clock (tokio's, so that tests can pause it), as the rules'

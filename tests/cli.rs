@@ -664,7 +664,7 @@ const BINARIES: [(&str, Runner, &[&str]); 2] = [
     (
         "presence-sweeper-tools",
         run_tools,
-        &["seed", "simulate", "completions"],
+        &["seed", "simulate", "demo", "completions"],
     ),
 ];
 

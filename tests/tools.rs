@@ -596,3 +596,110 @@ fn simulate_stops_on_ctrl_c_and_cleans_up() {
     sim.wait_for_log("(interrupted)", 1, Duration::from_secs(5));
     assert_eq!(dbsize(&mut con), 0, "keys left behind");
 }
+
+/// The pid of the demo's redis-server, from its first line.
+fn demo_server_pid(log: &str) -> u32 {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("Redis: "))
+        .expect("the demo's first line");
+    let pid = line.split("(pid ").nth(1).and_then(|r| r.split(')').next());
+    pid.and_then(|p| p.parse().ok()).expect("a pid")
+}
+
+fn running(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The demo runs on its own (a private server, the daemon, users who vanish), says what
+/// happened, and leaves no process behind.
+#[test]
+fn the_demo_shows_leaves_and_leaves_nothing_behind() {
+    let (code, stdout, stderr) = crate::support::run_tools(
+        &[
+            "demo",
+            "--redis-server",
+            crate::support::redis_server_binary(),
+            "--duration",
+            "8s",
+            "--conversations",
+            "10",
+            "--users",
+            "5",
+            "--vanish-rate",
+            "1",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("summary: "))
+        .unwrap_or_else(|| panic!("no summary: {stdout}"));
+    assert!(
+        summary.contains("0 false leaves, 0 duplicates, 0 missed zombies; lag p50"),
+        "{summary}"
+    );
+    let vanished: u64 = summary["summary: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        vanished > 0,
+        "nobody vanished in 8 s at a rate of 1: {stdout}"
+    );
+    let leaves = stdout
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains(" left "))
+        .count() as u64;
+    assert_eq!(leaves, vanished, "each leave printed as it came: {stdout}");
+    assert!(
+        !running(demo_server_pid(&stdout)),
+        "the demo's server outlived it"
+    );
+}
+
+/// Ctrl-C ends the demo at once, with the same clean-up.
+#[test]
+fn the_demo_stops_on_ctrl_c_and_leaves_nothing_behind() {
+    let mut demo = Binary::spawn_tools(
+        "",
+        &[
+            "demo",
+            "--redis-server",
+            crate::support::redis_server_binary(),
+            "--duration",
+            "1m",
+        ],
+        &[],
+    );
+    demo.wait_for_log("presence-sweeper: sweeping", 1, Duration::from_secs(20));
+    let pid = demo_server_pid(&demo.log());
+    assert!(running(pid));
+    demo.signal("INT");
+    let status = demo
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits after Ctrl-C");
+    assert!(matches!(status.code(), Some(0 | 1)), "{status:?}");
+    demo.wait_for_log("summary: ", 1, Duration::from_secs(5));
+    assert!(!running(pid), "the demo's server outlived it");
+}
+
+/// Without a redis-server the demo says how to get one, with exit 2.
+#[test]
+fn the_demo_without_a_server_says_how_to_get_one() {
+    let (code, _, stderr) = crate::support::run_tools(
+        &["demo", "--redis-server", "/nonexistent/redis-server"],
+        &[],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot run /nonexistent/redis-server"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = crate::support::run_tools(&["demo"], &[("PATH", "/nonexistent")]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("no redis-server on PATH"), "{stderr}");
+}

@@ -10,16 +10,16 @@ use presence_sweeper_cli::ConfigFlags;
 use presence_sweeper_cli::manual::{Manual, Section};
 use presence_sweeper_config::Sources;
 
-use crate::{seed, simulate};
+use crate::{demo, seed, simulate};
 
-/// Tools for trying and measuring presence-sweeper on a Redis on this machine: `seed` fills it
-/// with a synthetic presence keyspace, `simulate` runs live users against it and judges a
-/// sweeper running separately.
+/// Tools for trying and measuring presence-sweeper on a Redis on this machine: `demo` shows it at
+/// work with nothing set up, `seed` fills a Redis with a synthetic presence keyspace, `simulate`
+/// runs live users against it and judges a sweeper running separately.
 ///
-/// They read the daemon's configuration (the same file, environment and flags), so that they
-/// write the keys and listen on the channels of its sweeps. Both refuse (exit 2) a Redis that
-/// is not 127.0.0.1, ::1, localhost or a unix socket. `presence-sweeper stats`, which only
-/// reads, is in the daemon's binary.
+/// `seed` and `simulate` read the daemon's configuration (the same file, environment and flags),
+/// so that they write the keys and listen on the channels of its sweeps, and refuse (exit 2) a
+/// Redis that is not 127.0.0.1, ::1, localhost or a unix socket; `demo` brings its own.
+/// `presence-sweeper stats`, which only reads, is in the daemon's binary.
 #[derive(Debug, Parser)]
 #[command(
     name = "presence-sweeper-tools",
@@ -63,9 +63,51 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show presence-sweeper at work on this machine, with nothing set up: a private
+    /// `redis-server` on a free port, the daemon beside it, and simulated users, some of whom
+    /// vanish without a goodbye; print each leave as it arrives and a summary, then remove
+    /// everything it started.
+    ///
+    /// Reads no configuration of yours: the demo's sweep has a 6 s window, so that vanished users
+    /// leave within seconds. Ctrl-C ends it early, with the same clean-up. Exit 1 if the sweeper
+    /// misbehaved (false leaves, duplicates, missed zombies); 2 if there is no redis-server.
+    Demo(DemoArgs),
     // `completions <shell>`, and the hidden `man --dir DIR` that writes the man pages.
     #[command(flatten)]
     Manual(Manual),
+}
+
+/// The `demo` command's arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct DemoArgs {
+    /// The redis-server binary to run; default: the first on PATH.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) redis_server: Option<std::path::PathBuf>,
+    /// How long users vanish; the demo goes on 10 s more for the last leaves.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
+    pub(crate) duration: Duration,
+    /// Conversations.
+    #[arg(long, value_name = "C", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub(crate) conversations: u32,
+    /// Users per conversation.
+    #[arg(long, value_name = "U", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub(crate) users: u32,
+    /// Share of users who vanish per minute without a goodbye, 0 to 1 (they come back as new
+    /// users).
+    #[arg(long, value_name = "R", default_value_t = 0.3, value_parser = fraction)]
+    pub(crate) vanish_rate: f64,
+}
+
+impl From<DemoArgs> for demo::DemoOptions {
+    fn from(a: DemoArgs) -> Self {
+        Self {
+            redis_server: a.redis_server,
+            duration: a.duration,
+            conversations: a.conversations,
+            users: a.users,
+            vanish_rate: a.vanish_rate,
+        }
+    }
 }
 
 /// What the main man page says beyond the command line.
@@ -73,9 +115,10 @@ pub(crate) const MAN_SECTIONS: &[Section] = &[
     Section {
         heading: "EXIT STATUS",
         paragraphs: &[
-            "0: done (simulate: the sweeper behaved). 1: failure at run time, or simulate saw \
-             false evictions, duplicates, missed zombies or unexpected events. 2: bad option or \
-             configuration, or a Redis not on this machine.",
+            "0: done (simulate, demo: the sweeper behaved). 1: failure at run time, or simulate \
+             or demo saw false evictions, duplicates, missed zombies or unexpected events. 2: bad \
+             option or configuration, a Redis not on this machine, or no redis-server for the \
+             demo.",
         ],
     },
     Section {

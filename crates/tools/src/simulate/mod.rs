@@ -33,8 +33,10 @@ use tokio::time::Instant;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use report::{SimulateReport, TypingReport};
-use tracker::{Fate, Lag, Tracker, Verdict};
+pub(crate) use report::SimulateReport;
+use report::TypingReport;
+pub(crate) use tracker::Verdict;
+use tracker::{Fate, Lag, Tracker};
 use watch::{WATCH_EVERY, Watch, end_time, unix_now, watch_redis};
 use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
 
@@ -225,6 +227,27 @@ pub(crate) async fn run(
     redis: &config::Redis,
     cancel: &CancellationToken,
 ) -> Result<SimulateReport, Error> {
+    run_narrated(plan, redis, cancel, None).await
+}
+
+/// One event the run judged, as a narrator hears of it the moment it arrives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heard<'e> {
+    pub(crate) conversation: &'e str,
+    pub(crate) user: u64,
+    pub(crate) verdict: Verdict,
+}
+
+/// Told of every event the run judges, as it arrives (the demo prints them).
+pub(crate) type Narrator = Box<dyn Fn(Heard<'_>) + Send + Sync>;
+
+/// [`run`], telling `narrator` of each event as it is judged.
+pub(crate) async fn run_narrated(
+    plan: &Plan,
+    redis: &config::Redis,
+    cancel: &CancellationToken,
+    narrator: Option<Narrator>,
+) -> Result<SimulateReport, Error> {
     let store = Store::connect_as(redis, Opener::Tool("simulate")).await?;
     let script = redis::Script::new(include_str!("heartbeat.lua"));
     script.load_async(&mut store.connection()).await?;
@@ -235,7 +258,7 @@ pub(crate) async fn run(
         patterns.push(channel_pattern(&t.channel.to_string(), &prefix));
         patterns.dedup();
     }
-    let shared = Arc::new(Shared::new(plan));
+    let shared = Arc::new(Shared::new(plan, narrator));
     let watch = Arc::new(Watch::default());
     let events = Events {
         store: store.clone(),
@@ -566,10 +589,11 @@ struct Shared {
     prefix: String,
     online_count: String,
     typing_count: Option<String>,
+    narrator: Option<Narrator>,
 }
 
 impl Shared {
-    fn new(plan: &Plan) -> Self {
+    fn new(plan: &Plan, narrator: Option<Narrator>) -> Self {
         Self {
             online: Mutex::new(Tracker::new(plan.sweep.ttl.as_secs_f64())),
             typing: Mutex::new(Tracker::new(
@@ -581,6 +605,7 @@ impl Shared {
             prefix: plan.prefix(),
             online_count: format!("{}_count", plan.sweep.name),
             typing_count: plan.typing.as_ref().map(|t| format!("{}_count", t.name)),
+            narrator,
         }
     }
 
@@ -594,7 +619,6 @@ impl Shared {
         self.new_conversations.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Judges one event payload.
     /// Judges one event, which arrived at `arrived` on Redis's clock (as the watcher last read
     /// it, plus the time since; its `timestamp`, the eviction's own instant, when the watcher has
     /// not read it yet).
@@ -632,8 +656,16 @@ impl Shared {
             self.unexpected.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if lock(tracker).observe(user, arrived.unwrap_or(timestamp)) == Verdict::Unknown {
+        let verdict = lock(tracker).observe(user, arrived.unwrap_or(timestamp));
+        if verdict == Verdict::Unknown {
             self.unexpected.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(narrator) = &self.narrator {
+            narrator(Heard {
+                conversation,
+                user,
+                verdict,
+            });
         }
     }
 }
