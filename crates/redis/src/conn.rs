@@ -53,7 +53,7 @@ impl ConnectionLike for Conn {
 }
 
 /// One primary of the data path. Everything about the keys a node's SCAN returned goes to that
-/// same node over its own connection (a [`Wire`]): in a cluster that is where they live (a key
+/// same node over its own connection (a `Wire`): in a cluster that is where they live (a key
 /// that moved meanwhile answers MOVED and is left to its new primary), and one node may serve
 /// commands on many slots in one pipeline, which the cluster's own routing would refuse.
 ///

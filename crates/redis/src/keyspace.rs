@@ -138,7 +138,7 @@ impl Subscription {
     /// A round trip on the subscribed connection: proves it still delivers (a paused server, or
     /// a connection a firewall dropped silently, would not answer).
     ///
-    /// The notices ahead of the answer are held for [`Subscription::next`], up to [`HELD`]:
+    /// The notices ahead of the answer are held for [`Subscription::next`], up to `HELD`:
     /// under a burst, that many messages read after the `PING` prove delivery as well, and the
     /// answer, when it comes, is skipped.
     pub async fn ping(&mut self, timeout: Duration) -> Result<(), Error> {

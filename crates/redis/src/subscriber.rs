@@ -8,7 +8,7 @@
 //! peak RSS (issue 18).
 //!
 //! Here nothing reads the socket but the consumer, and only when no whole message is buffered
-//! already: the buffer holds at most one read ([`READ_CHUNK`]) and one message. What the daemon
+//! already: the buffer holds at most one read (`READ_CHUNK`) and one message. What the daemon
 //! is slow to take waits in the kernel's socket buffers and then in Redis's output buffer for
 //! this client, which Redis bounds itself (`client-output-buffer-limit pubsub`, 32 MB at once or
 //! 8 MB for 60 s by default): past it Redis drops the subscriber, and the primary subscribes

@@ -3,7 +3,7 @@
 //! their scores from their own skewed clocks instead of Redis `TIME`. Nobody is wrongly
 //! evicted for it (a score in the future only leaves later), but a zombie among them outlives
 //! its window by the lead, so it is reported rather than kept silent: counted per key
-//! (`scores_ahead_keys_total`) and logged at most once per [`SAY_EVERY`] with the largest lead
+//! (`scores_ahead_keys_total`) and logged at most once per `SAY_EVERY` with the largest lead
 //! seen. Scores over a day ahead are a wrong `score_unit` instead (`units`).
 
 use std::sync::Mutex;

@@ -7,7 +7,7 @@ const ID_SHOWN: usize = 64;
 
 /// An id from Redis as a log shows it: valid UTF-8 as it is, other bytes as `\xNN`, control
 /// characters (newlines, ANSI escapes), spaces, `=` and `"` escaped so that no id can forge a
-/// log line or a field of one, and anything past [`ID_SHOWN`] bytes cut, with how much was cut.
+/// log line or a field of one, and anything past `ID_SHOWN` bytes cut, with how much was cut.
 pub struct Id<'a>(pub &'a [u8]);
 
 impl std::fmt::Display for Id<'_> {

@@ -211,7 +211,7 @@ fn stream_probes(key: &[u8], stream: StreamProbe<'_>) -> Vec<Probe> {
     probes
 }
 
-/// Like [`check`] for a sharded publish in a cluster, which must be probed on the primary owning
+/// Like [`prove`] for a sharded publish in a cluster, which must be probed on the primary owning
 /// the channel's slot rather than on the node of the keys; `con` is a connection of its own to
 /// that primary.
 pub async fn prove_sharded_publish<C>(

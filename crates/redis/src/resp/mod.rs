@@ -3,7 +3,7 @@
 //! [`element`] decodes the element at a position of a buffer: its head (an integer, a status or
 //! error line, a bulk string's bytes, an array's length) and where the next one starts, or
 //! `None` when it has not all arrived yet. The rest only walks what it decodes:
-//! - a [`Framer`] finds where the reply at the start of a growing buffer ends, resuming where it
+//! - a `Framer` finds where the reply at the start of a growing buffer ends, resuming where it
 //!   stopped, so a big reply arriving in many reads is walked once;
 //! - a [`Reader`] reads replies in place, element by element (the data path's hottest reply, a
 //!   transaction's members and rosters, goes straight into its events), or builds a [`Value`]

@@ -23,7 +23,7 @@ pub enum Value {
 }
 
 /// An error reply as Redis wrote it: a code (its first word: `ERR`, `MOVED`, `NOPERM`, ...) and
-/// what follows. Public as what a [`Push::Error`](crate::Push::Error) carries; it becomes a
+/// what follows. Public as what a [`Push::Error`](crate::subscriber::Push::Error) carries; it becomes a
 /// `redis::RedisError` with `From`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerError {

@@ -122,7 +122,7 @@ impl<I: Io> Sweeps<I> {
         }
     }
 
-    /// Up to [`RECHECK`] keys of each sweep, those with the latest deadlines, are checked at
+    /// Up to `RECHECK` keys of each sweep, those with the latest deadlines, are checked at
     /// `now_ms` (Redis's clock stepped back).
     pub fn recheck_latest(&mut self, now_ms: u64) {
         for t in &mut self.list {

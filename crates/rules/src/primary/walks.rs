@@ -1,6 +1,6 @@
 //! When one primary's loop walks its keyspace, and the bookkeeping of the walk in flight. No
 //! I/O: the walk's SCAN pages are a stream the loop polls; pacing and batching are the shared
-//! [`crate::store::scan`] pieces a full pass uses too.
+//! [`crate::scan`] pieces a full pass uses too.
 
 use std::time::Duration;
 

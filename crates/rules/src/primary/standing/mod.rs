@@ -510,7 +510,7 @@ impl Standing {
     }
 
     /// Whether staleness judged at `judge` is held back behind Redis's clock (see
-    /// [`crate::sweep::Purpose::held_back`]): only while Redis is not answering. A credit
+    /// [`crate::check::Purpose::held_back`]): only while Redis is not answering. A credit
     /// does not hold the judging instant back, so the storm guard stays armed through it.
     pub fn held_back(&self, at: Instant, judge: f64) -> bool {
         self.clock().is_some_and(|c| c.at(at) - judge > HELD_BACK_S)

@@ -29,7 +29,7 @@ const BASELINE_FOR: Duration = Duration::from_secs(5);
 /// wide, so that it never shows a step, and the first probe replaces it as the baseline.
 const UNKNOWN_ROUND_TRIP: Duration = Duration::from_secs(10);
 
-/// A step of Redis's clock beyond [`STEP_TOLERANCE`], in seconds.
+/// A step of Redis's clock beyond `STEP_TOLERANCE`, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Step {
     /// It jumped ahead: every score looks older by this much at once.
