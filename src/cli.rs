@@ -89,6 +89,9 @@ pub(crate) enum Command {
         /// How many of the largest conversations to list.
         #[arg(long, value_name = "K", default_value_t = 10)]
         top: usize,
+        /// How many of the keys each sweep would sweep to list, as SCAN finds them.
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        sample: usize,
         /// Print one JSON document instead of tables.
         #[arg(long)]
         json: bool,

@@ -61,6 +61,14 @@ fn main() -> ExitCode {
         if let Err(e) = out(&config.to_toml()) {
             return failed(e);
         }
+        for advice in config.advice() {
+            let kind = if advice.is_warning() {
+                "warning"
+            } else {
+                "note"
+            };
+            say(format_args!("presence-sweeper: {kind}: {advice}"));
+        }
         say(format_args!(
             "presence-sweeper: configuration is valid (read: {}; Redis: {})",
             config.provenance,
@@ -85,6 +93,16 @@ fn main() -> ExitCode {
             say(format_args!("presence-sweeper: warning: {variable}"));
         }
     }
+    // A risky pattern is said by every command that reads or changes the keyspace; the facts
+    // (own keys left out) only where the daemon starts.
+    for advice in config.advice() {
+        match (&command, advice.is_warning()) {
+            (Command::Healthcheck { .. }, _) => {}
+            (_, true) => tracing::warn!("{advice}"),
+            (Command::Run, false) => tracing::info!("{advice}"),
+            (_, false) => {}
+        }
+    }
     let logs = logging
         .as_ref()
         .map(|l| l.stats.clone())
@@ -103,7 +121,12 @@ fn main() -> ExitCode {
             Command::Run => run(config, cli, logs).await,
             Command::Sweep { sweeps, dry_run } => sweep(&config, &sweeps, dry_run).await,
             Command::Healthcheck { timeout } => healthcheck(&config, &web, timeout).await,
-            Command::Stats { sweeps, top, json } => report_stats(&config, &sweeps, top, json).await,
+            Command::Stats {
+                sweeps,
+                top,
+                sample,
+                json,
+            } => report_stats(&config, &sweeps, top, sample, json).await,
             Command::CheckConfig | Command::Manual(_) => {
                 unreachable!("handled before the runtime starts")
             }
@@ -201,13 +224,14 @@ async fn report_stats(
     config: &Config,
     names: &[String],
     top: usize,
+    sample: usize,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let selected = match config.select_sweeps(names) {
         Ok(s) => s,
         Err(e) => return Ok(refused(e)),
     };
-    let report = stats::run(config, &selected, top)
+    let report = stats::run(config, &selected, top, sample)
         .await
         .map_err(|e| anyhow::anyhow!("stats failed: {e}"))?;
     print_report(&report, json)?;

@@ -7,7 +7,10 @@
 //! (buckets 1, 2, 3-5, 6-10, ..., 501-1000, over 1000: each bucket its own keys, not cumulative
 //! as Prometheus's `le` buckets; exact counts, chosen over
 //! percentiles because they need no sample), and the largest conversations are kept in a heap
-//! of `--top` entries.
+//! of `--top` entries, the first `--sample` keys in SCAN order (hash order: a spread of the
+//! keyspace) in a list of their own.
+//!
+//! The daemon's own keys are left out here as in every sweep, whatever the `match`.
 //!
 //! "Stale" is judged on Redis's clock: `TIME` is read once per sweep and advanced by our own
 //! monotonic clock as the scan goes, so a long scan does not judge late keys by an old instant.
@@ -70,6 +73,9 @@ pub(crate) struct SweepStats {
     pub(crate) members_per_key: Distribution,
     /// The largest conversations, largest first (ties: by id).
     pub(crate) largest: Vec<Conversation>,
+    /// Some of the keys the sweep would sweep, as they were found (written lossily if they are
+    /// not UTF-8): what `match` reaches, to see before a `run`.
+    pub(crate) sample_keys: Vec<String>,
     /// Wall time of the scan.
     pub(crate) seconds: f64,
 }
@@ -110,6 +116,7 @@ pub async fn run(
     config: &Config,
     sweeps: &[&config::Sweep],
     top: usize,
+    sample: usize,
 ) -> Result<StatsReport, Error> {
     let store = Store::connect_as(&config.redis, Opener::Tool("stats")).await?;
     let redis_time = redis_time(&mut store.connection()).await?;
@@ -120,7 +127,7 @@ pub async fn run(
     for sweep in sweeps {
         report
             .sweeps
-            .push(sweep_stats(&store, sweep, config.scan.count, top).await?);
+            .push(sweep_stats(&store, sweep, config.scan.count, top, sample).await?);
     }
     Ok(report)
 }
@@ -130,12 +137,13 @@ async fn sweep_stats(
     sweep: &config::Sweep,
     scan_count: u32,
     top: usize,
+    sample: usize,
 ) -> Result<SweepStats, Error> {
     let started = now();
     let redis_start = redis_time(&mut store.connection()).await?;
     let since = || now().saturating_duration_since(started).as_secs_f64();
     let redis_now = || redis_start + since();
-    let mut tally = Tally::new(top);
+    let mut tally = Tally::new(top, sample);
     // Every primary in turn (one in standalone and Sentinel mode), each with its own cursor.
     for node in store.nodes().await? {
         tally_node(&mut tally, node, sweep, scan_count).await?;
@@ -157,7 +165,8 @@ async fn tally_node(
     ));
     while let Some(page) = pages.next().await {
         let page = page?;
-        let keys = page.keys;
+        let mut keys = page.keys;
+        keys.retain(|key| sweep.pattern.conversation_id(key).is_some());
         if keys.is_empty() {
             continue;
         }
@@ -173,6 +182,9 @@ async fn tally_node(
                 presence_sweeper_rules::redact::Id(id).to_string()
             };
             let oldest = read.oldest.map(|score| unit.to_seconds(score));
+            if read.card > 0 {
+                tally.sample(key);
+            }
             tally.key(read.card, read.stale, oldest, id);
         }
     }
@@ -191,10 +203,13 @@ struct Tally {
     top: usize,
     /// Min-heap of the `top` largest: (members, id reversed so that ties keep the smaller id).
     largest: BinaryHeap<Reverse<(u64, Reverse<String>)>>,
+    /// How many keys to keep as a sample, and those kept.
+    sample: usize,
+    samples: Vec<String>,
 }
 
 impl Tally {
-    fn new(top: usize) -> Self {
+    fn new(top: usize, sample: usize) -> Self {
         Self {
             keys: 0,
             members: 0,
@@ -204,6 +219,15 @@ impl Tally {
             max: 0,
             top,
             largest: BinaryHeap::with_capacity(top + 1),
+            sample,
+            samples: Vec::with_capacity(sample),
+        }
+    }
+
+    /// Keeps `key` as a sample while there is room.
+    fn sample(&mut self, key: &[u8]) {
+        if self.samples.len() < self.sample {
+            self.samples.push(String::from_utf8_lossy(key).into_owned());
         }
     }
 
@@ -291,6 +315,7 @@ impl Tally {
                 },
             },
             largest,
+            sample_keys: self.samples,
             seconds,
         }
     }
@@ -367,6 +392,12 @@ impl fmt::Display for SweepStats {
                 )?;
             }
         }
+        if !self.sample_keys.is_empty() {
+            writeln!(f, "  sample keys")?;
+            for key in &self.sample_keys {
+                writeln!(f, "    {key}")?;
+            }
+        }
         writeln!(f, "  scanned in {:.3} s", self.seconds)
     }
 }
@@ -406,7 +437,7 @@ mod tests {
 
     #[test]
     fn buckets_top_and_oldest() {
-        let mut t = Tally::new(3);
+        let mut t = Tally::new(3, 2);
         for (id, card, oldest) in [
             ("a", 1, 100.0),
             ("b", 2, 90.0),
@@ -437,7 +468,7 @@ mod tests {
 
     #[test]
     fn ties_keep_the_smaller_id_and_top_zero_keeps_none() {
-        let mut t = Tally::new(2);
+        let mut t = Tally::new(2, 0);
         for id in ["c3", "c1", "c2"] {
             t.key(7, 0, None, || id.to_owned());
         }
@@ -450,14 +481,14 @@ mod tests {
         assert_eq!(ids, ["c1", "c2"]);
         assert_eq!(s.oldest_heartbeat_age_seconds, None);
 
-        let mut t = Tally::new(0);
+        let mut t = Tally::new(0, 0);
         t.key(7, 0, None, || unreachable!("no top list, no ids"));
         assert!(t.finish(&sweep(), 0.0, 0.0).largest.is_empty());
     }
 
     #[test]
     fn json_shape() {
-        let s = Tally::new(1).finish(&sweep(), 0.0, 0.0);
+        let s = Tally::new(1, 0).finish(&sweep(), 0.0, 0.0);
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["match"], "presence:*:online");
         let bucket = |i: usize| &v["members_per_key"]["buckets"][i];
@@ -481,7 +512,7 @@ mod tests {
             (f64::INFINITY, 0.0, false, true),
             (f64::NEG_INFINITY, 1000.0, true, false),
         ] {
-            let mut t = Tally::new(0);
+            let mut t = Tally::new(0, 0);
             t.key(1, 0, Some(score), || unreachable!());
             let s = t.finish(&sweep(), 1000.0, 0.0);
             assert_eq!(s.oldest_heartbeat_age_seconds, Some(age), "{score}");
@@ -495,7 +526,7 @@ mod tests {
 
     #[test]
     fn scores_ahead_of_the_clock_say_so() {
-        let mut t = Tally::new(0);
+        let mut t = Tally::new(0, 0);
         // Milliseconds in a sweep of seconds.
         t.key(1, 0, Some(1_764_460_000_000.0), || unreachable!());
         let shown = t.finish(&sweep(), 1_764_460_000.0, 0.0).to_string();
@@ -505,9 +536,18 @@ mod tests {
             ),
             "{shown}"
         );
-        let mut t = Tally::new(0);
+        let mut t = Tally::new(0, 0);
         t.key(1, 0, Some(-1e300), || unreachable!());
         let shown = t.finish(&sweep(), 1000.0, 0.0).to_string();
         assert!(shown.contains("1.00e300  seconds ago"), "{shown}");
+    }
+
+    #[test]
+    fn the_sample_keeps_the_first_keys_only() {
+        let mut t = Tally::new(0, 2);
+        for key in [&b"a"[..], b"b\xff", b"c"] {
+            t.sample(key);
+        }
+        assert_eq!(t.samples, ["a", "b\u{fffd}"]);
     }
 }

@@ -29,6 +29,7 @@ mod eviction;
 mod faults;
 mod metrics;
 mod operations;
+mod own_keys;
 mod replicas;
 mod score_unit;
 mod sentinel;

@@ -9,6 +9,7 @@
 //! is written once, in the shipped `config/presence-sweeper.toml`, from which
 //! `docs/configuration.md` is generated.
 
+mod advice;
 mod coordination;
 mod duration;
 mod env;
@@ -33,6 +34,7 @@ use std::path::PathBuf;
 
 use config::FileFormat;
 
+pub use self::advice::Advice;
 pub use self::coordination::Coordination;
 pub use self::duration::{
     MAX_INTERVAL, MAX_LEASE_TTL, MAX_STREAM_AGE, MAX_TIMEOUT, MAX_TTL, MIN_TTL,

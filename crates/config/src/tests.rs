@@ -683,3 +683,88 @@ fn a_schedule_that_never_fires_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn the_shipped_configuration_needs_no_advice() {
+    assert_eq!(load_with(None, &[]).unwrap().advice(), vec![]);
+}
+
+#[test]
+fn an_open_ended_match_is_a_warning_with_a_safer_pattern() {
+    let c = load_with(
+        Some("[sweeps.online]\nmatch = \"*\"\n[sweeps.typing]\nmatch = \"presence:*\"\n"),
+        &[],
+    )
+    .unwrap();
+    let advice = c.advice();
+    let warnings: Vec<String> = advice
+        .iter()
+        .filter(|a| a.is_warning())
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(warnings[0].starts_with("sweeps.online.match = \"*\" has nothing literal"));
+    assert!(warnings[0].contains("every sorted set in the database"));
+    assert!(warnings[0].contains("such as \"presence:*:online\""));
+    assert!(warnings[1].contains("whose name starts with \"presence:\""));
+    assert!(warnings[1].contains("such as \"presence:*:typing\""));
+}
+
+#[test]
+fn own_keys_that_fit_a_match_are_named() {
+    let c = load_with(
+        Some(
+            "[coordination]\nlease = true\nkey_prefix = \"presence:lease:\"\n\
+             [sweeps.online]\nmatch = \"presence*\"\nstream = \"presence:{hash_tag}:log\"\n",
+        ),
+        &[],
+    )
+    .unwrap();
+    let notes: Vec<String> = c
+        .advice()
+        .iter()
+        .filter(|a| !a.is_warning())
+        .map(ToString::to_string)
+        .collect();
+    let online = notes
+        .iter()
+        .find(|n| n.starts_with("sweeps.online.match"))
+        .unwrap();
+    assert!(
+        online.contains("presence-sweeper:*: its canary"),
+        "{online}"
+    );
+    assert!(
+        online.contains("the leases presence:lease:online"),
+        "{online}"
+    );
+    assert!(
+        online.contains("sweeps.online.stream = \"presence:{hash_tag}:log\""),
+        "{online}"
+    );
+    // The typing sweep's match fits its own lease only.
+    let typing = notes
+        .iter()
+        .find(|n| n.starts_with("sweeps.typing.match"))
+        .unwrap();
+    assert!(
+        typing.contains("the leases presence:lease:typing,"),
+        "{typing}"
+    );
+    assert!(
+        !typing.contains("canary") && !typing.contains("stream"),
+        "{typing}"
+    );
+}
+
+#[test]
+fn a_match_inside_the_daemons_namespace_is_refused() {
+    let e = load_with(
+        Some("[sweeps.online]\nmatch = \"presence-sweeper:*\"\n"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("sweeps.online.match"), "{e}");
+    assert!(e.contains("the daemon's own"), "{e}");
+}

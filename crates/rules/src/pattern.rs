@@ -3,6 +3,10 @@
 //! A sweep's `match` is a SCAN glob with exactly one `*`. Everything around the `*` is literal, so
 //! the conversation id of a key is simply the bytes between the literal prefix and suffix. That
 //! keeps ids containing `:` or glob characters intact, and works on keys that are not UTF-8.
+//!
+//! Keys under [`OWN_NAMESPACE`] are the daemon's own (its canary, its leases, its webhooks'
+//! delivery state) and match no pattern, however broad: a sweep never evicts from them nor
+//! announces them.
 
 use std::fmt;
 
@@ -19,7 +23,15 @@ pub enum PatternError {
         "`{0}` is not allowed: only one `*` may be a wildcard, the rest of the pattern is literal"
     )]
     Metachar(char),
+    /// A prefix inside the daemon's own namespace: the pattern could match only its keys.
+    #[error(
+        "`{OWN_NAMESPACE}` keys are the daemon's own (its canary, leases and webhook state): no sweep may match only them"
+    )]
+    Reserved,
 }
+
+/// The namespace of the daemon's own keys, which no sweep ever touches.
+pub const OWN_NAMESPACE: &str = "presence-sweeper:";
 
 /// A validated `match` glob: literal prefix, one `*`, literal suffix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +39,10 @@ pub struct KeyPattern {
     glob: String,
     prefix_len: usize,
     suffix_len: usize,
+    /// Whether keys of [`OWN_NAMESPACE`] fit the glob, so that matching must leave them out:
+    /// only for a prefix that is the start of the namespace (`presence*`, `*`), so that the
+    /// usual pattern pays nothing for it.
+    reaches_own: bool,
 }
 
 impl KeyPattern {
@@ -40,10 +56,15 @@ impl KeyPattern {
             return Err(PatternError::Metachar(c));
         }
         let star = glob.find('*').expect("counted one star above");
+        let prefix = &glob[..star];
+        if prefix.starts_with(OWN_NAMESPACE) {
+            return Err(PatternError::Reserved);
+        }
         Ok(Self {
             glob: glob.to_owned(),
             prefix_len: star,
             suffix_len: glob.len() - star - 1,
+            reaches_own: OWN_NAMESPACE.starts_with(prefix),
         })
     }
 
@@ -63,12 +84,25 @@ impl KeyPattern {
         &glob[glob.len() - self.suffix_len..]
     }
 
-    /// The conversation id of `key`: what the `*` matched. `None` if `key` does not match.
+    /// Whether the daemon's own keys ([`OWN_NAMESPACE`]) fit the glob: they are left out.
+    pub fn reaches_own_keys(&self) -> bool {
+        self.reaches_own
+    }
+
+    /// Whether nothing literal follows the `*` (`presence:*`, `*`): the glob then fits every
+    /// sorted set whose name starts with the prefix, not only presence keys.
+    pub fn is_open_ended(&self) -> bool {
+        self.suffix_len == 0
+    }
+
+    /// The conversation id of `key`: what the `*` matched. `None` if `key` does not match, or
+    /// is one of the daemon's own.
     pub fn conversation_id<'k>(&self, key: &'k [u8]) -> Option<&'k [u8]> {
         let (prefix, suffix) = (self.prefix(), self.suffix());
         if key.len() < prefix.len() + suffix.len()
             || !key.starts_with(prefix)
             || !key.ends_with(suffix)
+            || (self.reaches_own && key.starts_with(OWN_NAMESPACE.as_bytes()))
         {
             return None;
         }
@@ -265,6 +299,60 @@ impl fmt::Display for ChannelTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_daemons_own_keys_match_no_pattern() {
+        for glob in ["presence*", "*", "p*", "presence-*", "*}", "*:{0}"] {
+            let p = KeyPattern::parse(glob).unwrap();
+            assert!(p.reaches_own_keys(), "{glob}");
+            for own in [
+                &b"presence-sweeper:canary:{0}"[..],
+                b"presence-sweeper:lease:online",
+                b"presence-sweeper:hooks:{c42}:crm:due",
+            ] {
+                if own.ends_with(p.suffix()) {
+                    assert_eq!(p.conversation_id(own), None, "{glob}");
+                }
+            }
+        }
+        let p = KeyPattern::parse("presence*").unwrap();
+        assert_eq!(
+            p.conversation_id(b"presence:c42:online"),
+            Some(&b":c42:online"[..])
+        );
+        // A key that only looks like the namespace is not in it.
+        assert_eq!(
+            p.conversation_id(b"presence-sweeperx"),
+            Some(&b"-sweeperx"[..])
+        );
+        assert!(
+            !KeyPattern::parse("presence:*:online")
+                .unwrap()
+                .reaches_own_keys()
+        );
+        assert!(!KeyPattern::parse("x*").unwrap().reaches_own_keys());
+    }
+
+    #[test]
+    fn a_pattern_inside_the_own_namespace_is_refused() {
+        assert_eq!(
+            KeyPattern::parse("presence-sweeper:*:online"),
+            Err(PatternError::Reserved)
+        );
+        assert!(KeyPattern::parse("presence-sweeper*").is_ok());
+    }
+
+    #[test]
+    fn open_ended_globs_are_told_apart() {
+        assert!(KeyPattern::parse("*").unwrap().is_open_ended());
+        assert!(KeyPattern::parse("presence:*").unwrap().is_open_ended());
+        assert!(
+            !KeyPattern::parse("presence:*:online")
+                .unwrap()
+                .is_open_ended()
+        );
+        assert!(!KeyPattern::parse("*:online").unwrap().is_open_ended());
+    }
 
     #[test]
     fn conversation_id_is_what_the_star_matched() {

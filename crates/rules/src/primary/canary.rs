@@ -101,5 +101,7 @@ mod tests {
             assert!(k.starts_with(PREFIX));
         }
         assert_eq!(key(None), b"presence-sweeper:canary:{0}");
+        // Out of every sweep's reach, whatever its `match`.
+        assert!(PREFIX.starts_with(crate::pattern::OWN_NAMESPACE));
     }
 }
