@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::support::{Binary, RedisServer, Subscriber, metric, scrape, wait_until};
+use crate::support::{Binary, RedisServer, Subscriber, http_get, metric, scrape, wait_until};
 use redis::Commands;
 
 fn seed_wave(server: &RedisServer, wave: usize, conversations: usize) {
@@ -153,6 +153,13 @@ async fn with_a_lease_one_replica_sweeps_and_a_standby_takes_over() {
         })
     });
     let holder = holders(&daemons)[0];
+    // Every replica is ready: the holder once it walked, the others because standing by is
+    // their job (as sidecars, a replica that is not ready takes its app out of service).
+    tokio::task::block_in_place(|| {
+        for d in daemons.iter().flatten() {
+            d.wait_ready(Duration::from_secs(10));
+        }
+    });
     // Only the holder sweeps.
     let before: Vec<f64> = daemons
         .iter()
@@ -186,6 +193,10 @@ async fn with_a_lease_one_replica_sweeps_and_a_standby_takes_over() {
         took <= ttl + Duration::from_secs(2),
         "took over after {took:?}"
     );
+    for d in daemons.iter().flatten() {
+        let (status, body) = http_get(d.http_addr(), "/readyz");
+        assert_eq!(status, 200, "ready through the takeover: {body}");
+    }
     seed_wave(&server, 1, 100);
     tokio::task::block_in_place(|| {
         wait_until("swept by the new holder", Duration::from_secs(10), || {

@@ -114,10 +114,13 @@ impl Health {
         first
     }
 
-    /// Whether `sweep` stands by while another replica holds its lease: its job then.
+    /// Whether `sweep` stands by while another replica holds its lease: its job then. A
+    /// standby is ready, and stays so when it takes the lease over: as a sidecar, a replica
+    /// that is not ready takes its app out of service, which a takeover's first walk must not.
     pub(crate) fn standby(&self, sweep: &str, standby: bool) {
         if let Some(s) = self.state().sweeps.get_mut(sweep) {
             s.standby = standby;
+            s.ready_once |= standby;
         }
     }
 
@@ -359,6 +362,10 @@ mod tests {
         h.standby("typing", true);
         assert!(h.readiness().is_ok(), "standing by is its job");
         h.standby("typing", false);
+        assert!(
+            h.readiness().is_ok(),
+            "taking the lease over keeps a standby ready while it walks"
+        );
         h.walked("typing", &node("b"));
         assert!(h.readiness().is_ok());
         h.set_nodes([node("a"), node("c")]);

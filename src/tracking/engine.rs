@@ -548,7 +548,9 @@ struct ScheduleLoop {
 async fn run_schedule(mut c: ScheduleLoop) {
     let mut alive = tokio::time::interval(c.alive_every);
     let mut next_lease_attempt = c.lease.as_ref().map(|_| crate::time::now());
-    let mut held = false;
+    // Unknown until the first attempt, which then says either way: a replica that never holds
+    // the lease must still say that it stands by (it is ready so).
+    let mut held = None;
     loop {
         tokio::select! {
             () = c.retire.cancelled() => break,
@@ -562,9 +564,9 @@ async fn run_schedule(mut c: ScheduleLoop) {
                     tracing::warn!(sweep = %c.name, error = %e, "could not take or renew the lease");
                 }
                 report.lease(lease.held());
-                if lease.held() != held {
-                    held = lease.held();
-                    let _ = c.outbox.send(Msg::Lease(c.name.clone(), held)).await;
+                if held != Some(lease.held()) {
+                    held = Some(lease.held());
+                    let _ = c.outbox.send(Msg::Lease(c.name.clone(), lease.held())).await;
                 }
                 next_lease_attempt = Some(after(crate::time::now(), lease.attempt_every()));
             }
