@@ -201,7 +201,7 @@ async fn sweep(config: &Config, names: &[String], dry_run: bool) -> anyhow::Resu
     for (name, report) in reports {
         out(&format!(
             "{}\n",
-            command::Summary::new(&name, &report, dry_run)
+            command::SummaryLine::new(&name, &report, dry_run)
         ))?;
     }
     Ok(ExitCode::SUCCESS)

@@ -72,7 +72,7 @@ pub(crate) struct SweepStats {
     /// How many members the keys hold.
     pub(crate) members_per_key: Distribution,
     /// The largest conversations, largest first (ties: by id).
-    pub(crate) largest: Vec<Conversation>,
+    pub(crate) largest: Vec<Largest>,
     /// Some of the keys the sweep would sweep, as they were found (written lossily if they are
     /// not UTF-8): what `match` reaches, to see before a `run`.
     pub(crate) sample_keys: Vec<String>,
@@ -104,7 +104,7 @@ pub(crate) struct Bucket {
 
 /// One conversation of the top list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Conversation {
+pub(crate) struct Largest {
     /// What the sweep's `*` matched (written lossily if it is not UTF-8).
     pub(crate) conversation_id: String,
     /// Members of its key.
@@ -143,7 +143,7 @@ async fn sweep_stats(
     let redis_start = redis_time(&mut store.connection()).await?;
     let since = || now().saturating_duration_since(started).as_secs_f64();
     let redis_now = || redis_start + since();
-    let mut tally = Tally::new(top, sample);
+    let mut tally = Census::new(top, sample);
     // Every primary in turn (one in standalone and Sentinel mode), each with its own cursor.
     for node in store.nodes().await? {
         tally_node(&mut tally, node, sweep, scan_count).await?;
@@ -152,7 +152,7 @@ async fn sweep_stats(
 }
 
 async fn tally_node(
-    tally: &mut Tally,
+    tally: &mut Census,
     mut con: presence_sweeper_redis::Node,
     sweep: &config::Sweep,
     scan_count: u32,
@@ -193,7 +193,7 @@ async fn tally_node(
 
 /// Running totals of one sweep, bounded in size.
 #[derive(Debug)]
-struct Tally {
+struct Census {
     keys: u64,
     members: u64,
     stale: u64,
@@ -208,7 +208,7 @@ struct Tally {
     samples: Vec<String>,
 }
 
-impl Tally {
+impl Census {
     fn new(top: usize, sample: usize) -> Self {
         Self {
             keys: 0,
@@ -276,15 +276,13 @@ impl Tally {
                 bucket
             })
             .collect();
-        let mut largest: Vec<Conversation> = self
+        let mut largest: Vec<Largest> = self
             .largest
             .into_iter()
-            .map(
-                |Reverse((members, Reverse(conversation_id)))| Conversation {
-                    conversation_id,
-                    members,
-                },
-            )
+            .map(|Reverse((members, Reverse(conversation_id)))| Largest {
+                conversation_id,
+                members,
+            })
             .collect();
         largest.sort_by(|a, b| {
             b.members
@@ -437,7 +435,7 @@ mod tests {
 
     #[test]
     fn buckets_top_and_oldest() {
-        let mut t = Tally::new(3, 2);
+        let mut t = Census::new(3, 2);
         for (id, card, oldest) in [
             ("a", 1, 100.0),
             ("b", 2, 90.0),
@@ -468,7 +466,7 @@ mod tests {
 
     #[test]
     fn ties_keep_the_smaller_id_and_top_zero_keeps_none() {
-        let mut t = Tally::new(2, 0);
+        let mut t = Census::new(2, 0);
         for id in ["c3", "c1", "c2"] {
             t.key(7, 0, None, || id.to_owned());
         }
@@ -481,14 +479,14 @@ mod tests {
         assert_eq!(ids, ["c1", "c2"]);
         assert_eq!(s.oldest_heartbeat_age_seconds, None);
 
-        let mut t = Tally::new(0, 0);
+        let mut t = Census::new(0, 0);
         t.key(7, 0, None, || unreachable!("no top list, no ids"));
         assert!(t.finish(&sweep(), 0.0, 0.0).largest.is_empty());
     }
 
     #[test]
     fn json_shape() {
-        let s = Tally::new(1, 0).finish(&sweep(), 0.0, 0.0);
+        let s = Census::new(1, 0).finish(&sweep(), 0.0, 0.0);
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v["match"], "presence:*:online");
         let bucket = |i: usize| &v["members_per_key"]["buckets"][i];
@@ -512,7 +510,7 @@ mod tests {
             (f64::INFINITY, 0.0, false, true),
             (f64::NEG_INFINITY, 1000.0, true, false),
         ] {
-            let mut t = Tally::new(0, 0);
+            let mut t = Census::new(0, 0);
             t.key(1, 0, Some(score), || unreachable!());
             let s = t.finish(&sweep(), 1000.0, 0.0);
             assert_eq!(s.oldest_heartbeat_age_seconds, Some(age), "{score}");
@@ -526,7 +524,7 @@ mod tests {
 
     #[test]
     fn scores_ahead_of_the_clock_say_so() {
-        let mut t = Tally::new(0, 0);
+        let mut t = Census::new(0, 0);
         // Milliseconds in a sweep of seconds.
         t.key(1, 0, Some(1_764_460_000_000.0), || unreachable!());
         let shown = t.finish(&sweep(), 1_764_460_000.0, 0.0).to_string();
@@ -536,7 +534,7 @@ mod tests {
             ),
             "{shown}"
         );
-        let mut t = Tally::new(0, 0);
+        let mut t = Census::new(0, 0);
         t.key(1, 0, Some(-1e300), || unreachable!());
         let shown = t.finish(&sweep(), 1000.0, 0.0).to_string();
         assert!(shown.contains("1.00e300  seconds ago"), "{shown}");
@@ -544,7 +542,7 @@ mod tests {
 
     #[test]
     fn the_sample_keeps_the_first_keys_only() {
-        let mut t = Tally::new(0, 2);
+        let mut t = Census::new(0, 2);
         for key in [&b"a"[..], b"b\xff", b"c"] {
             t.sample(key);
         }

@@ -53,9 +53,9 @@ pub(super) struct Removal<'a> {
     pub(super) now: f64,
 }
 
-/// Events waiting to be published, already encoded as PUBLISH (or SPUBLISH) commands.
+/// Outbox waiting to be published, already encoded as PUBLISH (or SPUBLISH) commands.
 #[derive(Default)]
-pub(super) struct Events {
+pub(super) struct Outbox {
     batch: Packed,
     /// The channel and the payload of the event being encoded, reused from one to the next.
     channel: Vec<u8>,
@@ -91,7 +91,7 @@ impl Evictor {
     pub(super) async fn announce(
         &self,
         r: &Removal<'_>,
-        events: &mut Events,
+        events: &mut Outbox,
         node: &mut Node,
         ctx: CheckCtx<'_>,
         counts: &mut Counts,
@@ -186,7 +186,7 @@ impl Evictor {
     /// Not async, and the flush boxed: a future built for every event, holding the publish's,
     /// was moved (copied) whole each time, 2 % of the sweeper's own instructions per evicting
     /// key (`benches/bench.py --stages instructions`).
-    fn queue(&self, events: &mut Events, ctx: CheckCtx<'_>, counts: &mut Counts) -> bool {
+    fn queue(&self, events: &mut Outbox, ctx: CheckCtx<'_>, counts: &mut Counts) -> bool {
         if events.failed.is_some() {
             counts.events_failed += 1;
             ctx.observer.events_failed(1);
@@ -202,7 +202,7 @@ impl Evictor {
     /// Publishes what is queued. Returns the first failure to publish of these events.
     pub(super) async fn flush(
         &self,
-        events: &mut Events,
+        events: &mut Outbox,
         node: &mut Node,
         ctx: CheckCtx<'_>,
         counts: &mut Counts,
@@ -217,7 +217,7 @@ impl Evictor {
     }
 
     /// The first failure to publish, once everything was flushed.
-    pub(super) fn outcome(events: Events) -> Result<(), Error> {
+    pub(super) fn outcome(events: Outbox) -> Result<(), Error> {
         match events.failed {
             Some(e) => Err(e),
             None => Ok(()),

@@ -14,11 +14,11 @@ use presence_sweeper_rules::plan::{KeyState, Plan};
 use presence_sweeper_rules::score::Cutoff;
 
 use super::Evictor;
-use super::announce::{Events, Removal};
+use super::announce::{Outbox, Removal};
 use super::check::CheckCtx;
 
 /// The keys of one transaction (as indices into the batch) and what it did.
-pub(super) type Outcome = (Vec<usize>, Result<(f64, Vec<TxKey>), Error>);
+pub(super) type Applied = (Vec<usize>, Result<(f64, Vec<TxKey>), Error>);
 
 impl Evictor {
     /// The evict step: proves the permissions before the first removal, reads the clean keys'
@@ -159,7 +159,7 @@ impl Evictor {
         group: &[usize],
         cutoff: &Cutoff,
         opts: CheckOpts,
-    ) -> Vec<Outcome> {
+    ) -> Vec<Applied> {
         if group.is_empty() {
             return Vec::new();
         }
@@ -187,7 +187,7 @@ impl Evictor {
         &self,
         node: &mut Node,
         keys: &[&[u8]],
-        outcomes: Vec<Outcome>,
+        outcomes: Vec<Applied>,
         ctx: CheckCtx<'_>,
         out: &mut Checked<Error>,
     ) -> Option<Error> {
@@ -218,7 +218,7 @@ impl Evictor {
         out: &mut Checked<Error>,
     ) -> Result<(), Error> {
         ctx.observer.progress();
-        let mut events = Events::default();
+        let mut events = Outbox::default();
         let mut uncounted = Vec::new();
         for (&i, result) in group.iter().zip(results) {
             let evicted = match result {
@@ -277,7 +277,7 @@ impl Evictor {
         &self,
         r: &Removal<'_>,
         finished: bool,
-        events: &mut Events,
+        events: &mut Outbox,
         node: &mut Node,
         ctx: CheckCtx<'_>,
         out: &mut Checked<Error>,
@@ -350,7 +350,7 @@ impl Evictor {
                     .map_err(|e| self.unanswered(e, ctx))?;
                 params.budget = (params.budget * 2).min(most);
                 ctx.observer.progress();
-                let mut events = Events::default();
+                let mut events = Outbox::default();
                 let mut next = Vec::new();
                 for (i, result) in pending.into_iter().zip(reply.keys) {
                     let swept = match result {

@@ -33,13 +33,13 @@ pub async fn run(
 }
 
 /// The summary line `presence-sweeper sweep` prints for one sweep.
-pub struct Summary<'a> {
+pub struct SummaryLine<'a> {
     name: &'a str,
     report: &'a pass::Report,
     dry_run: bool,
 }
 
-impl<'a> Summary<'a> {
+impl<'a> SummaryLine<'a> {
     /// The summary of `report`, the pass of sweep `name`.
     pub fn new(name: &'a str, report: &'a pass::Report, dry_run: bool) -> Self {
         Self {
@@ -50,7 +50,7 @@ impl<'a> Summary<'a> {
     }
 }
 
-impl std::fmt::Display for Summary<'_> {
+impl std::fmt::Display for SummaryLine<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let r = self.report;
         let verb = if self.dry_run {

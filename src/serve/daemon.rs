@@ -85,7 +85,7 @@ impl Daemon {
         let http_stop = CancellationToken::new();
         let server = http::serve(
             listener,
-            http::State {
+            http::Handlers {
                 metrics: metrics.clone(),
                 health: health.clone(),
                 web: web.clone(),
@@ -111,8 +111,8 @@ impl Daemon {
                 break;
             };
             match serve(store, &mut config, &mut ctx, &cancel).await? {
-                Next::Stop => break,
-                Next::Reconnect => {}
+                Ending::Stop => break,
+                Ending::Reconnect => {}
             }
         }
         notifier.stopping();
@@ -134,7 +134,7 @@ struct Ctx<'a> {
 }
 
 /// What follows a connection's life.
-enum Next {
+enum Ending {
     Stop,
     /// `[redis]` changed: connect again with it.
     Reconnect,
@@ -231,7 +231,7 @@ async fn serve(
     config: &mut Config,
     ctx: &mut Ctx<'_>,
     cancel: &CancellationToken,
-) -> Result<Next, StartError> {
+) -> Result<Ending, StartError> {
     // This connection's work stops on shutdown, or to reconnect.
     let stop = cancel.child_token();
     let probe = tokio::spawn(probe_redis(
@@ -255,7 +255,7 @@ async fn serve(
     );
     let next = loop {
         tokio::select! {
-            () = cancel.cancelled() => break Next::Stop,
+            () = cancel.cancelled() => break Ending::Stop,
             Some(()) = ctx.reloads.recv() => {
                 ctx.notifier.reloading();
                 if let Some(new) = reload(config, ctx, false) {
@@ -264,7 +264,7 @@ async fn serve(
                             "configuration reloaded; the Redis settings changed: reconnecting with them"
                         );
                         *config = new;
-                        break Next::Reconnect;
+                        break Ending::Reconnect;
                     }
                     *config = new;
                     engine.apply(config).await?;
@@ -276,11 +276,11 @@ async fn serve(
         }
     };
     match next {
-        Next::Stop => {
+        Ending::Stop => {
             ctx.notifier.stopping();
             ctx.health.set_shutting_down();
         }
-        Next::Reconnect => {
+        Ending::Reconnect => {
             ctx.health
                 .set_redis(Err("reconnecting to Redis with new settings".into()));
             ctx.metrics.set_redis_up(false);

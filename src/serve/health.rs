@@ -23,11 +23,11 @@ pub struct Health {
     redis_down: Mutex<Option<String>>,
     shutting_down: AtomicBool,
     stall_after: Duration,
-    state: Mutex<State>,
+    state: Mutex<Known>,
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct Known {
     sweeps: BTreeMap<String, SweepState>,
     nodes: BTreeSet<NodeId>,
     loops: BTreeMap<String, LoopState>,
@@ -67,7 +67,7 @@ impl Health {
         })
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> std::sync::MutexGuard<'_, Known> {
         // A panic while holding this lock cannot leave the maps inconsistent: recover it.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -277,7 +277,7 @@ impl Health {
 }
 
 /// A loop that has not reported itself alive within `within`, and for how long it has not.
-fn stalest_loop(state: &State, within: Duration) -> Option<(&str, Duration)> {
+fn stalest_loop(state: &Known, within: Duration) -> Option<(&str, Duration)> {
     let now = crate::time::now();
     state
         .loops

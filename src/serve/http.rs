@@ -49,7 +49,7 @@ const TLS_HANDSHAKE: u8 = 0x16;
 
 /// What the handlers read.
 #[derive(Clone)]
-pub struct State {
+pub struct Handlers {
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
     /// Liveness and readiness.
@@ -69,7 +69,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
 }
 
 /// Serves until `cancel` fires, then lets open requests finish (briefly) and returns.
-pub fn serve(listener: TcpListener, state: State, cancel: CancellationToken) -> JoinHandle<()> {
+pub fn serve(listener: TcpListener, state: Handlers, cancel: CancellationToken) -> JoinHandle<()> {
     if let Ok(addr) = listener.local_addr() {
         let web = state.web.get();
         tracing::info!(%addr, web = %web.describe(), "metrics and health server listening");
@@ -100,7 +100,7 @@ pub fn serve(listener: TcpListener, state: State, cancel: CancellationToken) -> 
 }
 
 /// One connection: the TLS handshake if the web config asks for TLS, then HTTP/1.1.
-async fn connection(stream: TcpStream, state: State, watcher: Watcher) {
+async fn connection(stream: TcpStream, state: Handlers, watcher: Watcher) {
     // The configuration current at accept time serves the whole connection.
     let web = state.web.get();
     let Some(tls) = &web.tls else {
@@ -144,7 +144,7 @@ async fn refuse_plain(mut stream: TcpStream, deadline: std::time::Instant) {
 const PLAIN_ON_TLS: &str = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n\
 Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
-async fn http<S>(stream: S, state: State, web: Arc<Web>, watcher: Watcher)
+async fn http<S>(stream: S, state: Handlers, web: Arc<Web>, watcher: Watcher)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -160,7 +160,7 @@ where
 }
 
 /// Checks the credentials, if the web config asks for them, then answers.
-async fn respond(state: &State, web: &Web, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+async fn respond(state: &Handlers, web: &Web, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     let authorized = match (&web.auth, req.headers().get(AUTHORIZATION)) {
         (None, _) => true,
         (Some(_), None) => false,
@@ -185,7 +185,7 @@ fn unauthorized() -> Response<Full<Bytes>> {
 
 /// The answer to `req`; `authorized` is false for a request without credentials to a server
 /// that wants them.
-fn route(state: &State, req: &Request<Incoming>, authorized: bool) -> Response<Full<Bytes>> {
+fn route(state: &Handlers, req: &Request<Incoming>, authorized: bool) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     let probe = matches!(path, "/healthz" | "/readyz");
     if !authorized && !probe {

@@ -73,7 +73,7 @@ pub enum WebConfigError {
 
 /// The server's TLS, ready to accept with.
 #[derive(Debug)]
-pub(crate) struct Tls {
+pub(crate) struct ServerTls {
     /// What each connection's handshake uses.
     pub(crate) server: Arc<ServerConfig>,
     /// The server's own certificate, which `healthcheck` trusts (and only it): the probe runs
@@ -87,7 +87,7 @@ pub(crate) struct Tls {
 /// What the web configuration file asks of the server; the default is plain HTTP, no auth.
 #[derive(Debug, Default)]
 pub struct Web {
-    pub(crate) tls: Option<Tls>,
+    pub(crate) tls: Option<ServerTls>,
     pub(crate) auth: Option<Arc<BasicAuth>>,
 }
 
@@ -165,7 +165,7 @@ impl FileCtx<'_> {
 
     /// `tls_server_config`; `None` when it names neither certificate nor key, as the toolkit
     /// reads such a section: TLS off.
-    fn tls(&self, t: &TlsFile) -> Result<Option<Tls>, WebConfigError> {
+    fn tls(&self, t: &TlsFile) -> Result<Option<ServerTls>, WebConfigError> {
         const K: &str = "tls_server_config";
         let (cert_file, key_file) = match (given(&t.cert_file), given(&t.key_file)) {
             (None, None) if t.client_auth_type.is_none() && t.client_ca_file.is_none() => {
@@ -251,7 +251,7 @@ impl FileCtx<'_> {
             .with_single_cert(chain, key)
             .map_err(|e| self.invalid(&key_key, &format!("does not fit cert_file: {e}")))?;
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Some(Tls {
+        Ok(Some(ServerTls {
             server: Arc::new(server),
             leaf,
             client_cert_required: kind == "RequireAndVerifyClientCert",

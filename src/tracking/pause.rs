@@ -23,7 +23,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use presence_sweeper_rules::pause::Seen;
+    use presence_sweeper_rules::pause::Cursor;
 
     use super::*;
 
@@ -35,7 +35,7 @@ mod tests {
             .build()
             .unwrap();
         let watch = Arc::new(PauseWatch::default());
-        let mut seen = Seen::default();
+        let mut seen = Cursor::default();
         rt.block_on(async {
             let cancel = CancellationToken::new();
             let task = tokio::spawn({

@@ -24,11 +24,11 @@ pub struct PauseWatch {
     count: AtomicU64,
     /// Their total length, when the last one ended, and when the process was last seen
     /// running (by the watch's timer or by a reader).
-    state: Mutex<State>,
+    state: Mutex<Ledger>,
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct Ledger {
     total: Duration,
     ended: Option<Instant>,
     alive: Option<Instant>,
@@ -36,7 +36,7 @@ struct State {
 
 /// What a reader of the watch has taken in so far.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Seen {
+pub struct Cursor {
     count: u64,
     total: Duration,
 }
@@ -57,7 +57,7 @@ impl PauseWatch {
         }
     }
 
-    fn add(state: &mut State, now: Instant, pause: Duration) {
+    fn add(state: &mut Ledger, now: Instant, pause: Duration) {
         state.total = state.total.saturating_add(pause);
         state.ended = Some(now);
     }
@@ -73,14 +73,14 @@ impl PauseWatch {
     /// The pauses since `seen`, summed, and when the last ended; `seen` takes them in. At
     /// `now`, a watch whose timer is overdue is a pause ending now, whether or not the timer
     /// fired yet. Cheap when there was none (every turn of every loop asks).
-    pub fn since(&self, seen: &mut Seen, now: Instant) -> Option<(Instant, Duration)> {
+    pub fn since(&self, seen: &mut Cursor, now: Instant) -> Option<(Instant, Duration)> {
         self.alive(now);
         if self.count.load(Ordering::Acquire) == seen.count {
             return None;
         }
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let pause = state.total.saturating_sub(seen.total);
-        *seen = Seen {
+        *seen = Cursor {
             count: self.count.load(Ordering::Acquire),
             total: state.total,
         };
@@ -97,7 +97,7 @@ mod tests {
     fn a_timer_fired_late_is_a_pause_and_each_reader_sees_it_once() {
         let watch = PauseWatch::default();
         let start = t0();
-        let (mut a, mut b) = (Seen::default(), Seen::default());
+        let (mut a, mut b) = (Cursor::default(), Cursor::default());
         for tick in 0..20 {
             watch.alive(start + TICK * tick);
         }
@@ -119,7 +119,7 @@ mod tests {
         let watch = PauseWatch::default();
         let start = t0();
         watch.alive(start);
-        let mut seen = Seen::default();
+        let mut seen = Cursor::default();
         let late = start + Duration::from_millis(800);
         watch.alive(late);
         let (ended, pause) = watch.since(&mut seen, late).expect("a pause");
@@ -131,7 +131,7 @@ mod tests {
         let watch = PauseWatch::default();
         let t0 = t0();
         watch.alive(t0);
-        let mut seen = Seen::default();
+        let mut seen = Cursor::default();
         // Resumed after 3 s: a loop turns first, the watch's timer fires after it.
         let resumed = t0 + Duration::from_secs(3);
         let (ended, pause) = watch.since(&mut seen, resumed).expect("a pause");

@@ -96,11 +96,11 @@ pub struct StormGuard {
     sweep: String,
     ttl: f64,
     metrics: Arc<dyn GuardReport>,
-    state: Mutex<State>,
+    state: Mutex<Record>,
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct Record {
     /// Members of the sweep's keys on each primary, as of their last checks.
     population: BTreeMap<NodeId, u64>,
     /// Evictions of the last ttl: (instant, members).
@@ -142,7 +142,7 @@ impl StormGuard {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> std::sync::MutexGuard<'_, Record> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -189,7 +189,7 @@ impl StormGuard {
         st.hold_until.is_some()
     }
 
-    fn end_hold(&self, st: &mut State, now: f64) {
+    fn end_hold(&self, st: &mut Record, now: f64) {
         if st.hold_until.is_some_and(|until| now >= until) {
             st.hold_until = None;
             st.silent_hold = false;
@@ -273,13 +273,13 @@ impl StormGuard {
     }
 
     /// No heartbeat seen for half a ttl.
-    fn silent(&self, st: &State, now: f64) -> bool {
+    fn silent(&self, st: &Record, now: f64) -> bool {
         st.freshest.is_some_and(|f| now - f > self.ttl / 2.0)
     }
 
     /// In the calm after a hold the members still stale may go, unless heartbeats came back
     /// since the hold began and have stopped again: that is a new storm.
-    fn silent_again(&self, st: &State, now: f64) -> bool {
+    fn silent_again(&self, st: &Record, now: f64) -> bool {
         !st.retripped && self.silent(st, now) && st.freshest.is_some_and(|f| f > st.held_from)
     }
 

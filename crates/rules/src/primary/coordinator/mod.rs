@@ -143,7 +143,7 @@ pub struct Coordinator<I: Io> {
     failure: Option<I::Error>,
     refresh: Refresh,
     /// The daemon's pauses taken in so far.
-    pauses_seen: pause::Seen,
+    pauses_seen: pause::Cursor,
     last_error_log: Option<Instant>,
     actions: Vec<Action<I::Error>>,
 }
@@ -175,7 +175,7 @@ impl<I: Io> Coordinator<I> {
                 after: at,
                 in_flight: false,
             },
-            pauses_seen: pause::Seen::default(),
+            pauses_seen: pause::Cursor::default(),
             last_error_log: None,
             actions: Vec::new(),
         }
