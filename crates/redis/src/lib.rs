@@ -8,7 +8,8 @@
 //!   says which server answers and whether it is new enough.
 //! - The data path: [`wire`], its own pipelined connection to each primary (publishing
 //!   included), [`packed`] (commands encoded once as RESP), [`resp`] (the one RESP2 decoder:
-//!   replies framed, read in place, or as [`Value`]s, error replies included), [`reply`]
+//!   replies framed, read in place, or as [`Value`]s, error replies included; [`Value`] is
+//!   also what the control path's redis-rs replies are read as), [`reply`]
 //!   (what Redis answers: shapes, redirects, refusals, `TIME`), `slots` (a cluster's slot map,
 //!   for sharded publishing), [`scan`] (SCAN pages), [`subscriber`] (the notification
 //!   path's own pub/sub connection, bounded in memory) and [`keyspace`] (the subscription to

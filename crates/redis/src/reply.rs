@@ -21,15 +21,11 @@ pub fn refusal(reply: &Value) -> Option<String> {
     let Value::ServerError(e) = reply else {
         return None;
     };
-    refused(e.code(), e.details())
+    (e.code() == "NOPERM").then(|| refusal_reason(e.details().unwrap_or_default()))
 }
 
-/// [`refusal`] of an error reply's code and details, whoever decoded it.
-pub fn refused(code: &str, details: Option<&str>) -> Option<String> {
-    (code == "NOPERM").then(|| refusal_reason(details.unwrap_or_default()))
-}
-
-/// A `TIME` reply as Unix seconds, or the error saying it was none.
+/// A `TIME` reply as Unix seconds, or the error saying it was none: the one reader of `TIME`,
+/// whichever connection it came over.
 pub fn time(reply: Option<&Value>) -> Result<f64, ReplyError> {
     let parts = match reply {
         Some(Value::Array(parts)) => parts.as_slice(),
@@ -55,14 +51,8 @@ pub async fn redis_time<C>(con: &mut C) -> Result<f64, crate::Error>
 where
     C: redis::aio::ConnectionLike + Send,
 {
-    let reply: redis::Value = redis::cmd("TIME").query_async(con).await?;
-    Ok(parse_time(&reply).ok_or_else(not_a_time)?)
-}
-
-/// Reads a Redis `TIME` reply of a redis-rs connection (not the data path's) as Unix seconds.
-pub fn parse_time(v: &redis::Value) -> Option<f64> {
-    let (secs, micros): (u64, u64) = redis::from_redis_value_ref(v).ok()?;
-    Some(from_parts(secs as f64, micros as f64))
+    let reply: Value = redis::cmd("TIME").query_async(con).await?;
+    Ok(time(Some(&reply))?)
 }
 
 /// An integer reply (or a bulk or status string holding one).
@@ -180,7 +170,7 @@ mod tests {
             redis::Value::BulkString(b"1764460046".to_vec()),
             redis::Value::BulkString(b"500000".to_vec()),
         ]);
-        assert_eq!(parse_time(&v), Some(1_764_460_046.5));
+        assert_eq!(time(Some(&v.into())).unwrap(), 1_764_460_046.5);
     }
 
     #[test]

@@ -5,11 +5,9 @@
 
 use std::sync::Arc;
 
-use redis::Value;
-
 use presence_sweeper_rules::slot::slot;
 
-use super::resp;
+use super::Value;
 use super::wire::{Target, Wait, Wire};
 use super::{Packed, Store};
 
@@ -94,7 +92,7 @@ impl Store {
         &self,
         batch: Packed,
         key_arg: usize,
-    ) -> redis::RedisResult<Vec<resp::Value>> {
+    ) -> redis::RedisResult<Vec<Value>> {
         let map = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let commands = batch.commands();
         // Per primary: its commands, and where each one's reply goes.
@@ -127,7 +125,7 @@ impl Store {
                 .await?;
             Ok::<_, redis::RedisError>((at, replies))
         });
-        let mut out = vec![resp::Value::Nil; commands.len()];
+        let mut out = vec![Value::Nil; commands.len()];
         for sent in futures_util::future::join_all(sends).await {
             let (at, replies) = sent?;
             for (i, reply) in at.into_iter().zip(replies) {
@@ -136,9 +134,7 @@ impl Store {
         }
         for (reply, (bytes, _)) in out.iter_mut().zip(&commands) {
             let moved = match &*reply {
-                resp::Value::ServerError(e) if e.code() == "MOVED" => {
-                    e.details().and_then(moved_to)
-                }
+                Value::ServerError(e) if e.code() == "MOVED" => e.details().and_then(moved_to),
                 _ => None,
             };
             if let Some(primary) = moved {
@@ -149,7 +145,7 @@ impl Store {
                     .send(again.into_bytes(), 1, Wait::Reply)
                     .await?
                     .pop()
-                    .unwrap_or(resp::Value::Nil);
+                    .unwrap_or(Value::Nil);
             }
         }
         Ok(out)

@@ -20,6 +20,8 @@ use presence_sweeper_rules::node::NodeId;
 use crate::Error;
 use crate::conn::{Conn, Node};
 use crate::name::{self, Opener, Purpose};
+use crate::reply;
+use crate::resp::Value;
 use crate::sentinel::SentinelBackend;
 use crate::slots::SlotMap;
 use crate::subscriber::Subscriber;
@@ -145,7 +147,7 @@ impl Store {
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
                     )
                     .await?;
-                let map = SlotMap::from_reply(&slots);
+                let map = SlotMap::from_reply(&slots.into());
                 let mut nodes = Vec::new();
                 for (host, port) in map.primaries() {
                     let client = self.node_client(&host, port)?;
@@ -354,7 +356,7 @@ impl Store {
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
             .await?;
-        let map = SlotMap::from_reply(&slots);
+        let map = SlotMap::from_reply(&slots.into());
         let (host, port) = map.owner(slot).cloned().ok_or_else(|| {
             Error::Redis(redis::RedisError::from((
                 redis::ErrorKind::Client,
@@ -416,19 +418,21 @@ impl Store {
     /// stops the pass loudly).
     async fn require_version(&self) -> Result<(), redis::RedisError> {
         let mut con = self.connection();
-        // In a cluster INFO goes to every primary and answers a map of their replies.
-        let info: redis::Value = match redis::cmd("INFO").arg("server").query_async(&mut con).await
-        {
+        let info: Value = match redis::cmd("INFO").arg("server").query_async(&mut con).await {
             Ok(info) => info,
             Err(e) if e.code() == Some("NOPERM") => return Ok(()),
             Err(e) => return Err(e),
         };
+        // In a cluster INFO goes to every primary and answers a map of their replies, which
+        // comes as an array of each primary's address and its text.
         let texts: Vec<String> = match info {
-            redis::Value::Map(nodes) => nodes
+            Value::Array(nodes) => nodes
                 .into_iter()
-                .filter_map(|(_, v)| redis::from_redis_value::<String>(v).ok())
+                .skip(1)
+                .step_by(2)
+                .filter_map(reply::text)
                 .collect(),
-            v => redis::from_redis_value::<String>(v).into_iter().collect(),
+            v => reply::text(v).into_iter().collect(),
         };
         for text in texts {
             let server = crate::version::ServerVersion::from_info(&text);
