@@ -1,6 +1,6 @@
 //! What Redis answers, below every user of it (the store, eviction, discovery): the cluster
-//! redirection codes, ACL refusals, Redis `TIME`, and the small conversions of the data path's
-//! reply values. It depends only on the decoder's [`Value`]; its error types are the crate's
+//! redirection codes, ACL refusals, Redis `TIME`, a batch's first error reply, and the small
+//! conversions of reply values. It depends only on the decoder's [`Value`]; its error types are the crate's
 //! ([`ReplyError`]).
 
 use presence_sweeper_rules::clock::from_parts;
@@ -53,6 +53,20 @@ where
 {
     let reply: Value = redis::cmd("TIME").query_async(con).await?;
     Ok(time(Some(&reply))?)
+}
+
+/// The replies, or the first error reply as an error: for batches in which any refusal means
+/// the whole request failed.
+pub fn all_ok(mut replies: Vec<Value>) -> redis::RedisResult<Vec<Value>> {
+    let first = replies
+        .iter()
+        .position(|v| matches!(v, Value::ServerError(_)));
+    if let Some(i) = first
+        && let Value::ServerError(e) = replies.swap_remove(i)
+    {
+        return Err(redis::RedisError::from(e));
+    }
+    Ok(replies)
 }
 
 /// An integer reply (or a bulk or status string holding one).

@@ -17,9 +17,10 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::client::manager;
 use crate::reply;
 use crate::resp::Value;
-use crate::store::{install_crypto_provider, manager};
+use crate::tls::install_crypto_provider;
 
 /// How often a primary that answers as primary is checked against the sentinels' view. Each
 /// check asks the sentinels (`SENTINEL MASTERS`, up to three at once) and opens a short

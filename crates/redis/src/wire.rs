@@ -25,7 +25,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::packed::{Packed, all_ok};
+use super::packed::Packed;
+use super::reply::all_ok;
 use super::resp::{Framer, Reader, Value, protocol, reply_len};
 
 /// Read buffer size; a reply bigger than this simply grows it.

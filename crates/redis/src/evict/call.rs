@@ -5,9 +5,9 @@
 
 use presence_sweeper_rules::score::ScoreUnit;
 
-use crate::reply::{ReplyError, float, int, scored};
+use crate::reply::{ReplyError, all_ok, float, int, scored};
 use crate::resp::Value;
-use crate::{Node, Packed, Wait, all_ok};
+use crate::{Node, Packed, Wait};
 
 /// The outcome of one call, `S` being what a swept key's result holds.
 #[derive(Debug)]
