@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 
+use presence_sweeper_redis::evict::KeyReply;
 use presence_sweeper_redis::evict::read::{self, Read};
-use presence_sweeper_redis::evict::script::{KeyReply, Params};
+use presence_sweeper_redis::evict::script::Params;
 use presence_sweeper_redis::evict::transaction::{self, TxKey};
 use presence_sweeper_redis::scan::FIRST_PAGE_SHARE;
 use presence_sweeper_redis::{Error, Node};

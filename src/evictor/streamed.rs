@@ -2,7 +2,8 @@
 //! which removes, appends and publishes in one atomic step; here its reply is counted.
 
 use presence_sweeper_config as config;
-use presence_sweeper_redis::evict::stream::{StreamKey, StreamKeyReply, StreamParams, Streamed};
+use presence_sweeper_redis::evict::KeyReply;
+use presence_sweeper_redis::evict::stream::{StreamKey, StreamParams, Streamed};
 use presence_sweeper_redis::{Error, Node, refusal_reason};
 use presence_sweeper_rules::check::{CheckOpts, Checked};
 use presence_sweeper_rules::event::conversation_field;
@@ -92,12 +93,12 @@ impl Evictor {
             let mut refused = None;
             for (i, result) in pending.into_iter().zip(reply.keys) {
                 let swept = match result {
-                    StreamKeyReply::Swept(s) => s,
-                    StreamKeyReply::NotReached => {
+                    KeyReply::Swept(s) => s,
+                    KeyReply::NotReached => {
                         next.push(i);
                         continue;
                     }
-                    StreamKeyReply::WrongType => {
+                    KeyReply::WrongType => {
                         out.states[i] = KeyState::Gone;
                         continue;
                     }

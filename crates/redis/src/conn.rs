@@ -1,4 +1,6 @@
-//! Connections as the rest of the crate sees them: one type whatever the topology.
+//! Connections as the rest of the crate sees them: one type whatever the topology ([`Conn`]),
+//! and a primary of the data path with its own connection ([`Node`]), which takes
+//! [`Packed`] batches.
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
@@ -8,7 +10,9 @@ use std::sync::Arc;
 
 use presence_sweeper_rules::node::NodeId;
 
-use crate::wire::Wire;
+use crate::packed::{Packed, SendPacked};
+use crate::resp;
+use crate::wire::{self, Wait, Wire};
 
 /// Why a node has no connection before the store gave it one.
 const NOT_YET: &str = "not connected yet";
@@ -120,7 +124,7 @@ impl Node {
     pub(super) fn wire(&self) -> redis::RedisResult<&Wire> {
         self.wire
             .as_ref()
-            .map_err(|why| super::wire::no_connection(&self.server, why))
+            .map_err(|why| wire::no_connection(&self.server, why))
     }
 
     /// Sends this node's commands over `wire`, which must reach the same server (or fails
@@ -138,5 +142,35 @@ impl Node {
     /// Host and port of a cluster primary; `None` for a single server.
     pub fn host_port(&self) -> Option<(&str, u16)> {
         self.address.as_ref().map(|(h, p)| (h.as_str(), *p))
+    }
+}
+
+impl SendPacked for Node {
+    fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<resp::Value>> {
+        self.send_with(batch, Wait::Reply)
+    }
+}
+
+impl Node {
+    /// Sends `batch` and returns one reply per command, waiting for them as `wait` says: an
+    /// eviction's beyond `redis.command_timeout` ([`Wait::Outcome`]), since Redis may run it
+    /// late.
+    pub fn send_with(&mut self, batch: Packed, wait: Wait) -> RedisFuture<'_, Vec<resp::Value>> {
+        let n = batch.len();
+        let wire = self.wire().cloned();
+        Box::pin(async move {
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            wire?.send(batch.into_bytes(), n, wait).await
+        })
+    }
+
+    /// As [`Node::send_with`], with the replies as RESP bytes, to read with
+    /// [`Reader`](resp::Reader) without building values.
+    pub fn send_raw_with(&mut self, batch: Packed, wait: Wait) -> RedisFuture<'_, Vec<u8>> {
+        let n = batch.len();
+        let wire = self.wire().cloned();
+        Box::pin(async move { wire?.send_raw(batch.into_bytes(), n, wait).await })
     }
 }

@@ -3,14 +3,12 @@
 //! A pass sends a few commands per key, and building them as redis-rs `Cmd`s (two allocations
 //! each, then packed again into the pipeline's own buffer) cost the sweeper more than Redis spent
 //! running some of them. A [`Packed`] batch is written straight into its final form and handed to
-//! a node's wire as it is (a cluster's sharded publishing splits one among the nodes by slot:
+//! a node's wire as it is ([`SendPacked`]) (a cluster's sharded publishing splits one among the nodes by slot:
 //! `slots`).
 
-use redis::{RedisError, RedisFuture};
+use redis::RedisFuture;
 
-use super::Node;
-use super::resp::Value;
-use super::wire::Wait;
+use crate::resp::Value;
 
 /// Commands encoded as RESP arrays of bulk strings, in the order they are sent.
 #[derive(Debug, Default, Clone)]
@@ -126,50 +124,6 @@ impl Packed {
 pub trait SendPacked {
     /// Sends `batch` and returns one reply per command.
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>>;
-}
-
-impl SendPacked for Node {
-    fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>> {
-        self.send_with(batch, Wait::Reply)
-    }
-}
-
-impl Node {
-    /// Sends `batch` and returns one reply per command, waiting for them as `wait` says: an
-    /// eviction's beyond `redis.command_timeout` ([`Wait::Outcome`]), since Redis may run it
-    /// late.
-    pub fn send_with(&mut self, batch: Packed, wait: Wait) -> RedisFuture<'_, Vec<Value>> {
-        let n = batch.len();
-        let wire = self.wire().cloned();
-        Box::pin(async move {
-            if n == 0 {
-                return Ok(Vec::new());
-            }
-            wire?.send(batch.into_bytes(), n, wait).await
-        })
-    }
-
-    /// As [`Node::send_with`], with the replies as RESP bytes, to read with
-    /// [`Reader`](super::resp::Reader) without building values.
-    pub fn send_raw_with(&mut self, batch: Packed, wait: Wait) -> RedisFuture<'_, Vec<u8>> {
-        let n = batch.len();
-        let wire = self.wire().cloned();
-        Box::pin(async move { wire?.send_raw(batch.into_bytes(), n, wait).await })
-    }
-}
-
-/// The replies, or the first error reply as an error: for batches in which any refusal means
-/// the whole request failed.
-pub fn all_ok(mut replies: Vec<Value>) -> redis::RedisResult<Vec<Value>> {
-    let first = replies
-        .iter()
-        .position(|v| matches!(v, Value::ServerError(_)));
-    if let Some(i) = first
-        && let Value::ServerError(e) = replies.swap_remove(i)
-    {
-        return Err(RedisError::from(e));
-    }
-    Ok(replies)
 }
 
 #[cfg(test)]

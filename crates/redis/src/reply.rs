@@ -1,6 +1,6 @@
 //! What Redis answers, below every user of it (the store, eviction, discovery): the cluster
-//! redirection codes, ACL refusals, Redis `TIME`, and the small conversions of the data path's
-//! reply values. It depends only on the decoder's [`Value`]; its error types are the crate's
+//! redirection codes, ACL refusals, Redis `TIME`, a batch's first error reply, and the small
+//! conversions of reply values. It depends only on the decoder's [`Value`]; its error types are the crate's
 //! ([`ReplyError`]).
 
 use presence_sweeper_rules::clock::from_parts;
@@ -21,15 +21,11 @@ pub fn refusal(reply: &Value) -> Option<String> {
     let Value::ServerError(e) = reply else {
         return None;
     };
-    refused(e.code(), e.details())
+    (e.code() == "NOPERM").then(|| refusal_reason(e.details().unwrap_or_default()))
 }
 
-/// [`refusal`] of an error reply's code and details, whoever decoded it.
-pub fn refused(code: &str, details: Option<&str>) -> Option<String> {
-    (code == "NOPERM").then(|| refusal_reason(details.unwrap_or_default()))
-}
-
-/// A `TIME` reply as Unix seconds, or the error saying it was none.
+/// A `TIME` reply as Unix seconds, or the error saying it was none: the one reader of `TIME`,
+/// whichever connection it came over.
 pub fn time(reply: Option<&Value>) -> Result<f64, ReplyError> {
     let parts = match reply {
         Some(Value::Array(parts)) => parts.as_slice(),
@@ -55,14 +51,22 @@ pub async fn redis_time<C>(con: &mut C) -> Result<f64, crate::Error>
 where
     C: redis::aio::ConnectionLike + Send,
 {
-    let reply: redis::Value = redis::cmd("TIME").query_async(con).await?;
-    Ok(parse_time(&reply).ok_or_else(not_a_time)?)
+    let reply: Value = redis::cmd("TIME").query_async(con).await?;
+    Ok(time(Some(&reply))?)
 }
 
-/// Reads a Redis `TIME` reply of a redis-rs connection (not the data path's) as Unix seconds.
-pub fn parse_time(v: &redis::Value) -> Option<f64> {
-    let (secs, micros): (u64, u64) = redis::from_redis_value_ref(v).ok()?;
-    Some(from_parts(secs as f64, micros as f64))
+/// The replies, or the first error reply as an error: for batches in which any refusal means
+/// the whole request failed.
+pub fn all_ok(mut replies: Vec<Value>) -> redis::RedisResult<Vec<Value>> {
+    let first = replies
+        .iter()
+        .position(|v| matches!(v, Value::ServerError(_)));
+    if let Some(i) = first
+        && let Value::ServerError(e) = replies.swap_remove(i)
+    {
+        return Err(redis::RedisError::from(e));
+    }
+    Ok(replies)
 }
 
 /// An integer reply (or a bulk or status string holding one).
@@ -180,7 +184,7 @@ mod tests {
             redis::Value::BulkString(b"1764460046".to_vec()),
             redis::Value::BulkString(b"500000".to_vec()),
         ]);
-        assert_eq!(parse_time(&v), Some(1_764_460_046.5));
+        assert_eq!(time(Some(&v.into())).unwrap(), 1_764_460_046.5);
     }
 
     #[test]

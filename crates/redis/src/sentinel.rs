@@ -12,12 +12,15 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, IntoConnectionInfo, Value};
+use redis::{ConnectionAddr, IntoConnectionInfo};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::store::{install_crypto_provider, manager};
+use crate::client::manager;
+use crate::reply;
+use crate::resp::Value;
+use crate::tls::install_crypto_provider;
 
 /// How often a primary that answers as primary is checked against the sentinels' view. Each
 /// check asks the sentinels (`SENTINEL MASTERS`, up to three at once) and opens a short
@@ -191,14 +194,11 @@ impl SentinelBackend {
 
 async fn role(con: &mut ConnectionManager) -> Result<String, redis::RedisError> {
     let reply: Value = redis::cmd("ROLE").query_async(con).await?;
-    match reply {
-        Value::Array(fields) => match fields.first() {
-            Some(Value::BulkString(r)) => Ok(String::from_utf8_lossy(r).into_owned()),
-            Some(Value::SimpleString(r)) => Ok(r.clone()),
-            _ => Ok(String::new()),
-        },
-        _ => Ok(String::new()),
-    }
+    let role = match reply {
+        Value::Array(fields) => fields.into_iter().next().and_then(reply::text),
+        _ => None,
+    };
+    Ok(role.unwrap_or_default())
 }
 
 fn sentinel_client(cfg: &config::Redis) -> Result<SentinelClient, redis::RedisError> {

@@ -1,17 +1,8 @@
-//! A Redis Cluster's slots: which primary serves each, as `CLUSTER SLOTS` says, and the slot of
-//! a key. The data path needs them for sharded publishing, where each `SPUBLISH` must reach the
-//! primary that owns its channel's slot: [`Store::send_by_slot`] sends each command of a batch
-//! there, over that primary's own data-path connection.
+//! A Redis Cluster's slots: which primary serves each, as `CLUSTER SLOTS` says, and where a
+//! `MOVED` redirection points. The data path needs them for sharded publishing, where each
+//! `SPUBLISH` must reach the primary that owns its channel's slot (`sharded`).
 
-use std::sync::Arc;
-
-use redis::Value;
-
-use presence_sweeper_rules::slot::slot;
-
-use super::resp;
-use super::wire::{Target, Wait, Wire};
-use super::{Packed, Store};
+use crate::resp::Value;
 
 /// A primary, as (host, port).
 pub(crate) type Primary = (String, u16);
@@ -83,88 +74,6 @@ pub(crate) fn moved_to(details: &str) -> Option<Primary> {
     let (host, port) = address.rsplit_once(':')?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     Some((host.to_owned(), port.parse().ok()?))
-}
-
-impl Store {
-    /// Sends each command of `batch` to the cluster primary serving the slot of its argument
-    /// `key_arg` (an `SPUBLISH`'s channel), over that primary's data-path connection, and
-    /// returns the replies in the batch's order. A command answered `MOVED` (the slots moved
-    /// since the topology was read) is sent once more where the answer points.
-    pub async fn send_by_slot(
-        &self,
-        batch: Packed,
-        key_arg: usize,
-    ) -> redis::RedisResult<Vec<resp::Value>> {
-        let map = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let commands = batch.commands();
-        // Per primary: its commands, and where each one's reply goes.
-        let mut groups: Vec<(&Primary, Packed, Vec<usize>)> = Vec::new();
-        for (i, (bytes, args)) in commands.iter().enumerate() {
-            let key = args.get(key_arg).copied().unwrap_or_default();
-            let owner = map.owner(slot(key)).ok_or_else(|| {
-                redis::RedisError::from((
-                    redis::ErrorKind::ClusterConnectionNotFound,
-                    "no primary serves the slot",
-                    slot(key).to_string(),
-                ))
-            })?;
-            let at = match groups.iter().position(|(p, _, _)| *p == owner) {
-                Some(at) => at,
-                None => {
-                    groups.push((owner, Packed::default(), Vec::new()));
-                    groups.len() - 1
-                }
-            };
-            groups[at].1.encoded(bytes);
-            groups[at].2.push(i);
-        }
-        let sends = groups.into_iter().map(|(owner, group, at)| async move {
-            let n = group.len();
-            let replies = self
-                .wire_to(owner)
-                .await?
-                .send(group.into_bytes(), n, Wait::Reply)
-                .await?;
-            Ok::<_, redis::RedisError>((at, replies))
-        });
-        let mut out = vec![resp::Value::Nil; commands.len()];
-        for sent in futures_util::future::join_all(sends).await {
-            let (at, replies) = sent?;
-            for (i, reply) in at.into_iter().zip(replies) {
-                out[i] = reply;
-            }
-        }
-        for (reply, (bytes, _)) in out.iter_mut().zip(&commands) {
-            let moved = match &*reply {
-                resp::Value::ServerError(e) if e.code() == "MOVED" => {
-                    e.details().and_then(moved_to)
-                }
-                _ => None,
-            };
-            if let Some(primary) = moved {
-                let mut again = Packed::default();
-                again.encoded(bytes);
-                let wire = self.wire_to(&primary).await?;
-                *reply = wire
-                    .send(again.into_bytes(), 1, Wait::Reply)
-                    .await?
-                    .pop()
-                    .unwrap_or(resp::Value::Nil);
-            }
-        }
-        Ok(out)
-    }
-
-    /// The data-path connection to a cluster primary.
-    async fn wire_to(&self, (host, port): &Primary) -> redis::RedisResult<Wire> {
-        let client = self.node_client(host, *port)?;
-        let not_connected = |why: &str| super::wire::no_connection(&format!("{host}:{port}"), why);
-        let target = Target::from_info(client.get_connection_info(), self.tls.as_ref())
-            .map_err(|why| not_connected(&why))?;
-        self.wire(&target)
-            .await
-            .map_err(|why: Arc<str>| not_connected(&why))
-    }
 }
 
 #[cfg(test)]

@@ -5,21 +5,23 @@
 use presence_sweeper_config as config;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::cluster::ClusterClientBuilder;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::{Client, ConnectionAddr, IntoConnectionInfo};
 
 use presence_sweeper_config::RedisMode;
 use presence_sweeper_rules::node::NodeId;
 
 use crate::Error;
+use crate::client::{client, client_from_info, cluster, manager};
 use crate::conn::{Conn, Node};
 use crate::name::{self, Opener, Purpose};
+use crate::reply;
+use crate::resp::Value;
 use crate::sentinel::SentinelBackend;
 use crate::slots::SlotMap;
 use crate::subscriber::Subscriber;
@@ -145,7 +147,7 @@ impl Store {
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
                     )
                     .await?;
-                let map = SlotMap::from_reply(&slots);
+                let map = SlotMap::from_reply(&slots.into());
                 let mut nodes = Vec::new();
                 for (host, port) in map.primaries() {
                     let client = self.node_client(&host, port)?;
@@ -354,7 +356,7 @@ impl Store {
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
             )
             .await?;
-        let map = SlotMap::from_reply(&slots);
+        let map = SlotMap::from_reply(&slots.into());
         let (host, port) = map.owner(slot).cloned().ok_or_else(|| {
             Error::Redis(redis::RedisError::from((
                 redis::ErrorKind::Client,
@@ -416,19 +418,21 @@ impl Store {
     /// stops the pass loudly).
     async fn require_version(&self) -> Result<(), redis::RedisError> {
         let mut con = self.connection();
-        // In a cluster INFO goes to every primary and answers a map of their replies.
-        let info: redis::Value = match redis::cmd("INFO").arg("server").query_async(&mut con).await
-        {
+        let info: Value = match redis::cmd("INFO").arg("server").query_async(&mut con).await {
             Ok(info) => info,
             Err(e) if e.code() == Some("NOPERM") => return Ok(()),
             Err(e) => return Err(e),
         };
+        // In a cluster INFO goes to every primary and answers a map of their replies, which
+        // comes as an array of each primary's address and its text.
         let texts: Vec<String> = match info {
-            redis::Value::Map(nodes) => nodes
+            Value::Array(nodes) => nodes
                 .into_iter()
-                .filter_map(|(_, v)| redis::from_redis_value::<String>(v).ok())
+                .skip(1)
+                .step_by(2)
+                .filter_map(reply::text)
                 .collect(),
-            v => redis::from_redis_value::<String>(v).into_iter().collect(),
+            v => reply::text(v).into_iter().collect(),
         };
         for text in texts {
             let server = crate::version::ServerVersion::from_info(&text);
@@ -499,104 +503,4 @@ fn uses_tls(cfg: &config::Redis) -> bool {
         .chain(&cfg.nodes)
         .chain(&cfg.sentinels)
         .any(|url| url.starts_with("rediss://"))
-}
-
-/// rustls needs a process-wide crypto provider before the first TLS handshake.
-pub(crate) fn install_crypto_provider() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
-/// A client for one server at `url`, with the configured credentials and certificates.
-fn client(cfg: &config::Redis, url: &str) -> Result<Client, redis::RedisError> {
-    client_from_info(cfg, url.into_connection_info()?)
-}
-
-/// [`client`] for an address already parsed; the configured credentials win over its own.
-fn client_from_info(
-    cfg: &config::Redis,
-    info: ConnectionInfo,
-) -> Result<Client, redis::RedisError> {
-    // Replies are parsed as RESP2 (`WITHSCORES` as a flat list): a `?protocol=resp3` in the URL
-    // is overridden rather than allowed to change their shape.
-    let mut settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP2);
-    if let Some(username) = &cfg.username {
-        settings = settings.set_username(username);
-    }
-    if let Some(password) = &cfg.password {
-        settings = settings.set_password(password.expose());
-    }
-    let info = info.set_redis_settings(settings);
-    if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
-        install_crypto_provider();
-        if cfg.tls.is_custom() {
-            return Client::build_with_tls(info, tls::certificates(&cfg.tls));
-        }
-    }
-    Client::open(info)
-}
-
-fn manager_config(cfg: &config::Redis) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(cfg.connect_timeout))
-        .set_response_timeout(Some(cfg.command_timeout))
-        // Retries here only apply to reconnecting an established manager; a failed command
-        // fails its pass, and the next pass tries again.
-        .set_number_of_retries(2)
-        .set_min_delay(Duration::from_millis(100))
-        .set_max_delay(Duration::from_secs(1))
-}
-
-/// The shared connection, named `name` (until it reconnects: [`Store::ping`] names it again).
-pub(crate) async fn manager(
-    client: Client,
-    cfg: &config::Redis,
-    name: &str,
-) -> Result<ConnectionManager, redis::RedisError> {
-    let mut con = ConnectionManager::new_with_config(client, manager_config(cfg)).await?;
-    let _ = name::set(&mut con, name).await;
-    Ok(con)
-}
-
-async fn cluster(
-    cfg: &config::Redis,
-) -> Result<redis::cluster_async::ClusterConnection, redis::RedisError> {
-    let mut tls = false;
-    let mut seeds = Vec::with_capacity(cfg.nodes.len());
-    for url in &cfg.nodes {
-        let info = url.as_str().into_connection_info()?;
-        tls |= matches!(info.addr(), ConnectionAddr::TcpTls { .. });
-        seeds.push(info);
-    }
-    // The overall timeout bounds a request's retries too: a request to a primary that just died
-    // fails its pass instead of waiting for the failover.
-    // No retries: the cluster client would resend a request whose connection dropped, and a
-    // pipeline that already ran would then publish its events twice, or a transaction that
-    // already removed members would run again and report nothing. A MOVED answer means nothing
-    // ran: the pass reads the key again where it lives, or leaves it to the next pass.
-    let mut builder = ClusterClientBuilder::new(seeds)
-        .connection_timeout(cfg.connect_timeout)
-        .response_timeout(cfg.command_timeout)
-        .overall_response_timeout(Some(cfg.command_timeout))
-        .use_protocol(redis::ProtocolVersion::RESP2)
-        .retries(0);
-    if let Some(username) = &cfg.username {
-        builder = builder.username(username);
-    }
-    if let Some(password) = &cfg.password {
-        builder = builder.password(password.expose());
-    }
-    if tls {
-        install_crypto_provider();
-        builder = builder.tls(redis::TlsMode::Secure);
-        if cfg.tls.is_custom() {
-            builder = builder.certs(tls::certificates(&cfg.tls));
-        }
-    }
-    builder.build()?.get_async_connection().await
 }

@@ -4,15 +4,24 @@
 
 use presence_sweeper_config as config;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 
+/// rustls needs a process-wide crypto provider before the first TLS handshake, the data path's
+/// and redis-rs's alike.
+pub(crate) fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The client configuration for `tls`.
 pub(super) fn client_config(tls: &config::Tls) -> io::Result<Arc<ClientConfig>> {
-    crate::store::install_crypto_provider();
+    install_crypto_provider();
     let mut roots = RootCertStore::empty();
     match &tls.ca {
         Some(pem) => {

@@ -15,15 +15,20 @@
 //!   instead, which also appends each event to the stream and publishes it, in the same atomic
 //!   step as the removal.
 //!
+//! The two scripts are called alike and answer alike: `call` sends either (loading it again
+//! where Redis lost it) and reads its reply into [`Reply`], one [`KeyReply`] per key.
+//!
 //! Both eviction paths judge staleness against Redis's clock: the script reads `TIME` inside
 //! itself; the precheck and the transaction use a cutoff from an instant on Redis's clock read a
 //! little earlier, which can only make them spare a member that just became stale (it is taken
 //! at its next check), never evict one that heartbeated.
 
+mod call;
 pub mod preflight;
 pub mod read;
 pub mod script;
 pub mod stream;
 pub mod transaction;
 
+pub use call::{KeyReply, Reply};
 pub use script::EvictScript;

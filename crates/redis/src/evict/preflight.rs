@@ -9,13 +9,13 @@
 //! no other request on a shared connection can land inside the probe transaction. The probes that
 //! write are written to do nothing even if they ran.
 
-use redis::Value;
 use redis::aio::ConnectionLike;
 
 use crate::Error;
 use crate::evict::EvictScript;
 use crate::evict::stream::StreamScript;
-use crate::reply::{ReplyError, refused};
+use crate::reply::{ReplyError, refusal};
+use crate::resp::Value;
 
 /// How a refusal names what it was refused on: the sweep's key pattern and its channel
 /// template, never one conversation's key or channel (the error reaches error logs and
@@ -258,14 +258,6 @@ fn discarded(probes: &[Probe]) -> redis::Pipeline {
     }
     pipe.cmd("DISCARD");
     pipe
-}
-
-/// An ACL refusal's reason, if `reply` is one (this module's replies come from redis-rs).
-fn refusal(reply: &Value) -> Option<String> {
-    match reply {
-        Value::ServerError(e) => refused(e.code(), e.details()),
-        _ => None,
-    }
 }
 
 /// A probe the server does not know at all: the pass would evict and then fail. Redis's own

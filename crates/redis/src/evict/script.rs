@@ -5,9 +5,12 @@
 //! long whatever the size of a set; keys the budget did not cover come back marked for another
 //! call.
 
-use crate::reply::{ReplyError, float, int, members, scored};
-use crate::{Node, Packed, Value, Wait, all_ok};
 use presence_sweeper_rules::score::ScoreUnit;
+
+use super::call::{self, Head, Reply, Tail};
+use crate::reply::{ReplyError, members};
+use crate::resp::Value;
+use crate::{Node, Wait};
 
 /// Members one ZRANGE / ZREMRANGEBYRANK step inside the script touches at most.
 const CHUNK: usize = 500;
@@ -27,26 +30,6 @@ pub struct Params {
     /// stamped with the script's own `TIME`: the daemon's judging instant, held back after an
     /// outage.
     pub judge_by: Option<f64>,
-}
-
-/// The outcome of one call.
-#[derive(Debug)]
-pub struct Reply {
-    /// The instant the call judged staleness at, in Unix seconds.
-    pub now: f64,
-    /// One entry per key, in the order the keys were given.
-    pub keys: Vec<KeyReply>,
-}
-
-/// The outcome for one key.
-#[derive(Debug)]
-pub enum KeyReply {
-    /// The key was swept (and may need another call if `more`).
-    Swept(Swept),
-    /// The budget ran out before this key; send it again.
-    NotReached,
-    /// The key is no longer a sorted set; it is left alone.
-    WrongType,
 }
 
 /// One key's sweep.
@@ -141,130 +124,37 @@ impl EvictScript {
         node: &mut Node,
         keys: &[Vec<u8>],
         params: &Params,
-    ) -> Result<Reply, crate::Error> {
+    ) -> Result<Reply<Swept>, crate::Error> {
         let args = self.args(keys, params);
-        let value = evalsha(node, &args, Self::SOURCE, Wait::Outcome).await?;
-        Ok(parse_reply(value, keys.len(), params.unit)?)
+        let value = call::evalsha(node, &args, Self::SOURCE, Wait::Outcome).await?;
+        Ok(call::parse(value, keys.len(), params.unit)?)
     }
 }
 
-/// `EVALSHA` with `args` (the hash, the key count, the keys, the arguments); where Redis does
-/// not know the script (a restart, `SCRIPT FLUSH`, a failover), `SCRIPT LOAD` of `source` and
-/// `EVALSHA` again, in one round trip, its reply awaited as `wait` says. Returns the script's
-/// reply.
-pub(super) async fn evalsha(
-    node: &mut Node,
-    args: &[Vec<u8>],
-    source: &str,
-    wait: Wait,
-) -> Result<Value, crate::Error> {
-    let eval = |batch: &mut Packed| {
-        let argv: Vec<&[u8]> = std::iter::once(&b"EVALSHA"[..])
-            .chain(args.iter().map(Vec::as_slice))
-            .collect();
-        batch.command(&argv);
-    };
-    let size = args.iter().map(|a| a.len() + 16).sum::<usize>() + 64;
-    let mut batch = Packed::with_capacity(size);
-    eval(&mut batch);
-    let mut value = node
-        .send_with(batch, wait)
-        .await?
-        .pop()
-        .unwrap_or(Value::Nil);
-    if matches!(&value, Value::ServerError(e) if e.code() == "NOSCRIPT") {
-        let mut batch = Packed::with_capacity(size + source.len() + 32);
-        batch.command(&[b"SCRIPT", b"LOAD", source.as_bytes()]);
-        eval(&mut batch);
-        value = all_ok(node.send_with(batch, wait).await?)?
-            .pop()
-            .unwrap_or(Value::Nil);
+impl Tail for Swept {
+    /// `{ status, card, oldest, removed, roster, count }`.
+    fn read(head: Head, mut rest: std::vec::IntoIter<Value>) -> Result<Self, ReplyError> {
+        let (Some(roster), Some(_count)) = (rest.next(), rest.next()) else {
+            return Err(ReplyError::new("key result is short"));
+        };
+        Ok(Self {
+            more: head.more(),
+            card: head.card,
+            oldest: head.oldest,
+            removed: head.removed,
+            roster: members(roster)?,
+        })
     }
-    if let Value::ServerError(e) = value {
-        return Err(redis::RedisError::from(e).into());
-    }
-    Ok(value)
-}
-
-/// The envelope both eviction scripts return, `{ now, results }`: Redis's "now" in the score
-/// unit, and one result per key of the `n_keys` given.
-pub(super) fn envelope(value: Value, n_keys: usize) -> Result<(f64, Vec<Value>), ReplyError> {
-    let err = |what: &str| ReplyError::new(what);
-    let Value::Array(mut top) = value else {
-        return Err(err("not an array"));
-    };
-    let (Some(results), Some(now), None) = (top.pop(), top.pop(), top.pop()) else {
-        return Err(err("not a pair"));
-    };
-    let now = float(&now).ok_or_else(|| err("now is not a number"))?;
-    let Value::Array(results) = results else {
-        return Err(err("results are not an array"));
-    };
-    if results.len() != n_keys {
-        return Err(ReplyError::new(format!(
-            "{} results for {n_keys} keys",
-            results.len()
-        )));
-    }
-    Ok((now, results))
-}
-
-fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<Reply, ReplyError> {
-    let (now, results) = envelope(value, n_keys)?;
-    let keys = results
-        .into_iter()
-        .map(parse_key)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Reply {
-        now: unit.to_seconds(now),
-        keys,
-    })
-}
-
-fn parse_key(value: Value) -> Result<KeyReply, ReplyError> {
-    let err = |what: &str| ReplyError::new(what);
-    let Value::Array(fields) = value else {
-        return Err(err("key result is not an array"));
-    };
-    let mut fields = fields.into_iter();
-    let status = match fields.next() {
-        Some(Value::Int(s)) => s,
-        _ => return Err(err("key result has no status")),
-    };
-    match status {
-        2 => return Ok(KeyReply::NotReached),
-        3 => return Ok(KeyReply::WrongType),
-        0 | 1 => {}
-        other => return Err(ReplyError::new(format!("unknown key status {other}"))),
-    }
-    let (Some(card), Some(oldest), Some(removed), Some(roster), Some(_count)) = (
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-    ) else {
-        return Err(err("key result is short"));
-    };
-    let card = int(&card).ok_or_else(|| err("card is not an integer"))?;
-    let oldest = match oldest {
-        Value::Nil => None,
-        v => Some(float(&v).ok_or_else(|| err("oldest is not a number"))?),
-    };
-    let removed = scored(removed)?;
-    let roster = members(roster)?;
-    Ok(KeyReply::Swept(Swept {
-        more: status == 1,
-        card,
-        oldest,
-        removed,
-        roster,
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evict::KeyReply;
+
+    fn parse_reply(value: Value, n: usize, unit: ScoreUnit) -> Result<Reply<Swept>, ReplyError> {
+        call::parse(value, n, unit)
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

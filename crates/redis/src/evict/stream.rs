@@ -7,11 +7,14 @@
 
 use std::time::Duration;
 
-use crate::reply::{ReplyError, float, int, scored};
-use crate::{Node, Value, Wait};
 use presence_sweeper_config::EventShape;
 use presence_sweeper_rules::event::{CURSOR_ROOM, ROSTER_LIMIT};
 use presence_sweeper_rules::score::ScoreUnit;
+
+use super::call::{self, Head, Reply, Tail};
+use crate::reply::{ReplyError, int};
+use crate::resp::Value;
+use crate::{Node, Wait};
 
 /// What one call is asked to do, besides its keys.
 #[derive(Debug, Clone, Copy)]
@@ -58,17 +61,6 @@ pub struct StreamKey<'a> {
     pub channel: Vec<u8>,
 }
 
-/// The outcome for one key.
-#[derive(Debug)]
-pub enum StreamKeyReply {
-    /// The key was swept (and may need another call if `more`).
-    Swept(Streamed),
-    /// The budget ran out before this key, or an earlier key's stream refused a write.
-    NotReached,
-    /// The key is no longer a sorted set; it is left alone.
-    WrongType,
-}
-
 /// One key's sweep.
 #[derive(Debug, Default)]
 pub struct Streamed {
@@ -87,15 +79,6 @@ pub struct Streamed {
     /// The stream refused a write: Redis's error. Nothing more was removed from the key than
     /// `removed`, and the call stopped there.
     pub refused: Option<String>,
-}
-
-/// The outcome of one call.
-#[derive(Debug)]
-pub struct StreamReply {
-    /// The instant the call judged staleness at, in Unix seconds.
-    pub now: f64,
-    /// One entry per key, in the order the keys were given.
-    pub keys: Vec<StreamKeyReply>,
 }
 
 /// The script, known to Redis by its SHA1.
@@ -206,75 +189,51 @@ impl StreamScript {
         node: &mut Node,
         keys: &[StreamKey<'_>],
         params: &StreamParams<'_>,
-    ) -> Result<StreamReply, crate::Error> {
+    ) -> Result<Reply<Streamed>, crate::Error> {
         let args = self.args(keys, params);
         // The script appends and publishes its events itself: a lost reply loses none, so it is
         // not waited for beyond the command timeout.
-        let value = super::script::evalsha(node, &args, Self::SOURCE, Wait::Reply).await?;
-        Ok(parse_reply(value, keys.len(), params.unit)?)
+        let value = call::evalsha(node, &args, Self::SOURCE, Wait::Reply).await?;
+        Ok(call::parse(value, keys.len(), params.unit)?)
     }
 }
 
-fn parse_reply(value: Value, n_keys: usize, unit: ScoreUnit) -> Result<StreamReply, ReplyError> {
-    let (now, results) = super::script::envelope(value, n_keys)?;
-    let keys = results
-        .into_iter()
-        .map(parse_key)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(StreamReply {
-        now: unit.to_seconds(now),
-        keys,
-    })
-}
+impl Tail for Streamed {
+    /// 4: the stream refused a write, and the call stopped at this key.
+    const OTHER_STATUSES: &'static [i64] = &[4];
 
-fn parse_key(value: Value) -> Result<StreamKeyReply, ReplyError> {
-    let err = |what: &str| ReplyError::new(what);
-    let Value::Array(fields) = value else {
-        return Err(err("key result is not an array"));
-    };
-    let mut fields = fields.into_iter();
-    let status = match fields.next() {
-        Some(Value::Int(s)) => s,
-        _ => return Err(err("key result has no status")),
-    };
-    match status {
-        2 => return Ok(StreamKeyReply::NotReached),
-        3 => return Ok(StreamKeyReply::WrongType),
-        0 | 1 | 4 => {}
-        other => return Err(ReplyError::new(format!("unknown key status {other}"))),
+    /// `{ status, card, oldest, removed, published, unpublished, refused }`, `refused` with
+    /// status 4 only.
+    fn read(head: Head, mut rest: std::vec::IntoIter<Value>) -> Result<Self, ReplyError> {
+        let (Some(published), Some(unpublished)) = (rest.next(), rest.next()) else {
+            return Err(ReplyError::new("key result is short"));
+        };
+        let count = |v: &Value| int(v).ok_or_else(|| ReplyError::new("a count is not an integer"));
+        let refused = match (head.status, rest.next()) {
+            (4, Some(Value::BulkString(e))) => Some(String::from_utf8_lossy(&e).into_owned()),
+            (4, _) => Some("the stream refused a write".to_owned()),
+            _ => None,
+        };
+        Ok(Self {
+            more: head.more(),
+            card: head.card,
+            oldest: head.oldest,
+            removed: head.removed,
+            published: count(&published)?,
+            unpublished: count(&unpublished)?,
+            refused,
+        })
     }
-    let (Some(card), Some(oldest), Some(removed), Some(published), Some(unpublished)) = (
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-        fields.next(),
-    ) else {
-        return Err(err("key result is short"));
-    };
-    let count = |v: &Value| int(v).ok_or_else(|| err("a count is not an integer"));
-    let refused = match (status, fields.next()) {
-        (4, Some(Value::BulkString(e))) => Some(String::from_utf8_lossy(&e).into_owned()),
-        (4, _) => Some("the stream refused a write".to_owned()),
-        _ => None,
-    };
-    Ok(StreamKeyReply::Swept(Streamed {
-        more: status == 1,
-        card: count(&card)?,
-        oldest: match oldest {
-            Value::Nil => None,
-            v => Some(float(&v).ok_or_else(|| err("oldest is not a number"))?),
-        },
-        removed: scored(removed)?,
-        published: count(&published)?,
-        unpublished: count(&unpublished)?,
-        refused,
-    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::evict::KeyReply;
+
+    fn parse_reply(value: Value, n: usize, unit: ScoreUnit) -> Result<Reply<Streamed>, ReplyError> {
+        call::parse(value, n, unit)
+    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
@@ -305,16 +264,16 @@ mod tests {
         ]);
         let r = parse_reply(reply, 4, ScoreUnit::Seconds).unwrap();
         assert_eq!(r.now, 1764460046.5);
-        let StreamKeyReply::Swept(s) = &r.keys[0] else {
+        let KeyReply::Swept(s) = &r.keys[0] else {
             panic!()
         };
         assert_eq!(s.removed, vec![(b"u7".to_vec(), 1764460000.25)]);
         assert_eq!((s.card, s.oldest, s.published), (1, Some(1764460040.0), 1));
         assert!(s.refused.is_none());
-        assert!(matches!(r.keys[1], StreamKeyReply::NotReached));
-        assert!(matches!(r.keys[2], StreamKeyReply::WrongType));
+        assert!(matches!(r.keys[1], KeyReply::NotReached));
+        assert!(matches!(r.keys[2], KeyReply::WrongType));
         assert!(
-            matches!(&r.keys[3], StreamKeyReply::Swept(s) if s.refused.as_deref() == Some("OOM command not allowed"))
+            matches!(&r.keys[3], KeyReply::Swept(s) if s.refused.as_deref() == Some("OOM command not allowed"))
         );
         assert!(parse_reply(Value::Int(1), 0, ScoreUnit::Seconds).is_err());
     }

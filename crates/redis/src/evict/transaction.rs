@@ -15,7 +15,6 @@
 //! zombies come here; bigger ones go to the bounded script.
 
 use crate::Error;
-use presence_sweeper_rules::clock::from_parts;
 use presence_sweeper_rules::event::ROSTER_LIMIT;
 use presence_sweeper_rules::event::Roster;
 use presence_sweeper_rules::score::Cutoff;
@@ -184,18 +183,8 @@ fn multi_refused(r: &mut Reader<'_>, keys: usize, per_key: usize, refusal: Error
 
 /// `TIME` as Unix seconds.
 fn read_time(r: &mut Reader<'_>) -> Result<f64, Error> {
-    let bad = crate::reply::not_a_time;
-    if r.item()? != Item::Array(2) {
-        return Err(bad().into());
-    }
-    let mut part = || -> Result<f64, Error> {
-        match r.item()? {
-            Item::Bulk(b) => Ok(number(b).ok_or_else(bad)?),
-            _ => Err(bad().into()),
-        }
-    };
-    let (secs, micros) = (part()?, part()?);
-    Ok(from_parts(secs, micros))
+    let time = r.value().map_err(redis::RedisError::from)?;
+    Ok(crate::reply::time(time.as_ref())?)
 }
 
 /// One key's replies inside EXEC: the zombies with their scores, how many were removed, the

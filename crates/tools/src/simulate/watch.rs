@@ -7,34 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use presence_sweeper_redis::Store;
+use presence_sweeper_redis::reply::{redis_time, time};
+use presence_sweeper_redis::{Error, Store, Value};
+use presence_sweeper_rules::clock::RedisClock;
 
 /// How often the watcher asks Redis for its clock and `run_id`.
 pub(super) const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// How long the end of the run waits for Redis to answer for the final verdicts.
 pub(super) const END_WAIT: Duration = Duration::from_secs(10);
-
-/// Redis's clock as last read, and when.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct RedisClock {
-    /// Redis's clock at the reading, in Unix seconds.
-    redis: f64,
-    /// The local instant of the reading.
-    read_at: Instant,
-}
-
-impl RedisClock {
-    /// Redis's clock now: the reading plus the time since.
-    fn now(&self) -> f64 {
-        self.redis + self.read_at.elapsed().as_secs_f64()
-    }
-}
-
-/// Redis's clock now, in Unix seconds, by one `TIME` round trip.
-async fn redis_time(con: &mut impl redis::aio::ConnectionLike) -> redis::RedisResult<f64> {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(con).await?;
-    Ok(secs as f64 + micros as f64 / 1e6)
-}
 
 /// The wall clock, in Unix seconds: Redis's when it cannot be asked.
 pub(super) fn unix_now() -> f64 {
@@ -72,7 +52,8 @@ impl Watch {
 
     /// Redis's clock now, estimated from its last answer; `None` before any.
     pub(super) fn now(&self) -> Option<f64> {
-        self.state().clock.map(|c| c.now())
+        let now = Instant::now().into_std();
+        self.state().clock.map(|c| c.at(now))
     }
 }
 
@@ -82,23 +63,23 @@ pub(super) async fn watch_redis(store: Store, watch: Arc<Watch>, stop: Cancellat
     loop {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME").cmd("INFO").arg("server");
-        let asked = tokio::time::Instant::now();
-        let reply: Result<((u64, u64), String), _> =
-            tokio::time::timeout(WATCH_EVERY * 4, pipe.query_async(&mut con))
-                .await
-                .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()));
+        let asked = Instant::now();
+        let reply = tokio::time::timeout(WATCH_EVERY * 4, pipe.query_async(&mut con))
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+            .map_err(Error::from)
+            .and_then(|(t, info): (Value, String)| Ok((time(Some(&t))?, info)));
         {
             let mut st = watch.state();
             match reply {
-                Ok(((secs, micros), info)) => {
-                    let t = secs as f64 + micros as f64 / 1e6;
+                Ok((t, info)) => {
                     let run_id = info
                         .lines()
                         .find_map(|l| l.strip_prefix("run_id:"))
                         .map(|id| id.trim().to_owned());
                     st.clock = Some(RedisClock {
                         redis: t,
-                        read_at: asked,
+                        read_at: asked.into_std(),
                     });
                     if st.down {
                         st.down = false;
