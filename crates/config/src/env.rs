@@ -9,7 +9,11 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::error::ConfigError;
-use super::{ENV_PREFIX, ENV_SEPARATOR};
+
+/// Environment variable prefix: `PRESENCE_SWEEPER__REDIS__URL` sets `redis.url`.
+pub const ENV_PREFIX: &str = "PRESENCE_SWEEPER";
+/// Separator between the prefix and each key segment in environment variable names.
+pub const ENV_SEPARATOR: &str = "__";
 
 /// The configuration file, when `--config` is not given.
 pub const CONFIG_VAR: &str = "PRESENCE_SWEEPER_CONFIG";

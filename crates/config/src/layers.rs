@@ -7,9 +7,8 @@ use std::path::Path;
 
 use config::{FileFormat, Format, Map, Source, Value, ValueKind};
 
-use super::env::key_of;
+use super::env::{ENV_PREFIX, ENV_SEPARATOR, key_of};
 use super::error::{ConfigError, Origin};
-use super::{ENV_PREFIX, ENV_SEPARATOR};
 
 /// The configuration file, read once. The `config` crate's own file source would name it by a
 /// rewritten path (relative to the working directory) and also try `path.toml`, `path.json`...

@@ -7,9 +7,10 @@
 //! One file per section, each holding its struct and the table of its keys (`section`): a key's
 //! name, how it is read and how `check-config` prints it, side by side. What each setting means
 //! is written once, in the shipped `config/presence-sweeper.toml`, from which
-//! `docs/configuration.md` is generated.
+//! `docs/configuration.md` is generated. [`advice`] is what a valid configuration may still
+//! get wrong (a broad `match`), said but not refused.
 
-mod advice;
+pub mod advice;
 mod coordination;
 mod duration;
 mod env;
@@ -34,12 +35,11 @@ use std::path::PathBuf;
 
 use config::FileFormat;
 
-pub use self::advice::Advice;
 pub use self::coordination::Coordination;
 pub use self::duration::{
     MAX_INTERVAL, MAX_LEASE_TTL, MAX_STREAM_AGE, MAX_TIMEOUT, MAX_TTL, MIN_TTL,
 };
-pub use self::env::{CONFIG_VAR, UnknownVariable};
+pub use self::env::{CONFIG_VAR, ENV_PREFIX, ENV_SEPARATOR, UnknownVariable};
 pub use self::error::{ConfigError, Origin};
 pub use self::events::Events;
 pub use self::evict::Evict;
@@ -61,13 +61,9 @@ pub use presence_sweeper_rules::score::ScoreUnit;
 /// comments (`build.rs`).
 const DEFAULTS_TOML: &str = include_str!(concat!(env!("OUT_DIR"), "/defaults.toml"));
 
-/// Environment variable prefix: `PRESENCE_SWEEPER__REDIS__URL` sets `redis.url`.
-pub const ENV_PREFIX: &str = "PRESENCE_SWEEPER";
 /// The built-in sweep of typing indicators, whose keys `seed --typing` and `simulate --typing`
 /// write.
 pub const TYPING_SWEEP: &str = "typing";
-/// Separator between the prefix and each key segment in environment variable names.
-pub const ENV_SEPARATOR: &str = "__";
 
 /// The validated configuration of the daemon. Each section's settings are explained in the
 /// shipped `config/presence-sweeper.toml`.
