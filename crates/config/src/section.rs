@@ -10,14 +10,14 @@ use super::error::ConfigError;
 use super::tree::{Table, q};
 
 /// How one key is read into its section's struct `S`: from the table, under the key's name.
-pub(super) type Reader<S> = fn(&mut Table, &'static str, &mut S) -> Result<(), ConfigError>;
+pub(super) type ReadFn<S> = fn(&mut Table, &'static str, &mut S) -> Result<(), ConfigError>;
 
 /// One key of a section.
 pub(super) struct Key<S> {
     /// The key's name in its table.
     pub(super) name: &'static str,
     /// Reads and validates the value into the section's struct.
-    pub(super) read: Reader<S>,
+    pub(super) read: ReadFn<S>,
     /// The value in effect, as `check-config` prints it.
     pub(super) show: fn(&S) -> Shown,
 }

@@ -92,7 +92,7 @@ struct Slot {
     deadline: u64,
     /// Members at the last check.
     card: u32,
-    state: Stage,
+    state: Phase,
     /// A keyspace notification said the key was written since its last check: a score written
     /// in the past may have moved its deadline earlier, so reconciliation reads it.
     written: bool,
@@ -102,7 +102,7 @@ struct Slot {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
+enum Phase {
     Free,
     /// Waiting for its deadline (in the B-tree unless [`NEVER`]).
     Scheduled,
@@ -211,7 +211,7 @@ impl Index {
             id: SmallVec::from_slice(id),
             deadline: NEVER,
             card: 0,
-            state: Stage::Scheduled,
+            state: Phase::Scheduled,
             written: false,
             seen: true,
         };
@@ -236,11 +236,11 @@ impl Index {
 
     fn schedule(&mut self, s: u32, deadline: u64) {
         let slot = &mut self.slots[s as usize];
-        if slot.state == Stage::Scheduled && slot.deadline != NEVER {
+        if slot.state == Phase::Scheduled && slot.deadline != NEVER {
             self.due.remove(&(slot.deadline, s));
         }
         slot.deadline = deadline;
-        slot.state = Stage::Scheduled;
+        slot.state = Phase::Scheduled;
         if deadline != NEVER {
             self.due.insert((deadline, s));
         }
@@ -263,7 +263,7 @@ impl Index {
             }
             self.due.pop_first();
             let slot = &mut self.slots[s as usize];
-            slot.state = Stage::InFlight { rewritten: false };
+            slot.state = Phase::InFlight { rewritten: false };
             out.push((Ticket { slot: s }, slot.id.to_vec()));
         }
     }
@@ -275,7 +275,7 @@ impl Index {
     pub fn checked(&mut self, ticket: Ticket, next: Option<(u64, u64)>, written_by: u64) {
         let s = ticket.slot;
         let slot = &mut self.slots[s as usize];
-        let Stage::InFlight { rewritten } = slot.state else {
+        let Phase::InFlight { rewritten } = slot.state else {
             return;
         };
         // The check read the key as it is: its deadline holds every write before it.
@@ -306,7 +306,7 @@ impl Index {
     pub fn retry(&mut self, ticket: Ticket, retry: u64) {
         if matches!(
             self.slots[ticket.slot as usize].state,
-            Stage::InFlight { .. }
+            Phase::InFlight { .. }
         ) {
             self.schedule(ticket.slot, retry);
         }
@@ -327,9 +327,9 @@ impl Index {
         slot.written = true;
         slot.seen = true;
         match &mut slot.state {
-            Stage::InFlight { rewritten } => *rewritten = true,
-            Stage::Scheduled if slot.deadline > by => self.schedule(s, by),
-            Stage::Scheduled | Stage::Free => {}
+            Phase::InFlight { rewritten } => *rewritten = true,
+            Phase::Scheduled if slot.deadline > by => self.schedule(s, by),
+            Phase::Scheduled | Phase::Free => {}
         }
         true
     }
@@ -370,7 +370,7 @@ impl Index {
             if out.len() >= limit {
                 return Some(s);
             }
-            if slot.state == Stage::Scheduled && !slot.seen {
+            if slot.state == Phase::Scheduled && !slot.seen {
                 out.push(slot.id.to_vec());
             }
         }
@@ -384,7 +384,7 @@ impl Index {
             return false;
         };
         let slot = &self.slots[s as usize];
-        if slot.seen || slot.state != Stage::Scheduled {
+        if slot.seen || slot.state != Phase::Scheduled {
             return false;
         }
         self.remove(s);
@@ -395,7 +395,7 @@ impl Index {
     /// (its reply decides).
     pub fn deleted(&mut self, id: &[u8]) {
         if let Some(s) = self.find(id)
-            && self.slots[s as usize].state == Stage::Scheduled
+            && self.slots[s as usize].state == Phase::Scheduled
         {
             self.remove(s);
         }
@@ -408,7 +408,7 @@ impl Index {
             return false;
         };
         let slot = &mut self.slots[s as usize];
-        if slot.state != Stage::Scheduled {
+        if slot.state != Phase::Scheduled {
             return false;
         }
         slot.written = false;
@@ -421,12 +421,12 @@ impl Index {
 
     fn remove(&mut self, s: u32) {
         let slot = &mut self.slots[s as usize];
-        if slot.state == Stage::Scheduled && slot.deadline != NEVER {
+        if slot.state == Phase::Scheduled && slot.deadline != NEVER {
             self.due.remove(&(slot.deadline, s));
         }
         self.members -= u64::from(slot.card);
         let id = std::mem::take(&mut slot.id);
-        slot.state = Stage::Free;
+        slot.state = Phase::Free;
         slot.card = 0;
         let hash = self.hasher.hash_one(id.as_slice());
         if let Ok(entry) = self.table.find_entry(hash, |&t| t == s) {

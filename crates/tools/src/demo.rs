@@ -19,7 +19,7 @@ use presence_sweeper_config::{Config, ConfigError, Sources};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::simulate::{self, Heard, SimulateOptions, Verdict};
+use crate::simulate::{self, Heard, Judgement, SimulateOptions};
 
 /// How long the server has to answer `PING` after it starts.
 const SERVER_START: Duration = Duration::from_secs(10);
@@ -267,13 +267,13 @@ async fn start_daemon(
 /// One line per event, as it arrives.
 fn narrate(at: Duration, heard: &Heard<'_>) {
     let what = match heard.verdict {
-        Verdict::Evicted { lag } => format!(
+        Judgement::Evicted { lag } => format!(
             "left  {} ms after its window closed (last heartbeat + 6s)",
             (lag * 1000.0).round().max(0.0)
         ),
-        Verdict::False => "announced gone while still heartbeating: a FALSE leave".into(),
-        Verdict::Duplicate => "announced twice: a DUPLICATE".into(),
-        Verdict::Unknown => "announced, though the demo never wrote it".into(),
+        Judgement::False => "announced gone while still heartbeating: a FALSE leave".into(),
+        Judgement::Duplicate => "announced twice: a DUPLICATE".into(),
+        Judgement::Unknown => "announced, though the demo never wrote it".into(),
     };
     say(format_args!(
         "[{:>6.1}s] {} u{}  {what}",

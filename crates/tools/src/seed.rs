@@ -84,7 +84,7 @@ struct KeySet {
 
 /// A validated seeding job.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
+pub(crate) struct Layout {
     conversations: u64,
     main: KeySet,
     typing: Option<KeySet>,
@@ -141,7 +141,7 @@ pub(crate) fn stale_count(members: u32, fraction: f64) -> u32 {
 }
 
 /// Checks the options against the configuration; refuses a Redis that is not on this machine.
-pub(crate) fn plan(config: &Config, opts: &SeedOptions) -> Result<Plan, SeedError> {
+pub(crate) fn plan(config: &Config, opts: &SeedOptions) -> Result<Layout, SeedError> {
     if !(0.0..=1.0).contains(&opts.stale_fraction) {
         return Err(SeedError::StaleFraction(opts.stale_fraction));
     }
@@ -159,7 +159,7 @@ pub(crate) fn plan(config: &Config, opts: &SeedOptions) -> Result<Plan, SeedErro
         None
     };
     loopback::require(&config.redis)?;
-    Ok(Plan {
+    Ok(Layout {
         conversations: opts.conversations,
         main: key_set(main, opts.members, opts.stale_fraction),
         typing,
@@ -181,7 +181,7 @@ fn key_set(sweep: &config::Sweep, members: u32, fraction: f64) -> KeySet {
 /// Connects (one attempt) and writes the planned keyspace. Ctrl-C (`cancel`) stops it between
 /// calls.
 pub(crate) async fn run(
-    plan: &Plan,
+    plan: &Layout,
     redis: &config::Redis,
     cancel: &CancellationToken,
 ) -> Result<SeedReport, Error> {

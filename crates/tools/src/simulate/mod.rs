@@ -10,7 +10,7 @@
 //! in flight for a conversation it is changing, so the last score of a vanished user is exact.
 //!
 //! Before the first heartbeat the simulator PSUBSCRIBEs to the sweep's channel and judges every
-//! event ([`Tracker`]). After `--duration` nobody vanishes any more (and typing bursts end), and
+//! event ([`tracker::Tracker`]). After `--duration` nobody vanishes any more (and typing bursts end), and
 //! the run goes on for the grace period, heartbeats continuing, so the last zombies can be
 //! evicted. A zombie is given `--grace` from its last heartbeat (ttl + 2 x schedule by default:
 //! its window plus two passes); one still there after that is missed.
@@ -18,14 +18,16 @@
 //! Conversation ids are `sim-<run>-<n>`, with a random run id, so that runs never share keys or
 //! events; at the end the simulator deletes exactly the keys it wrote, by name.
 
+mod board;
 mod report;
+mod scenario;
 mod tracker;
 mod watch;
 mod worker;
 
 use presence_sweeper_config as config;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -33,184 +35,26 @@ use tokio::time::Instant;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
+use board::{Board, lock};
+pub(crate) use board::{Heard, Narrator};
 pub(crate) use report::SimulateReport;
 use report::TypingReport;
-pub(crate) use tracker::Verdict;
-use tracker::{Fate, Lag, Tracker};
+pub(crate) use scenario::{Scenario, SimulateOptions, plan};
+pub(crate) use tracker::Judgement;
+use tracker::Fate;
 use watch::{WATCH_EVERY, Watch, end_time, unix_now, watch_redis};
-use worker::{Clock, Counts, KEYSTROKE, Worker, random_u64};
+use worker::{Clock, KEYSTROKE, Worker, Wrote};
 
-use presence_sweeper_config::{CONVERSATION_ID, Config, UnknownSweep};
+use presence_sweeper_config::CONVERSATION_ID;
 use presence_sweeper_redis::subscriber::{Push, Subscriber};
 use presence_sweeper_redis::{Error, Opener, Store};
 
-use crate::loopback::{self, NotLoopback};
-
-/// Longest `--duration`: the run must end on its own.
-pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 /// Worker tasks at most.
 const WORKERS: usize = 4;
 /// How long after the end the subscriber keeps listening for events already published.
 const DRAIN: Duration = Duration::from_millis(300);
 /// Keys deleted per DEL at the end.
 const DELETE_BATCH: usize = 500;
-
-/// What to simulate, resolved from the `simulate` command's arguments.
-#[derive(Debug, Clone)]
-pub(crate) struct SimulateOptions {
-    /// Conversations.
-    pub(crate) conversations: u32,
-    /// Live users per conversation.
-    pub(crate) users: u32,
-    /// Heartbeat period of every live user.
-    pub(crate) heartbeat: Duration,
-    /// Share of live users who vanish per minute without a leave (they stop heartbeating).
-    pub(crate) vanish_rate: f64,
-    /// Vanished users do not come back; by default they return as new user ids, so the
-    /// population stays steady.
-    pub(crate) rejoin: bool,
-    /// Conversations opened per minute while users vanish, each a key that did not exist: its
-    /// first user heartbeats once and leaves at once (a zombie in a brand-new key, judged on its
-    /// own: `new_key_eviction_lag_seconds`), the others stay like any user.
-    pub(crate) new_conversations: f64,
-    /// Some users also type in bursts (a keystroke a second for a few seconds) on the `typing`
-    /// sweep's keys.
-    pub(crate) typing: bool,
-    /// How long users vanish; the grace period follows.
-    pub(crate) duration: Duration,
-    /// Time a zombie is given from its last heartbeat before it counts as missed; also how long
-    /// the run goes on after `--duration` (with `--typing`, at least the typing sweep's ttl + 2 x
-    /// schedule). Default: the sweep's ttl + 2 x schedule.
-    pub(crate) grace: Option<Duration>,
-    /// The sweep whose keys, ttl, score unit and channel are used.
-    pub(crate) sweep: String,
-}
-
-/// Why the simulation was refused before anything was written.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SimulateError {
-    /// `--sweep` names no configured sweep.
-    #[error(transparent)]
-    UnknownSweep(#[from] UnknownSweep),
-    /// `--typing` without a sweep called `typing`.
-    #[error(
-        "--typing writes the `typing` sweep's keys, but no sweep called `typing` is configured"
-    )]
-    NoTypingSweep,
-    /// An option out of range.
-    #[error("{0}")]
-    Invalid(String),
-    /// The Redis is not on this machine.
-    #[error(transparent)]
-    NotLoopback(#[from] NotLoopback),
-}
-
-/// A validated simulation.
-#[derive(Debug, Clone)]
-pub(crate) struct Plan {
-    sweep: config::Sweep,
-    typing: Option<config::Sweep>,
-    conversations: u32,
-    users: u32,
-    heartbeat: Duration,
-    vanish_rate: f64,
-    rejoin: bool,
-    new_conversations: f64,
-    duration: Duration,
-    grace: Duration,
-    typing_grace: Duration,
-    run_id: String,
-}
-
-impl Plan {
-    /// How long the run goes on after `--duration`: enough for every zombie's verdict.
-    pub(crate) fn tail(&self) -> Duration {
-        match &self.typing {
-            Some(_) => self.grace.max(self.typing_grace),
-            None => self.grace,
-        }
-    }
-
-    /// The conversation id prefix of this run, `sim-<run>-`.
-    pub(crate) fn prefix(&self) -> String {
-        format!("sim-{}-", self.run_id)
-    }
-}
-
-/// Checks the options against the configuration; refuses a Redis that is not on this machine.
-pub(crate) fn plan(config: &Config, opts: &SimulateOptions) -> Result<Plan, SimulateError> {
-    let invalid = |s: String| Err(SimulateError::Invalid(s));
-    if !(0.0..=1.0).contains(&opts.vanish_rate) {
-        return invalid(format!(
-            "--vanish-rate must be between 0 and 1 (got {})",
-            opts.vanish_rate
-        ));
-    }
-    if opts.duration.is_zero() || opts.duration > MAX_DURATION {
-        return invalid("--duration must be more than 0 and at most 24h".into());
-    }
-    if opts.heartbeat.is_zero() {
-        return invalid("--heartbeat must be more than 0".into());
-    }
-    if !(0.0..=60_000.0).contains(&opts.new_conversations) {
-        return invalid(format!(
-            "--new-conversations must be between 0 and 60000 a minute (got {})",
-            opts.new_conversations
-        ));
-    }
-    let sweep = config.select_sweeps(std::slice::from_ref(&opts.sweep))?[0].clone();
-    let typing = match opts.typing {
-        true => Some(
-            config
-                .sweep(presence_sweeper_config::TYPING_SWEEP)
-                .ok_or(SimulateError::NoTypingSweep)?
-                .clone(),
-        ),
-        false => None,
-    };
-    let grace = match opts.grace {
-        Some(g) => g,
-        None => default_grace(&sweep).ok_or_else(|| {
-            SimulateError::Invalid(format!(
-                "sweep `{}` has a schedule that never runs again: give --grace",
-                sweep.name
-            ))
-        })?,
-    };
-    if grace <= sweep.ttl {
-        return invalid(format!(
-            "--grace ({}) must be longer than the sweep's ttl ({}): it counts from the last heartbeat",
-            humantime::format_duration(grace),
-            humantime::format_duration(sweep.ttl)
-        ));
-    }
-    let typing_grace = typing
-        .as_ref()
-        .map_or(Some(Duration::ZERO), default_grace)
-        .ok_or_else(|| {
-            SimulateError::Invalid("the `typing` sweep's schedule never runs again".into())
-        })?;
-    loopback::require(&config.redis)?;
-    Ok(Plan {
-        sweep,
-        typing,
-        conversations: opts.conversations,
-        users: opts.users,
-        heartbeat: opts.heartbeat,
-        vanish_rate: opts.vanish_rate,
-        rejoin: opts.rejoin,
-        new_conversations: opts.new_conversations,
-        duration: opts.duration,
-        grace,
-        typing_grace,
-        run_id: format!("{:06x}", random_u64() & 0xff_ffff),
-    })
-}
-
-/// ttl + 2 x schedule: the window, then a pass that may just have missed it, then the next.
-fn default_grace(sweep: &config::Sweep) -> Option<Duration> {
-    Some(sweep.ttl + 2 * sweep.schedule.interval()?)
-}
 
 /// Runs the simulation: subscribe, heartbeat and vanish for the duration, go on for the grace,
 /// then delete the keys it wrote. Ctrl-C (`cancel`) ends it early, with the same clean-up and a
@@ -223,27 +67,16 @@ fn default_grace(sweep: &config::Sweep) -> Option<Duration> {
 /// Only failing to start (Redis unreachable, the script refused) is an error: once the run
 /// started, the report always comes.
 pub(crate) async fn run(
-    plan: &Plan,
+    plan: &Scenario,
     redis: &config::Redis,
     cancel: &CancellationToken,
 ) -> Result<SimulateReport, Error> {
     run_narrated(plan, redis, cancel, None).await
 }
 
-/// One event the run judged, as a narrator hears of it the moment it arrives.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Heard<'e> {
-    pub(crate) conversation: &'e str,
-    pub(crate) user: u64,
-    pub(crate) verdict: Verdict,
-}
-
-/// Told of every event the run judges, as it arrives (the demo prints them).
-pub(crate) type Narrator = Box<dyn Fn(Heard<'_>) + Send + Sync>;
-
 /// [`run`], telling `narrator` of each event as it is judged.
 pub(crate) async fn run_narrated(
-    plan: &Plan,
+    plan: &Scenario,
     redis: &config::Redis,
     cancel: &CancellationToken,
     narrator: Option<Narrator>,
@@ -258,9 +91,9 @@ pub(crate) async fn run_narrated(
         patterns.push(channel_pattern(&t.channel.to_string(), &prefix));
         patterns.dedup();
     }
-    let shared = Arc::new(Shared::new(plan, narrator));
+    let shared = Arc::new(Board::new(plan, narrator));
     let watch = Arc::new(Watch::default());
-    let events = Events {
+    let events = Listener {
         store: store.clone(),
         patterns,
         timeout: redis.command_timeout,
@@ -307,7 +140,7 @@ pub(crate) async fn run_narrated(
             tokio::spawn(worker.run(clock, stop.clone()))
         })
         .collect();
-    let mut counts = Counts::default();
+    let mut counts = Wrote::default();
     for task in tasks {
         match task.await {
             Ok(c) => counts.add(&c),
@@ -318,7 +151,7 @@ pub(crate) async fn run_narrated(
     }
     let stopped = Instant::now();
 
-    // Events published before the end may still be on their way.
+    // Listener published before the end may still be on their way.
     let end = end_time(&store, &watch).await;
     tokio::time::sleep(DRAIN).await;
     stop_listening.cancel();
@@ -340,7 +173,7 @@ pub(crate) async fn run_narrated(
         &counts,
         &watch,
         &fates,
-        Run {
+        Closing {
             end,
             vanished_for,
             interrupted: cancel.is_cancelled(),
@@ -357,7 +190,7 @@ pub(crate) async fn run_narrated(
 }
 
 /// How the run went, beside the verdicts.
-struct Run {
+struct Closing {
     /// Redis's clock at the end, in Unix seconds.
     end: f64,
     vanished_for: Duration,
@@ -377,7 +210,13 @@ struct Fates<'w> {
 }
 
 impl<'w> Fates<'w> {
-    async fn read(plan: &Plan, shared: &Shared, store: &Store, watch: &'w Watch, end: f64) -> Self {
+    async fn read(
+        plan: &Scenario,
+        shared: &Board,
+        store: &Store,
+        watch: &'w Watch,
+        end: f64,
+    ) -> Self {
         let mut overdue: Vec<(bool, tracker::Overdue)> = lock(&shared.online)
             .overdue(end, plan.grace.as_secs_f64())
             .into_iter()
@@ -438,12 +277,12 @@ impl<'w> Fates<'w> {
 
 /// The verdicts at the run's end (Redis's clock).
 fn judge(
-    plan: &Plan,
-    shared: &Shared,
-    counts: &Counts,
+    plan: &Scenario,
+    shared: &Board,
+    counts: &Wrote,
     watch: &Watch,
     fates: &Fates<'_>,
-    run: Run,
+    run: Closing,
 ) -> SimulateReport {
     let end = run.end;
     let online = lock(&shared.online).tally(end, plan.grace.as_secs_f64(), |o| fates.of(false, o));
@@ -542,7 +381,7 @@ pub(crate) fn channel_pattern(template: &str, prefix: &str) -> String {
 }
 
 /// Deletes the keys this run wrote, by name: never a pattern another user of the Redis may share.
-async fn delete_keys(plan: &Plan, shared: &Shared, store: &Store) -> Result<(), Error> {
+async fn delete_keys(plan: &Scenario, shared: &Board, store: &Store) -> Result<(), Error> {
     let mut con = store.connection();
     let prefix = plan.prefix();
     let sweeps: Vec<&config::Sweep> = std::iter::once(&plan.sweep)
@@ -578,119 +417,22 @@ async fn delete_keys(plan: &Plan, shared: &Shared, store: &Store) -> Result<(), 
     Ok(())
 }
 
-/// What the workers and the subscriber share.
-struct Shared {
-    online: Mutex<Tracker>,
-    typing: Mutex<Tracker>,
-    unexpected: AtomicU64,
-    next_user: AtomicU64,
-    /// Conversations opened during the run so far.
-    new_conversations: AtomicU64,
-    prefix: String,
-    online_count: String,
-    typing_count: Option<String>,
-    narrator: Option<Narrator>,
-}
-
-impl Shared {
-    fn new(plan: &Plan, narrator: Option<Narrator>) -> Self {
-        Self {
-            online: Mutex::new(Tracker::new(plan.sweep.ttl.as_secs_f64())),
-            typing: Mutex::new(Tracker::new(
-                plan.typing.as_ref().map_or(0.0, |t| t.ttl.as_secs_f64()),
-            )),
-            unexpected: AtomicU64::new(0),
-            next_user: AtomicU64::new(1),
-            new_conversations: AtomicU64::new(0),
-            prefix: plan.prefix(),
-            online_count: format!("{}_count", plan.sweep.name),
-            typing_count: plan.typing.as_ref().map(|t| format!("{}_count", t.name)),
-            narrator,
-        }
-    }
-
-    /// A new user number: ids are never reused, so a rejoining user is a new member.
-    fn new_user(&self) -> u64 {
-        self.next_user.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// The number of a new conversation.
-    fn new_conversation(&self) -> u64 {
-        self.new_conversations.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Judges one event, which arrived at `arrived` on Redis's clock (as the watcher last read
-    /// it, plus the time since; its `timestamp`, the eviction's own instant, when the watcher has
-    /// not read it yet).
-    fn event(&self, payload: &[u8], arrived: Option<f64>) {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else {
-            self.unexpected.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let Some(conversation) = v["conversation_id"].as_str() else {
-            self.unexpected.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        if !conversation.starts_with(&self.prefix) {
-            // Another run's or the app's: not ours to judge.
-            return;
-        }
-        // The roster field is named after the sweep, which tells the two sweeps apart even when
-        // they publish on one channel with one event type.
-        let tracker = if v.get(&self.online_count).is_some() {
-            &self.online
-        } else if self
-            .typing_count
-            .as_ref()
-            .is_some_and(|c| v.get(c).is_some())
-        {
-            &self.typing
-        } else {
-            return;
-        };
-        let user = v["user_id"]
-            .as_str()
-            .and_then(|u| u.strip_prefix('u'))
-            .and_then(|n| n.parse::<u64>().ok());
-        let (Some(user), Some(timestamp)) = (user, v["timestamp"].as_f64()) else {
-            self.unexpected.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let verdict = lock(tracker).observe(user, arrived.unwrap_or(timestamp));
-        if verdict == Verdict::Unknown {
-            self.unexpected.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(narrator) = &self.narrator {
-            narrator(Heard {
-                conversation,
-                user,
-                verdict,
-            });
-        }
-    }
-}
-
-fn lock(m: &Mutex<Tracker>) -> MutexGuard<'_, Tracker> {
-    // No tracker update can panic midway, so a lock poisoned by a panic elsewhere is still sound.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The run's subscription to the events of its conversations, over the daemon's own
 /// subscriber: a connection of its own, read only as fast as the run judges events, so that a
 /// burst waits in Redis rather than here.
-struct Events {
+struct Listener {
     store: Store,
     /// Channel patterns of the run's conversations ([`channel_pattern`]).
     patterns: Vec<String>,
     /// How long Redis may take to confirm a subscription (`redis.command_timeout`).
     timeout: Duration,
-    shared: Arc<Shared>,
+    shared: Arc<Board>,
     watch: Arc<Watch>,
 }
 
-impl Events {
+impl Listener {
     /// Subscribes to every pattern, and waits until Redis confirmed each: events published
-    /// from then on are heard. Events that come before the last confirmation are judged.
+    /// from then on are heard. Listener that come before the last confirmation are judged.
     async fn subscribe(&self) -> Result<Subscriber, Error> {
         // The tools write to one standalone server: the one node.
         let node = self

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::Lag;
+use super::tracker::Lag;
 
 /// The outcome of a simulation.
 #[derive(Debug, Clone, Serialize)]

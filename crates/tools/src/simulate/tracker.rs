@@ -54,7 +54,7 @@ pub(crate) enum Fate {
 
 /// The verdict on one event.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Verdict {
+pub(crate) enum Judgement {
     /// An abandoned member was announced, `lag` seconds after its window closed.
     Evicted {
         /// `arrival - (last_seen + ttl)`.
@@ -168,26 +168,26 @@ impl Tracker {
     }
 
     /// Judges an event announcing `user` that arrived at `arrival`.
-    pub(crate) fn observe(&mut self, user: u64, arrival: f64) -> Verdict {
+    pub(crate) fn observe(&mut self, user: u64, arrival: f64) -> Judgement {
         let verdict = match self.tokens.get(&user) {
-            None => Verdict::Unknown,
-            Some(Token::Active) => Verdict::False,
-            Some(Token::Evicted) => Verdict::Duplicate,
-            Some(Token::Abandoned { last_seen, .. }) => Verdict::Evicted {
+            None => Judgement::Unknown,
+            Some(Token::Active) => Judgement::False,
+            Some(Token::Evicted) => Judgement::Duplicate,
+            Some(Token::Abandoned { last_seen, .. }) => Judgement::Evicted {
                 lag: arrival - (*last_seen + self.ttl),
             },
         };
         match verdict {
-            Verdict::Evicted { lag } => {
+            Judgement::Evicted { lag } => {
                 self.lags.push(lag);
                 if let Some(Token::Abandoned { new_key: true, .. }) = self.tokens.get(&user) {
                     self.new_key_lags.push(lag);
                 }
                 self.tokens.insert(user, Token::Evicted);
             }
-            Verdict::False => self.false_evictions += 1,
-            Verdict::Duplicate => self.duplicates += 1,
-            Verdict::Unknown => {}
+            Judgement::False => self.false_evictions += 1,
+            Judgement::Duplicate => self.duplicates += 1,
+            Judgement::Unknown => {}
         }
         verdict
     }
@@ -277,10 +277,10 @@ mod tests {
         t.activate(1);
         t.activate(2);
         t.abandon(2, 100.0, key());
-        assert_eq!(t.observe(1, 103.0), Verdict::False);
-        assert_eq!(t.observe(2, 102.5), Verdict::Evicted { lag: 0.5 });
-        assert_eq!(t.observe(2, 102.6), Verdict::Duplicate);
-        assert_eq!(t.observe(3, 102.6), Verdict::Unknown);
+        assert_eq!(t.observe(1, 103.0), Judgement::False);
+        assert_eq!(t.observe(2, 102.5), Judgement::Evicted { lag: 0.5 });
+        assert_eq!(t.observe(2, 102.6), Judgement::Duplicate);
+        assert_eq!(t.observe(3, 102.6), Judgement::Unknown);
         assert!(t.is_idle(2) && t.is_idle(3) && !t.is_idle(1));
         let tally = t.tally(200.0, 3.0, |_| Fate::Missed);
         assert_eq!(tally.abandoned, 1);

@@ -4,7 +4,6 @@
 //! A worker waits for its pipeline before it changes its conversations again, so a vanished
 //! user's last score is exactly the one Redis holds.
 
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +13,8 @@ use presence_sweeper_redis::Conn;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::{Plan, Shared, lock};
+use super::board::{Board, lock};
+use super::scenario::{Scenario, random_u64};
 use presence_sweeper_config::KeyPattern;
 use presence_sweeper_config::ScoreUnit;
 use presence_sweeper_redis::Error;
@@ -42,7 +42,7 @@ pub(super) struct Clock {
 
 /// What a worker wrote.
 #[derive(Debug, Default)]
-pub(super) struct Counts {
+pub(super) struct Wrote {
     /// Member heartbeats written.
     pub(super) heartbeats: u64,
     /// Script calls that wrote them.
@@ -53,9 +53,9 @@ pub(super) struct Counts {
     pub(super) failed_calls: u64,
 }
 
-impl Counts {
+impl Wrote {
     /// Adds another worker's counts.
-    pub(super) fn add(&mut self, other: &Counts) {
+    pub(super) fn add(&mut self, other: &Wrote) {
         self.heartbeats += other.heartbeats;
         self.calls += other.calls;
         self.keystrokes += other.keystrokes;
@@ -121,7 +121,7 @@ pub(super) struct Worker {
     tick: Duration,
     con: Conn,
     script: redis::Script,
-    shared: Arc<Shared>,
+    shared: Arc<Board>,
     rng: Rng,
     vanish_rate: f64,
     vanish_debt: f64,
@@ -141,12 +141,12 @@ impl Worker {
     /// Worker `index` of `workers`: its share of the conversations, with their initial users
     /// registered as live.
     pub(super) fn new(
-        plan: &Plan,
+        plan: &Scenario,
         index: usize,
         workers: usize,
         store: &Store,
         script: &redis::Script,
-        shared: Arc<Shared>,
+        shared: Arc<Board>,
     ) -> Self {
         let tick = TICK.min(plan.heartbeat);
         let slots = (plan.heartbeat.as_secs_f64() / tick.as_secs_f64())
@@ -212,8 +212,8 @@ impl Worker {
     /// Ticks until the end of the run or `stop`. Returns what it wrote. Redis failing (down,
     /// restarted, failing over) does not stop it: the heartbeats of a failed pipeline are not
     /// recorded, as the apps' would not be, and the next tick tries again.
-    pub(super) async fn run(mut self, clock: Clock, stop: CancellationToken) -> Counts {
-        let mut counts = Counts::default();
+    pub(super) async fn run(mut self, clock: Clock, stop: CancellationToken) -> Wrote {
+        let mut counts = Wrote::default();
         // Workers tick in turn rather than all at once, so Redis sees an even stream.
         let offset = self.tick.mul_f64(self.index as f64 / self.workers as f64);
         let mut ticker = tokio::time::interval_at(clock.start + offset, self.tick);
@@ -395,7 +395,7 @@ impl Worker {
         &mut self,
         slot: u64,
         now: Instant,
-        counts: &mut Counts,
+        counts: &mut Wrote,
     ) -> Result<(), Error> {
         let mut pipe = redis::pipe();
         let mut sent = Vec::new();
@@ -502,17 +502,6 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         (self.unit() * n as f64) as usize % n.max(1)
     }
-}
-
-/// A random seed from the standard library's per-process hash keys.
-pub(super) fn random_u64() -> u64 {
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
 }
 
 #[cfg(test)]
