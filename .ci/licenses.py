@@ -24,12 +24,13 @@ LICENCE_FILES = ("license", "licence", "copying", "notice", "unlicense", "copyri
 
 
 def linked_crates(meta):
-    """The packages reachable from the root through normal (not dev, not build) dependencies,
-    procedural macros left out."""
+    """The packages reachable from the workspace's members (the daemon's binary and the tools')
+    through normal (not dev, not build) dependencies, procedural macros and the members
+    themselves left out: those are this project, under its own licence."""
     packages = {p["id"]: p for p in meta["packages"]}
     nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
-    root = meta["resolve"]["root"]
-    seen, todo = set(), [root]
+    members = set(meta["workspace_members"])
+    seen, todo = set(), list(members)
     while todo:
         node = todo.pop()
         if node in seen:
@@ -41,7 +42,7 @@ def linked_crates(meta):
             if any("proc-macro" in t["kind"] for t in packages[dep["pkg"]]["targets"]):
                 continue
             todo.append(dep["pkg"])
-    seen.discard(root)
+    seen -= members
     return sorted((packages[i] for i in seen), key=lambda p: (p["name"], p["version"]))
 
 
