@@ -221,6 +221,8 @@ impl Run {
     /// Waits for whatever comes first.
     async fn next_event(&mut self) -> Event {
         let now = now();
+        // The work bounds what is in flight by its own count of it.
+        debug_assert_eq!(self.work.in_flight(), self.in_flight.len());
         let wake = self.work.next_wake(now);
         let wants_page = self.work.wants_page(now);
         let Run {
@@ -281,7 +283,8 @@ impl Run {
                 tickets,
                 batch,
             } => {
-                let (check, sent) = (self.ops.check(batch), now());
+                let sent = now();
+                let check = self.ops.check(batch);
                 Box::pin(async move {
                     let checked = check.await;
                     Done::Checked {
