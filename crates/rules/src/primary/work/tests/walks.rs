@@ -253,3 +253,47 @@ fn a_tick_walks_unless_a_walk_runs() {
     w.on_tick(t1 + ms(100), "elsewhere");
     assert!(turn(&mut w, t1 + ms(100)).is_empty(), "no such sweep here");
 }
+
+#[test]
+fn a_stop_takes_back_the_walks_requests_then_reports_it_cut_short() {
+    let t0 = crate::testing::now();
+    let shape = Shape {
+        batch: 1,
+        ..Shape::default()
+    };
+    let (mut w, log, t2) = reconciling(t0, shape, &["a"]);
+    w.on_page(at(t2), Some(Ok(page(&["a"], REDIS_T0 + 60.0))));
+    let task = turn_tasks(&mut w, t2).remove(0);
+    w.stop();
+    assert!(turn(&mut w, t2).is_empty());
+    let read = reads(1, 2, Some(REDIS_T0));
+    w.on_walked(
+        at(t2),
+        epoch_of(&task),
+        Walked::Verified(vec![b"a".to_vec()], Ok(read)),
+    );
+    assert_eq!(w.in_flight(), 0);
+    assert!(log.said.take().is_empty(), "its scan was not done");
+    w.stopped();
+    assert_eq!(log.said.take(), ["walk interrupted 1"]);
+}
+
+#[test]
+fn a_walk_that_ends_while_stopping_counts_as_cut_short() {
+    let t0 = crate::testing::now();
+    let (mut w, log, t2) = reconciling(t0, Shape::default(), &["a"]);
+    w.on_page(at(t2), Some(Ok(page(&["a"], REDIS_T0 + 60.0))));
+    w.on_page(at(t2), None);
+    let task = turn_tasks(&mut w, t2).remove(0);
+    w.stop();
+    let read = reads(1, 2, Some(REDIS_T0));
+    w.on_walked(
+        at(t2),
+        epoch_of(&task),
+        Walked::Verified(vec![b"a".to_vec()], Ok(read)),
+    );
+    assert_eq!(log.said.take(), ["walk interrupted 1"]);
+    assert_eq!(turn(&mut w, t2), ["scan over"]);
+    w.stopped();
+    assert!(log.said.take().is_empty(), "told once");
+}
