@@ -7,9 +7,9 @@
 //! The workspace's crates are its layers, lowest first; each names only those before it, and
 //! Cargo keeps it so:
 //! - `presence-sweeper-rules`: what to check, when, and what to conclude, with no I/O (no
-//!   tokio, redis, hyper or prometheus): the coordinator of each primary, Redis's standing and
-//!   the credit, the notification and walk state machines, the deadline index, the storm
-//!   guard, planning, the event encoder.
+//!   tokio, redis, hyper or prometheus): what each primary's loop sends next and the
+//!   coordinator behind it, Redis's standing and the credit, the notification and walk state
+//!   machines, the deadline index, the storm guard, planning, the event encoder.
 //! - `presence-sweeper-config`: the configuration, layered and validated.
 //! - `presence-sweeper-redis`: the connections, the one RESP reader, the eviction scripts.
 //! - this crate: the daemon, which applies the rules to Redis; the binary `presence-sweeper`.

@@ -19,7 +19,7 @@
 //! - [`index`]: the deadline index; [`scan`]: a walk's pages and queues; [`keyspace`]: what a
 //!   keyspace notification says; [`pause`]: pauses of the daemon itself.
 //! - [`primary`]: one primary's parts: the coordinator, Redis's standing, the subscription,
-//!   walks, deadlines and each sweep's index.
+//!   walks, deadlines and each sweep's index, and [`primary::work`], what its loop sends next.
 //! - [`report`]: the handles the rules and checks report through (the daemon implements them);
 //!   [`summary`]: the log's periodic account.
 

@@ -9,19 +9,17 @@
 //!         sweep's schedule without notifications) --track-/
 //! ```
 //!
-//! The parts decide and do no I/O: `coordinator` (the rules that tie the others together:
-//! failures, looking the primary up again, when to walk, "nothing is evicted while liveness is
-//! in doubt"), `liveness` (Redis's clock, outages, resets and the credit, read from a
-//! `canary`), `notifications` (the subscription), `walks` (when to walk), `deadlines` (when a
-//! key is due, batching) and `sweeps` / `tracked` (each sweep's index and the walk's queues).
-//! Their I/O is beside them: `ops` (what the futures share, the check, the look at the primary),
-//! `liveness_io`, `notifications_io`, `walks_io`.
+//! The decisions are the rules' ([`presence_sweeper_rules::primary::work::Work`]): which keys are
+//! checked when, batched per sweep (`evict.batch_keys`), `evict.pipeline_depth` requests in
+//! flight at a time; when a walk starts, reads its next page and ends; what a failure, a lost
+//! subscription or a step of Redis's clock does. A key is checked when its deadline comes (a
+//! few milliseconds after, so that Redis's clock has passed it too), and at once when it is new.
+//! The I/O that carries the decisions out is beside this loop: `ops` (what the futures share,
+//! the check, the look at the primary), `standing_io`, `notifications_io`, `walks_io`.
 //!
-//! This loop only selects events and applies what the parts decide. One task runs it; checks,
-//! walk pages and subscription work are futures it polls, so no state is shared. A key is
-//! checked when its deadline comes (a few milliseconds after, so that Redis's clock has passed it
-//! too), and at once when it is new. Checks are batched per sweep (`evict.batch_keys`),
-//! `evict.pipeline_depth` in flight at a time.
+//! This loop only selects events, hands them to the work, and applies the tasks that come back.
+//! One task runs it; checks, walk pages and subscription work are futures it polls, so no state
+//! is shared.
 //!
 //! The loop knows Redis's clock from the `TIME` every check and every SCAN page carries: its
 //! estimate of Redis's "now" is the last `TIME` read plus the time since, which lags the true
@@ -36,23 +34,20 @@ mod walks_io;
 
 use presence_sweeper_config as config;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{BoxStream, FuturesUnordered};
 use presence_sweeper_config::NotificationMode;
 use presence_sweeper_redis::{Error, Node, Store};
-use presence_sweeper_rules::check::Checked;
-use presence_sweeper_rules::index::{Capacity, Ticket};
+use presence_sweeper_rules::index::Capacity;
 use presence_sweeper_rules::keyspace::Notice;
-use presence_sweeper_rules::primary::Job as _;
-use presence_sweeper_rules::primary::coordinator::{Action, Coordinator, Setup, Turn};
-use presence_sweeper_rules::primary::deadlines::{self, Batching};
+use presence_sweeper_rules::primary::coordinator::{Coordinator, Setup};
+use presence_sweeper_rules::primary::deadlines::Batching;
 use presence_sweeper_rules::primary::notifications::{Outcome, Polled};
 use presence_sweeper_rules::primary::sweeps::Sweeps;
-use presence_sweeper_rules::primary::tracked::{Tick, WalkEnd, WalkWork};
-use presence_sweeper_rules::primary::walks::{Start, Walk, WalkKind};
+use presence_sweeper_rules::primary::work::{self, Now, Task, Walked, Work};
 use presence_sweeper_rules::report::{Beat, NodeReport};
 use presence_sweeper_rules::scan::Page;
 use tokio::sync::mpsc;
@@ -62,7 +57,7 @@ pub(crate) use io::{Job, Redis};
 pub(crate) use presence_sweeper_rules::primary::coordinator::{LastAnswer, Shared};
 
 use crate::time::now;
-use ops::{Done, Ops, Walked};
+use ops::{Done, Ops};
 
 /// Notices taken at once when they have already arrived.
 const NOTICE_BATCH: usize = 256;
@@ -129,13 +124,22 @@ impl Primary {
             inherited_outage: self.inherited_outage,
             takes_over: self.takes_over,
         };
-        let mut run = Run {
-            coord: Coordinator::new(now, setup, self.report, self.shared),
-            sweeps: Sweeps::new(id, self.node.db(), self.capacity, self.beat.clone()),
+        let settings = work::Settings {
             batching: Batching {
                 batch: self.settings.evict.batch_keys,
                 depth: self.settings.evict.pipeline_depth,
             },
+            keys_per_second: match self.settings.scan.max_keys_per_second {
+                0 => None,
+                rate => Some(f64::from(rate)),
+            },
+            max_keys: self.settings.tracking.max_keys,
+            alive_every: self.settings.alive_every,
+        };
+        let coord = Coordinator::new(now, setup, self.report, self.shared);
+        let sweeps = Sweeps::new(id, self.node.db(), self.capacity, self.beat.clone());
+        let mut run = Run {
+            work: Work::new(coord, sweeps, settings, self.beat.clone()),
             ops: Ops {
                 store: self.store,
                 node: self.node,
@@ -145,15 +149,13 @@ impl Primary {
             beat: self.beat,
             commands,
             in_flight: FuturesUnordered::new(),
-            walk: None,
             pages: None,
             suspect: self.suspect,
             canary_key: None,
         };
         run.main().await;
         run.drain().await;
-        run.sweeps.forget();
-        run.coord.forget();
+        run.work.forget();
         run.beat.retire();
     }
 }
@@ -169,16 +171,13 @@ enum Event {
     Cancelled,
 }
 
-/// The loop: it selects events and applies what its parts decide.
+/// The loop: it selects events, hands them to the work, and applies the tasks that come back.
 struct Run {
-    coord: Coordinator<Redis>,
-    sweeps: Sweeps<Redis>,
-    batching: Batching,
+    work: Work<Redis>,
     ops: Ops,
     beat: Arc<dyn Beat>,
     commands: mpsc::Receiver<Command>,
     in_flight: FuturesUnordered<BoxFuture<'static, Done>>,
-    walk: Option<Walk<Error>>,
     /// The SCAN pages of the walk in flight.
     pages: Option<BoxStream<'static, Result<Page, Error>>>,
     suspect: Arc<tokio::sync::Notify>,
@@ -186,27 +185,34 @@ struct Run {
     canary_key: Option<Vec<u8>>,
 }
 
+/// The instant now, as the work takes it.
+fn at() -> Now {
+    Now {
+        at: now(),
+        unix: crate::time::unix_now(),
+    }
+}
+
 impl Run {
     async fn main(&mut self) {
         loop {
-            self.start_work();
+            self.turn();
             self.beat.alive();
             let event = self.next_event().await;
             let now = now();
-            self.coord.on_turn(now);
+            self.work.woke(now);
             match event {
                 Event::Cancelled | Event::Command(None) => return,
-                Event::Command(Some(c)) => self.command(now, c),
-                Event::Done(done) => self.done(now, done),
-                Event::Page(page) => self.page(now, page),
+                Event::Command(Some(Command::Jobs(jobs))) => self.work.on_jobs(now, jobs),
+                Event::Command(Some(Command::Tick(name))) => self.work.on_tick(now, &name),
+                Event::Done(done) => self.done(done),
+                Event::Page(page) => self.work.on_page(at(), page),
                 Event::Notice(Some(n)) => {
-                    self.notice(now, &n);
+                    self.work.on_notice(now, &n);
                     self.notices_waiting();
                 }
-                Event::Notice(None) => self
-                    .coord
-                    .on_subscription_lost(now, "the connection closed"),
-                Event::Subscription(o) => self.coord.on_subscription(now, o),
+                Event::Notice(None) => self.work.on_subscription_lost(now),
+                Event::Subscription(o) => self.work.on_subscription(now, o),
                 Event::Timer => {}
             }
         }
@@ -215,27 +221,20 @@ impl Run {
     /// Waits for whatever comes first.
     async fn next_event(&mut self) -> Event {
         let now = now();
-        let room = self.batching.room(self.in_flight.len());
-        let due = self.sweeps.next_due().filter(|_| room);
-        let walk = self.walk.as_ref().map(|w| w.paced_until(now));
-        let wake = self
-            .coord
-            .next_wake(now, self.ops.settings.alive_every, due, walk);
-        let queued_ok = self.batching.room_for_page(self.sweeps.queued());
-        let walk_wants_page = self
-            .walk
-            .as_ref()
-            .is_some_and(|w| w.wants_page(now, room, queued_ok));
+        // The work bounds what is in flight by its own count of it.
+        debug_assert_eq!(self.work.in_flight(), self.in_flight.len());
+        let wake = self.work.next_wake(now);
+        let wants_page = self.work.wants_page(now);
         let Run {
             commands,
             in_flight,
             pages,
-            coord,
+            work,
             ops,
             ..
         } = self;
         let subscription = async {
-            match coord.subscription() {
+            match work.subscription() {
                 Polled::Op(op) => Event::Subscription(op.await),
                 Polled::Active(sub) => Event::Notice(sub.next().await),
                 Polled::Nothing => std::future::pending().await,
@@ -247,177 +246,93 @@ impl Run {
             c = commands.recv() => Event::Command(c),
             Some(done) = in_flight.next(), if !in_flight.is_empty() => Event::Done(done),
             e = subscription => e,
-            p = async { pages.as_mut().expect("guarded").next().await }, if walk_wants_page => Event::Page(p),
+            p = async { pages.as_mut().expect("a walk has pages").next().await }, if wants_page => Event::Page(p),
             () = crate::time::sleep_until(wake) => Event::Timer,
         }
     }
 
-    /// Starts whatever is due: what the coordinator asks, checks, the walk's work.
-    fn start_work(&mut self) {
-        let now = now();
-        let stopping = self.ops.cancel.is_cancelled();
-        let turn = Turn {
-            walking: self.walk.is_some(),
-            sweeps: self.sweeps.len(),
-            node_changed: self.ops.node.is_broken() || self.ops.store.moved(&self.ops.node),
-            stopping,
-        };
-        let patterns = self.sweeps.channels();
-        let ops = &self.ops;
-        self.coord
-            .turn(now, turn, |op| ops.subscription(op, patterns.clone()));
-        self.apply_actions(now);
-        self.dispatch_checks();
-        self.dispatch_walk_work();
-        if let Some(clock) = self.coord.clock() {
-            self.sweeps.holding(clock.at(now));
-        }
-    }
-
-    fn apply_actions(&mut self, now: Instant) {
-        for action in self.coord.take_actions() {
-            match action {
-                Action::Probe => self.in_flight.push(self.ops.probe(self.canary_key.clone())),
-                Action::ProvePermissions => {
-                    let sweeps = self.sweeps.iter().map(|t| t.job.evictor.clone()).collect();
-                    self.in_flight.push(self.ops.prove_permissions(sweeps));
-                }
-                Action::Refresh(failure) => self.in_flight.push(self.ops.refresh(failure)),
-                Action::Walk(start) => self.start_walk(now, start),
-                Action::Unnoticed => self.sweeps.set_unnoticed(),
-                Action::Suspect => self.suspect.notify_one(),
-                Action::RecheckLatest => {
-                    let now_ms = self.coord.clock().map_or(0, |c| c.ms_at(now));
-                    self.sweeps.recheck_latest(now_ms);
-                }
-            }
-        }
-    }
-
-    fn command(&mut self, now: Instant, command: Command) {
-        match command {
-            Command::Jobs(jobs) => {
-                if self.sweeps.set(jobs) {
-                    self.coord.on_sweeps_changed(now);
-                }
-            }
-            Command::Tick(name) => {
-                let walk = self.walk.as_ref().map(|w| w.started);
-                match self.sweeps.tick(&name, now, self.coord.in_use(), walk) {
-                    Tick::Skip => {}
-                    Tick::Running { overrun } => {
-                        tracing::debug!(sweep = %name, node = %self.sweeps.node(), overrun, "a walk is still running; skipping this tick");
-                    }
-                    Tick::Walk => {
-                        let stopping = self.ops.cancel.is_cancelled();
-                        self.coord.start_walk(now, WalkKind::Discover, !stopping);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Hands due keys to checks, a batch per sweep, while there is room in flight and liveness
-    /// allows a verdict.
-    fn dispatch_checks(&mut self) {
-        let Some(clock) = self.coord.clock() else {
-            return;
-        };
+    /// Asks the work what goes out now, and sends it.
+    fn turn(&mut self) {
         if self.ops.cancel.is_cancelled() {
-            return;
+            self.work.stop();
         }
-        let now_ms = clock.ms_at(now());
-        let read_time = self.coord.wants_time(now());
-        let mut any = true;
-        while any {
-            any = false;
-            for i in 0..self.sweeps.len() {
-                let t = self.sweeps.get_mut(i);
-                let ttl = t.job.evictor.config().ttl.as_secs_f64();
-                let room = self.batching.room(self.in_flight.len());
-                let Some(verdict) = self.coord.verdict(now(), ttl).filter(|_| room) else {
-                    return;
-                };
-                let Some((tickets, keys)) = t.due_batch(now_ms, self.batching.batch) else {
-                    continue;
-                };
-                any = true;
-                let (epoch, sent) = (t.epoch, now());
-                let check = self
-                    .ops
-                    .check(t, keys, deadlines::deadline_opts(verdict, read_time));
-                self.in_flight.push(Box::pin(async move {
+        let node_changed = self.ops.node.is_broken() || self.ops.store.moved(&self.ops.node);
+        let ops = &self.ops;
+        let tasks = self.work.turn(at(), node_changed, |op, patterns| {
+            ops.subscription(op, patterns)
+        });
+        for task in tasks {
+            self.apply(task);
+        }
+    }
+
+    /// Carries out one task: a request becomes a future in flight.
+    fn apply(&mut self, task: Task<Redis>) {
+        let request = match task {
+            Task::Probe => self.ops.probe(self.canary_key.clone()),
+            Task::ProvePermissions(jobs) => {
+                let sweeps = jobs.iter().map(|j| j.evictor.clone()).collect();
+                self.ops.prove_permissions(sweeps)
+            }
+            Task::Refresh(failure) => self.ops.refresh(failure),
+            Task::Suspect => return self.suspect.notify_one(),
+            Task::Scan { glob } => return self.pages = Some(self.ops.pages(glob)),
+            Task::ScanOver => return self.pages = None,
+            Task::Check {
+                epoch,
+                tickets,
+                batch,
+            } => {
+                let sent = now();
+                let check = self.ops.check(batch);
+                Box::pin(async move {
+                    let checked = check.await;
                     Done::Checked {
                         epoch,
                         tickets,
-                        checked: check.await,
+                        checked,
                         sent,
                     }
-                }));
+                })
             }
-        }
+            Task::Direct { epoch, batch } => {
+                let check = self.ops.check(batch);
+                Box::pin(async move {
+                    let walked = Walked::Direct(check.await);
+                    Done::Walked { epoch, walked }
+                })
+            }
+            Task::Verify { epoch, ids, keys } => self.ops.verify(epoch, ids, keys),
+            Task::Unseen { epoch, ids, keys } => self.ops.unseen(epoch, ids, keys),
+        };
+        self.in_flight.push(request);
     }
 
-    fn done(&mut self, now: Instant, done: Done) {
-        self.beat.progress();
+    /// A request came back: its result goes to the work.
+    fn done(&mut self, done: Done) {
+        let now = at();
         match done {
-            Done::Permitted(permitted) => self.coord.on_permitted(now, permitted),
+            Done::Permitted(permitted) => self.work.on_permitted(now, permitted),
             Done::Probe(probe) => {
                 let evidence = probe.map(|p| {
                     self.canary_key = p.key;
                     p.evidence
                 });
-                self.coord.on_probe(now, evidence);
+                self.work.on_probe(now, evidence);
             }
             Done::Refreshed(refreshed, node) => {
                 if let Some(node) = node {
                     self.ops.node = node;
                 }
-                self.coord.on_refreshed(now, refreshed);
+                self.work.on_refreshed(now, refreshed);
             }
             Done::Checked {
                 epoch,
                 tickets,
                 checked,
                 sent,
-            } => self.checked((now, sent), epoch, tickets, checked),
-            Done::Walked { epoch, walked } => self.walked(now, epoch, walked),
-        }
-        self.finish_walk_if_done(now);
-    }
-
-    fn checked(
-        &mut self,
-        (now, sent): (Instant, Instant),
-        epoch: u64,
-        tickets: Vec<Ticket>,
-        checked: Checked<Error>,
-    ) {
-        let failed = checked.error.is_some();
-        self.coord.on_check(sent, now, checked.time, failed);
-        let now_ms = self.coord.clock().map_or(0, |c| c.ms_at(now));
-        let credit = |ttl: f64| self.coord.credit_until(ttl);
-        let node = self.sweeps.node().clone();
-        if let Some(t) = self.sweeps.by_epoch(epoch) {
-            let credit_until = credit(t.job.evictor.config().ttl.as_secs_f64());
-            t.checked(&node, tickets, &checked, now_ms, credit_until);
-        }
-        if let Some(e) = checked.error {
-            self.coord
-                .on_failure(now, "a check failed; its keys are checked again", e);
-        }
-    }
-
-    fn notice(&mut self, now: Instant, n: &Notice) {
-        self.coord.on_notice(now);
-        let redis_now = self.coord.clock().map(|c| c.at(now));
-        if let Some(sweep) = self.sweeps.notice(n, redis_now) {
-            tracing::warn!(
-                sweep = %sweep,
-                node = %self.sweeps.node(),
-                max_keys = self.ops.settings.tracking.max_keys,
-                "tracking.max_keys reached: new keys are checked by walks on the sweep's schedule"
-            );
+            } => self.work.on_checked(now, sent, epoch, tickets, checked),
+            Done::Walked { epoch, walked } => self.work.on_walked(now, epoch, walked),
         }
     }
 
@@ -428,213 +343,26 @@ impl Run {
         use futures_util::FutureExt as _;
         for _ in 0..NOTICE_BATCH {
             let now = now();
-            let Polled::Active(sub) = self.coord.subscription() else {
+            let Polled::Active(sub) = self.work.subscription() else {
                 return;
             };
             match sub.next().now_or_never() {
-                Some(Some(n)) => self.notice(now, &n),
-                Some(None) => {
-                    return self
-                        .coord
-                        .on_subscription_lost(now, "the connection closed");
-                }
+                Some(Some(n)) => self.work.on_notice(now, &n),
+                Some(None) => return self.work.on_subscription_lost(now),
                 None => return,
             }
         }
     }
 
-    /// After cancellation: the checks in flight finish and their events are published.
+    /// After cancellation: the requests in flight finish (checks publish their events) and
+    /// their results are handed in; a walk still in flight was cut short.
     async fn drain(&mut self) {
         while let Some(done) = self.in_flight.next().await {
-            self.done(now(), done);
-        }
-        if let Some(walk) = self.walk.take() {
-            for t in self.sweeps.iter() {
-                if walk.epochs.contains(&t.epoch) {
-                    t.walk_interrupted();
-                }
+            if self.ops.cancel.is_cancelled() {
+                self.work.stop();
             }
+            self.done(done);
         }
-    }
-}
-
-/// The walk in flight, as the loop drives it.
-impl Run {
-    fn start_walk(&mut self, now: Instant, start: Start) {
-        let pages = self
-            .ops
-            .pages(self.sweeps.iter().map(|t| &t.job.evictor.config().pattern));
-        let rate = match self.ops.settings.scan.max_keys_per_second {
-            0 => None,
-            rate => Some(f64::from(rate)),
-        };
-        self.sweeps.walk_started();
-        self.beat.busy(true);
-        let subscription = (self.coord.in_use(), self.coord.generation());
-        let epochs = self.sweeps.epochs();
-        self.walk = Some(Walk::new(now, start, epochs, rate, subscription));
-        self.pages = Some(pages);
-        tracing::debug!(node = %self.sweeps.node(), kind = ?start.kind, "walk started");
-    }
-
-    fn page(&mut self, now: Instant, page: Option<Result<Page, Error>>) {
-        let Some(walk) = &mut self.walk else {
-            return;
-        };
-        match page {
-            None => {
-                walk.scan_done = true;
-                self.sweeps.scan_done(&walk.epochs);
-            }
-            Some(Err(e)) => walk.fail(e),
-            Some(Ok(page)) => {
-                walk.pace.page(page.keys.len());
-                let (kind, count_missed) = (walk.kind, walk.count_missed);
-                let epochs = walk.epochs.clone();
-                self.beat.progress();
-                self.coord.on_reply(None, now, Some(page.time));
-                let now_ms = self.coord.clock().map_or(0, |c| c.ms_at(now));
-                self.sweeps
-                    .route(&page, &epochs, kind, count_missed, now_ms);
-            }
-        }
-        self.finish_walk_if_done(now);
-    }
-
-    /// Hands the walk's queued work to checks and reads, while there is room in flight.
-    fn dispatch_walk_work(&mut self) {
-        let Some(walk) = &self.walk else {
-            return;
-        };
-        if self.ops.cancel.is_cancelled() || walk.error.is_some() {
-            return;
-        }
-        let scan_done = walk.scan_done;
-        for i in 0..self.sweeps.len() {
-            while self.batching.room(self.in_flight.len()) {
-                let Some(future) = self.walk_future(i, scan_done) else {
-                    break;
-                };
-                self.in_flight.push(future);
-                if let Some(w) = &mut self.walk {
-                    w.future_started();
-                }
-            }
-        }
-        self.finish_walk_if_done(now());
-    }
-
-    /// The next check or read of keys the walk queued for sweep `i`, if a batch is ready.
-    fn walk_future(&mut self, i: usize, scan_done: bool) -> Option<BoxFuture<'static, Done>> {
-        let t = self.sweeps.get_mut(i);
-        let ttl = t.job.evictor.config().ttl.as_secs_f64();
-        // Nothing is evicted while liveness is in doubt: the keys wait for its verdict.
-        let verdict = self.coord.verdict(now(), ttl);
-        let epoch = t.epoch;
-        let job = t.job.clone();
-        let pattern = &job.evictor.config().pattern;
-        Some(
-            match t.walk_work(self.batching.batch, scan_done, verdict)? {
-                WalkWork::Direct {
-                    keys,
-                    page_time,
-                    verdict,
-                } => {
-                    let check = self
-                        .ops
-                        .check(t, keys, deadlines::walk_opts(verdict, page_time));
-                    Box::pin(async move {
-                        let walked = Walked::Direct(check.await);
-                        Done::Walked { epoch, walked }
-                    })
-                }
-                WalkWork::Verify { ids } => {
-                    let keys = ids.iter().map(|id| pattern.key(id)).collect();
-                    self.ops.verify(epoch, ids, keys)
-                }
-                WalkWork::Unseen { ids } => {
-                    let keys = ids.iter().map(|id| pattern.key(id)).collect();
-                    self.ops.unseen(epoch, ids, keys)
-                }
-            },
-        )
-    }
-
-    fn finish_walk_if_done(&mut self, now: Instant) {
-        if !self
-            .walk
-            .as_ref()
-            .is_some_and(|w| w.over(self.sweeps.queued()))
-        {
-            return;
-        }
-        let walk = self.walk.take().expect("checked above");
-        self.pages = None;
-        self.beat.busy(false);
-        let in_use = self.coord.in_use();
-        let end = WalkEnd {
-            how: walk.ending(self.ops.cancel.is_cancelled()),
-            duration: now.saturating_duration_since(walk.started),
-            all_noticed: walk.all_noticed(in_use, self.coord.generation()),
-            notifications: in_use,
-            max_keys: self.ops.settings.tracking.max_keys,
-            unix_now: crate::time::unix_now(),
-        };
-        let node = self.sweeps.node().clone();
-        for i in 0..self.sweeps.len() {
-            let t = self.sweeps.get_mut(i);
-            if walk.epochs.contains(&t.epoch) {
-                t.walk_ended(&node, end).log(t.job.name(), &node, &end);
-            }
-        }
-        match walk.error {
-            Some(e) => self.coord.on_walk_failed(now, e),
-            None => tracing::debug!(
-                node = %node,
-                kind = ?walk.kind,
-                keys = walk.pace.scanned(),
-                duration_ms = end.duration.as_millis() as u64,
-                "walk finished"
-            ),
-        }
-    }
-
-    /// A future of the walk in flight finished: what it found goes to its sweep, and a
-    /// failure fails the walk (it ends once its other futures have).
-    fn walked(&mut self, now: Instant, epoch: u64, walked: Walked) {
-        let node = self.sweeps.node().clone();
-        let error = match walked {
-            Walked::Direct(checked) => {
-                if checked.error.is_none() {
-                    self.coord.on_reply(None, now, checked.time);
-                }
-                if let Some(t) = self.sweeps.by_epoch(epoch) {
-                    t.direct_checked(&node, checked.counts.members);
-                }
-                checked.error
-            }
-            Walked::Verified(_, Err(e)) | Walked::Unseen(_, Err(e)) => Some(e),
-            Walked::Verified(ids, Ok(reads)) => {
-                self.coord.on_reply(None, now, reads.time);
-                if let Some(t) = self.sweeps.by_epoch(epoch) {
-                    t.verified(&node, &ids, reads);
-                }
-                None
-            }
-            Walked::Unseen(ids, Ok(reads)) => {
-                self.coord.on_reply(None, now, reads.time);
-                if let Some(t) = self.sweeps.by_epoch(epoch) {
-                    let keys = t.unseen_read(&node, &ids, reads);
-                    if keys > 0 {
-                        tracing::debug!(sweep = %t.job.name(), %node, keys, "forgot keys the walk did not find: they are gone");
-                    }
-                }
-                None
-            }
-        };
-        if let Some(w) = &mut self.walk {
-            w.future_done();
-            error.into_iter().for_each(|e| w.fail(e));
-        }
+        self.work.stopped();
     }
 }

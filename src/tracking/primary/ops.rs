@@ -8,13 +8,10 @@ use std::time::Instant;
 
 use futures_util::future::BoxFuture;
 use presence_sweeper_redis::{Error, Node, Store};
-use presence_sweeper_rules::check::{CheckOpts, Checked};
+use presence_sweeper_rules::check::Checked;
 use presence_sweeper_rules::index::Ticket;
-use presence_sweeper_rules::primary::Job as _;
 use presence_sweeper_rules::primary::coordinator::Refreshed;
-use presence_sweeper_rules::primary::deadlines::WITNESSES;
-use presence_sweeper_rules::primary::tracked::Tracked;
-use presence_sweeper_rules::read::Reads;
+use presence_sweeper_rules::primary::work::{Batch, Walked};
 use tokio_util::sync::CancellationToken;
 
 use super::Settings;
@@ -38,17 +35,7 @@ pub(crate) enum Done {
         sent: Instant,
     },
     /// Work of the walk in flight, for the sweep of `epoch`.
-    Walked { epoch: u64, walked: Walked },
-}
-
-/// What a future of the walk in flight finished.
-pub(crate) enum Walked {
-    /// A check of keys the walk could not track.
-    Direct(Checked<Error>),
-    /// A reconciliation's read of the lowest scores of tracked keys (the ids `.0`).
-    Verified(Vec<Vec<u8>>, Result<Reads, Error>),
-    /// A read of the size of tracked keys the walk did not find: 0 for a key that is gone.
-    Unseen(Vec<Vec<u8>>, Result<Reads, Error>),
+    Walked { epoch: u64, walked: Walked<Error> },
 }
 
 /// Where the loop's futures go, and what they share.
@@ -60,26 +47,18 @@ pub(crate) struct Ops {
 }
 
 impl Ops {
-    /// A check of `keys` of sweep `t`. When the storm guard suspects the sweep went silent, a
-    /// few busy keys go with it as witnesses.
+    /// The check `batch`.
     pub(crate) fn check(
         &self,
-        t: &Tracked<Redis>,
-        keys: Vec<Vec<u8>>,
-        opts: CheckOpts,
+        batch: Batch<Redis>,
     ) -> impl Future<Output = Checked<Error>> + Send + 'static {
-        let witnesses: Vec<Vec<u8>> =
-            if opts.purpose.may_hold() && t.job.guard().suspects_silence(opts.judge_at) {
-                let pattern = t.job.pattern();
-                t.index
-                    .latest(WITNESSES)
-                    .map(|id| pattern.key(id))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-        let sweep = t.job.evictor.clone();
-        let observer = t.observer.clone();
+        let Batch {
+            job,
+            observer,
+            keys,
+            witnesses,
+            opts,
+        } = batch;
         let node = self.node.clone();
         let store = self.store.clone();
         let cancel = self.cancel.clone();
@@ -90,7 +69,7 @@ impl Ops {
                 cancel: &cancel,
                 witnesses: &witnesses,
             };
-            sweep.check(node, keys, opts, ctx).await
+            job.evictor.check(node, keys, opts, ctx).await
         }
     }
 

@@ -6,19 +6,15 @@ use futures_util::stream::BoxStream;
 
 use presence_sweeper_redis::evict::read::{self, Read};
 use presence_sweeper_redis::{Error, scan};
-use presence_sweeper_rules::pattern::KeyPattern;
+use presence_sweeper_rules::primary::work::Walked;
 use presence_sweeper_rules::read::Reads;
-use presence_sweeper_rules::scan::{Page, common_glob};
+use presence_sweeper_rules::scan::Page;
 
-use super::ops::{Done, Ops, Walked};
+use super::ops::{Done, Ops};
 
 impl Ops {
-    /// The SCAN pages of a walk for sweeps of `patterns`.
-    pub(crate) fn pages<'p>(
-        &self,
-        patterns: impl IntoIterator<Item = &'p KeyPattern>,
-    ) -> BoxStream<'static, Result<Page, Error>> {
-        let glob = common_glob(patterns);
+    /// The SCAN pages of a walk: the keys matching `glob`.
+    pub(crate) fn pages(&self, glob: String) -> BoxStream<'static, Result<Page, Error>> {
         scan::pages(self.node.clone(), glob, self.settings.scan.count).boxed()
     }
 

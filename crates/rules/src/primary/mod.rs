@@ -3,8 +3,8 @@
 //! its clock, outages, resets, refused writes and the credit, read from the `canary`),
 //! `notifications` (the subscription), `walks` (when to walk, and the walk in flight),
 //! `deadlines` (when a key is due, batching) and `sweeps` / `tracked` (each sweep's index and
-//! the walk's queues). The daemon's loop selects events, hands them in, and applies what comes
-//! back.
+//! the walk's queues). [`work`] ties them into what goes out next; the daemon's loop selects
+//! events, hands them to it, and applies the tasks that come back.
 //!
 //! The parts hold the I/O side's own things (a sweep, a subscription, an error) without looking
 //! into them: [`Io`] names their types, so the rules are tested with stand-ins.
@@ -19,6 +19,7 @@ pub mod sweeps;
 mod testing;
 pub mod tracked;
 pub mod walks;
+pub mod work;
 
 use std::sync::Arc;
 use std::time::Duration;
