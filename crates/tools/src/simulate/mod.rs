@@ -40,8 +40,8 @@ pub(crate) use board::{Heard, Narrator};
 pub(crate) use report::SimulateReport;
 use report::TypingReport;
 pub(crate) use scenario::{Scenario, SimulateOptions, plan};
-pub(crate) use tracker::Judgement;
 use tracker::Fate;
+pub(crate) use tracker::Judgement;
 use watch::{WATCH_EVERY, Watch, end_time, unix_now, watch_redis};
 use worker::{Clock, KEYSTROKE, Worker, Wrote};
 
