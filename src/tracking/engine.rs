@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::evictor::Evictor;
 use crate::tracking::lease::Lease;
-use crate::tracking::primary::{self, Command, Job, LastAnswer, Primary, Shared};
+use crate::tracking::primary::{self, LastAnswer, Order, PrimaryLoop, Shared, SweepJob};
 use crate::tracking::report::Reports;
 use crate::tracking::schedule::{CronClock, CronJob, Ticker, TickerError};
 use presence_sweeper_config::{Config, NotificationMode};
@@ -65,7 +65,7 @@ impl SweepSettings {
 /// A configured sweep.
 struct Entry {
     settings: SweepSettings,
-    job: Arc<Job>,
+    job: Arc<SweepJob>,
     /// Without a lease, always; with one, while this replica holds it.
     active: bool,
     /// Its schedule loop.
@@ -75,7 +75,7 @@ struct Entry {
 }
 
 struct PrimaryHandle {
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<Order>,
     task: JoinHandle<()>,
     shared: Arc<Shared>,
     stop: CancellationToken,
@@ -90,7 +90,7 @@ enum Msg {
 /// The sweeps and the primaries' loops.
 pub(crate) struct Engine {
     store: Store,
-    settings: Arc<primary::Settings>,
+    settings: Arc<primary::LoopSettings>,
     capacity: Arc<Capacity>,
     reports: Arc<dyn Reports>,
     cancel: CancellationToken,
@@ -222,7 +222,7 @@ impl Engine {
             handles.units,
         ));
         let report = handles.report;
-        let job = Arc::new(Job {
+        let job = Arc::new(SweepJob {
             evictor: sweep,
             report: report.clone(),
         });
@@ -286,7 +286,7 @@ impl Engine {
         match next {
             Next::Msg(Msg::Tick(name)) => {
                 for p in self.primaries.values() {
-                    let _ = p.commands.try_send(Command::Tick(name.clone()));
+                    let _ = p.commands.try_send(Order::Tick(name.clone()));
                 }
             }
             Next::Msg(Msg::Lease(name, held)) => {
@@ -378,7 +378,7 @@ impl Engine {
     }
 
     /// The jobs every primary runs now.
-    fn active_jobs(&self) -> Vec<Arc<Job>> {
+    fn active_jobs(&self) -> Vec<Arc<SweepJob>> {
         self.sweeps
             .values()
             .filter(|e| e.active)
@@ -389,7 +389,7 @@ impl Engine {
     async fn broadcast_jobs(&mut self) {
         let jobs = self.active_jobs();
         for p in self.primaries.values() {
-            let _ = p.commands.send(Command::Jobs(jobs.clone())).await;
+            let _ = p.commands.send(Order::Jobs(jobs.clone())).await;
         }
     }
 
@@ -431,14 +431,14 @@ impl Engine {
                 continue;
             }
             let (commands, inbox) = mpsc::channel(64);
-            let _ = commands.try_send(Command::Jobs(jobs.clone()));
+            let _ = commands.try_send(Order::Jobs(jobs.clone()));
             let stop = self.cancel.child_token();
             let shared = Arc::new(Shared {
                 subscribed: AtomicBool::new(false),
                 last_answer: LastAnswer::default(),
                 pauses: self.pauses.clone(),
             });
-            let primary = Primary {
+            let primary = PrimaryLoop {
                 report: self.reports.node(&id),
                 beat: self.reports.watch_loop(&format!("primary {id}")),
                 node,
@@ -513,8 +513,8 @@ impl Engine {
     }
 }
 
-fn settings_of(config: &Config, alive_every: Duration) -> primary::Settings {
-    primary::Settings {
+fn settings_of(config: &Config, alive_every: Duration) -> primary::LoopSettings {
+    primary::LoopSettings {
         scan: config.scan.clone(),
         evict: config.evict.clone(),
         tracking: config.tracking.clone(),

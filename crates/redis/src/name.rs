@@ -17,7 +17,7 @@ pub enum Opener {
 
 /// What a connection is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
+pub enum Role {
     /// The data path's own pipelined connection to a primary (reads, evictions, events).
     Data,
     /// redis-rs's shared connection: pings, leases, topology, sharded publishing.
@@ -32,16 +32,16 @@ impl Opener {
     /// The connection name for `purpose`, e.g. `presence-sweeper:data` for the daemon and
     /// `presence-sweeper:seed` (`presence-sweeper:seed-data`, ...) for a tool. Only characters
     /// Redis allows in a name (no spaces).
-    pub fn name(self, purpose: Purpose) -> String {
+    pub fn name(self, purpose: Role) -> String {
         let what = match purpose {
-            Purpose::Data => "data",
-            Purpose::Control => "control",
-            Purpose::Setup => "setup",
-            Purpose::Notify => "notify",
+            Role::Data => "data",
+            Role::Control => "control",
+            Role::Setup => "setup",
+            Role::Notify => "notify",
         };
         match (self, purpose) {
             (Self::Daemon, _) => format!("presence-sweeper:{what}"),
-            (Self::Tool(tool), Purpose::Control) => format!("presence-sweeper:{tool}"),
+            (Self::Tool(tool), Role::Control) => format!("presence-sweeper:{tool}"),
             (Self::Tool(tool), _) => format!("presence-sweeper:{tool}-{what}"),
         }
     }
@@ -66,21 +66,18 @@ pub(crate) async fn set(
 
 #[cfg(test)]
 mod tests {
-    use super::{Opener, Purpose};
+    use super::{Opener, Role};
 
     #[test]
     fn names_say_who_and_what_for() {
-        assert_eq!(Opener::Daemon.name(Purpose::Data), "presence-sweeper:data");
+        assert_eq!(Opener::Daemon.name(Role::Data), "presence-sweeper:data");
+        assert_eq!(Opener::Daemon.name(Role::Notify), "presence-sweeper:notify");
         assert_eq!(
-            Opener::Daemon.name(Purpose::Notify),
-            "presence-sweeper:notify"
-        );
-        assert_eq!(
-            Opener::Tool("seed").name(Purpose::Control),
+            Opener::Tool("seed").name(Role::Control),
             "presence-sweeper:seed"
         );
         assert_eq!(
-            Opener::Tool("seed").name(Purpose::Data),
+            Opener::Tool("seed").name(Role::Data),
             "presence-sweeper:seed-data"
         );
     }

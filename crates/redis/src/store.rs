@@ -19,7 +19,7 @@ use presence_sweeper_rules::node::NodeId;
 use crate::Error;
 use crate::client::{client, client_from_info, cluster, manager};
 use crate::conn::{Conn, Node};
-use crate::name::{self, Opener, Purpose};
+use crate::name::{self, Opener, Role};
 use crate::reply;
 use crate::resp::Value;
 use crate::sentinel::SentinelBackend;
@@ -62,7 +62,7 @@ impl Store {
     /// Connects once, as the daemon does, naming the connections after `opener` (a tool names
     /// them after itself, so that `CLIENT LIST` tells its connections from the daemon's).
     pub async fn connect_as(cfg: &config::Redis, opener: Opener) -> Result<Self, Error> {
-        let control = opener.name(Purpose::Control);
+        let control = opener.name(Role::Control);
         let attempt = async {
             let backend = match cfg.mode {
                 RedisMode::Standalone => {
@@ -195,7 +195,7 @@ impl Store {
         if let Some(wire) = cached {
             return Ok(wire);
         }
-        let name = self.opener.name(Purpose::Data);
+        let name = self.opener.name(Role::Data);
         let cfg = &self.cfg;
         let (connect, command) = (cfg.connect_timeout, cfg.command_timeout);
         match Wire::connect(target, &name, connect, command, cfg.eviction_timeout).await {
@@ -252,7 +252,7 @@ impl Store {
                     why,
                 )))
             })?;
-        let name = self.opener.name(Purpose::Notify);
+        let name = self.opener.name(Role::Notify);
         Ok(Subscriber::connect(&target, &name, self.cfg.connect_timeout).await?)
     }
 
@@ -262,7 +262,7 @@ impl Store {
         if !self.renaming.load(Ordering::Relaxed) {
             return;
         }
-        let name = self.opener.name(Purpose::Control);
+        let name = self.opener.name(Role::Control);
         if let Err(e) = name::set(&mut self.connection(), &name).await
             && e.code() == Some("NOPERM")
         {
@@ -408,7 +408,7 @@ impl Store {
         let mut con = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        let _ = name::set(&mut con, &self.opener.name(Purpose::Setup)).await;
+        let _ = name::set(&mut con, &self.opener.name(Role::Setup)).await;
         Ok(con)
     }
 

@@ -15,21 +15,21 @@ use crate::evictor::Evictor;
 use presence_sweeper_redis::keyspace::Subscription;
 
 /// The daemon's types for the rules.
-pub(crate) struct Redis;
+pub(crate) struct RedisIo;
 
-impl Io for Redis {
-    type Job = Job;
+impl Io for RedisIo {
+    type Job = SweepJob;
     type Subscription = Subscription;
     type Error = Error;
 }
 
 /// A sweep as the loops run it, shared by every primary.
-pub(crate) struct Job {
+pub(crate) struct SweepJob {
     pub(crate) evictor: Arc<Evictor>,
     pub(crate) report: Arc<dyn SweepReport>,
 }
 
-impl primary::Job for Job {
+impl primary::Job for SweepJob {
     fn name(&self) -> &str {
         &self.evictor.config().name
     }

@@ -29,10 +29,10 @@ mod canary;
 mod io;
 mod notifications_io;
 mod ops;
+mod settings;
 mod standing_io;
 mod walks_io;
 
-use presence_sweeper_config as config;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,8 +53,9 @@ use presence_sweeper_rules::scan::Page;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use io::{Job, Redis};
+pub(crate) use io::{RedisIo, SweepJob};
 pub(crate) use presence_sweeper_rules::primary::coordinator::{LastAnswer, Shared};
+pub(crate) use settings::LoopSettings;
 
 use crate::time::now;
 use ops::{Done, Ops};
@@ -65,33 +66,20 @@ const NOTICE_BATCH: usize = 256;
 /// and liveness watch.
 pub(crate) const ALIVE_EVERY: Duration = Duration::from_secs(5);
 
-/// The daemon-wide settings every primary's loop works by.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Settings {
-    pub(crate) scan: config::Scan,
-    pub(crate) evict: config::Evict,
-    pub(crate) tracking: config::Tracking,
-    /// `redis.command_timeout`: bounds subscription round trips.
-    pub(crate) command_timeout: Duration,
-    /// The loop turns at least this often (a quarter of the systemd watchdog's period, at
-    /// most [`ALIVE_EVERY`]).
-    pub(crate) alive_every: Duration,
-}
-
 /// What a primary's loop is told.
-pub(crate) enum Command {
+pub(crate) enum Order {
     /// The sweeps to run here from now on: a reload changed them, or a lease was won or lost.
     /// A sweep that is new, or whose settings changed, starts with an empty index and a walk.
-    Jobs(Vec<Arc<Job>>),
+    Jobs(Vec<Arc<SweepJob>>),
     /// A sweep's schedule ticked: walk, unless notifications make it unnecessary.
     Tick(String),
 }
 
 /// One primary's loop, with what it works with.
-pub(crate) struct Primary {
+pub(crate) struct PrimaryLoop {
     pub(crate) node: Node,
     pub(crate) store: Store,
-    pub(crate) settings: Arc<Settings>,
+    pub(crate) settings: Arc<LoopSettings>,
     pub(crate) capacity: Arc<Capacity>,
     pub(crate) report: Box<dyn NodeReport>,
     pub(crate) beat: Arc<dyn Beat>,
@@ -109,10 +97,10 @@ pub(crate) struct Primary {
     pub(crate) takes_over: bool,
 }
 
-impl Primary {
+impl PrimaryLoop {
     /// Runs until `cancel` fires, then lets the checks in flight finish (their events are
     /// published) and returns.
-    pub(crate) async fn run(self, commands: mpsc::Receiver<Command>, cancel: CancellationToken) {
+    pub(crate) async fn run(self, commands: mpsc::Receiver<Order>, cancel: CancellationToken) {
         let now = now();
         let id = self.node.id().clone();
         let mode = self.settings.tracking.notifications;
@@ -161,22 +149,22 @@ impl Primary {
 }
 
 /// What woke the loop.
-enum Event {
-    Command(Option<Command>),
+enum Wake {
+    Order(Option<Order>),
     Done(Done),
     Page(Option<Result<Page, Error>>),
     Notice(Option<Notice>),
-    Subscription(Outcome<Redis>),
+    Subscription(Outcome<RedisIo>),
     Timer,
     Cancelled,
 }
 
 /// The loop: it selects events, hands them to the work, and applies the tasks that come back.
 struct Run {
-    work: Work<Redis>,
+    work: Work<RedisIo>,
     ops: Ops,
     beat: Arc<dyn Beat>,
-    commands: mpsc::Receiver<Command>,
+    commands: mpsc::Receiver<Order>,
     in_flight: FuturesUnordered<BoxFuture<'static, Done>>,
     /// The SCAN pages of the walk in flight.
     pages: Option<BoxStream<'static, Result<Page, Error>>>,
@@ -202,24 +190,24 @@ impl Run {
             let now = now();
             self.work.woke(now);
             match event {
-                Event::Cancelled | Event::Command(None) => return,
-                Event::Command(Some(Command::Jobs(jobs))) => self.work.on_jobs(now, jobs),
-                Event::Command(Some(Command::Tick(name))) => self.work.on_tick(now, &name),
-                Event::Done(done) => self.done(done),
-                Event::Page(page) => self.work.on_page(at(), page),
-                Event::Notice(Some(n)) => {
+                Wake::Cancelled | Wake::Order(None) => return,
+                Wake::Order(Some(Order::Jobs(jobs))) => self.work.on_jobs(now, jobs),
+                Wake::Order(Some(Order::Tick(name))) => self.work.on_tick(now, &name),
+                Wake::Done(done) => self.done(done),
+                Wake::Page(page) => self.work.on_page(at(), page),
+                Wake::Notice(Some(n)) => {
                     self.work.on_notice(now, &n);
                     self.notices_waiting();
                 }
-                Event::Notice(None) => self.work.on_subscription_lost(now),
-                Event::Subscription(o) => self.work.on_subscription(now, o),
-                Event::Timer => {}
+                Wake::Notice(None) => self.work.on_subscription_lost(now),
+                Wake::Subscription(o) => self.work.on_subscription(now, o),
+                Wake::Timer => {}
             }
         }
     }
 
     /// Waits for whatever comes first.
-    async fn next_event(&mut self) -> Event {
+    async fn next_event(&mut self) -> Wake {
         let now = now();
         // The work bounds what is in flight by its own count of it.
         debug_assert_eq!(self.work.in_flight(), self.in_flight.len());
@@ -235,19 +223,19 @@ impl Run {
         } = self;
         let subscription = async {
             match work.subscription() {
-                Polled::Op(op) => Event::Subscription(op.await),
-                Polled::Active(sub) => Event::Notice(sub.next().await),
+                Polled::Op(op) => Wake::Subscription(op.await),
+                Polled::Active(sub) => Wake::Notice(sub.next().await),
                 Polled::Nothing => std::future::pending().await,
             }
         };
         tokio::select! {
             biased;
-            () = ops.cancel.cancelled() => Event::Cancelled,
-            c = commands.recv() => Event::Command(c),
-            Some(done) = in_flight.next(), if !in_flight.is_empty() => Event::Done(done),
+            () = ops.cancel.cancelled() => Wake::Cancelled,
+            c = commands.recv() => Wake::Order(c),
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => Wake::Done(done),
             e = subscription => e,
-            p = async { pages.as_mut().expect("a walk has pages").next().await }, if wants_page => Event::Page(p),
-            () = crate::time::sleep_until(wake) => Event::Timer,
+            p = async { pages.as_mut().expect("a walk has pages").next().await }, if wants_page => Wake::Page(p),
+            () = crate::time::sleep_until(wake) => Wake::Timer,
         }
     }
 
@@ -267,7 +255,7 @@ impl Run {
     }
 
     /// Carries out one task: a request becomes a future in flight.
-    fn apply(&mut self, task: Task<Redis>) {
+    fn apply(&mut self, task: Task<RedisIo>) {
         let request = match task {
             Task::Probe => self.ops.probe(self.canary_key.clone()),
             Task::ProvePermissions(jobs) => {

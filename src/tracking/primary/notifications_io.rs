@@ -8,14 +8,14 @@ use presence_sweeper_rules::keyspace::{Availability, channel_prefix};
 use presence_sweeper_rules::primary::canary;
 use presence_sweeper_rules::primary::notifications::{Config, Op, Outcome, Pending};
 
-use super::Settings;
-use super::io::Redis;
+use super::io::RedisIo;
 use super::ops::Ops;
+use super::settings::LoopSettings;
 use presence_sweeper_redis::keyspace::{self, Subscription};
 
 impl Ops {
     /// The future of a subscription operation, on `patterns`.
-    pub(crate) fn subscription(&self, op: Op<Redis>, patterns: Vec<String>) -> Pending<Redis> {
+    pub(crate) fn subscription(&self, op: Op<RedisIo>, patterns: Vec<String>) -> Pending<RedisIo> {
         let (store, node, settings) =
             (self.store.clone(), self.node.clone(), self.settings.clone());
         match op {
@@ -38,7 +38,7 @@ impl Ops {
 /// comes every [`QUIET`](presence_sweeper_rules::primary::notifications::QUIET) on a quiet
 /// keyspace), within the command
 /// timeout. Turns them on again if the configuration allows.
-async fn look(mut node: Node, settings: &Settings) -> Config {
+async fn look(mut node: Node, settings: &LoopSettings) -> Config {
     let look = async {
         match keyspace::availability(&mut node).await? {
             Availability::On => Ok(Config::On),
@@ -69,13 +69,13 @@ async fn subscribe(
     store: Store,
     node: Node,
     patterns: Vec<String>,
-    settings: Arc<Settings>,
-) -> Outcome<Redis> {
+    settings: Arc<LoopSettings>,
+) -> Outcome<RedisIo> {
     let config = match look(node.clone(), &settings).await {
         Config::NoAnswer => {
             return Outcome::Failed(Error::Redis(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                "Redis did not answer CONFIG GET notify-keyspace-events",
+                "RedisIo did not answer CONFIG GET notify-keyspace-events",
             ))));
         }
         config => config,
@@ -101,7 +101,7 @@ async fn subscribe(
         Ok(sub) => Outcome::Subscribed(Box::new(sub), config),
         Err(Error::Permission { .. }) => Outcome::Unavailable {
             why: format!(
-                "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
+                "the RedisIo user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
                 patterns.join(", "),
                 patterns.join(" &")
             ),

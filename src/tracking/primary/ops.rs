@@ -11,13 +11,21 @@ use presence_sweeper_redis::{Error, Node, Store};
 use presence_sweeper_rules::check::Checked;
 use presence_sweeper_rules::index::Ticket;
 use presence_sweeper_rules::primary::coordinator::Refreshed;
+use presence_sweeper_rules::primary::standing::Evidence;
 use presence_sweeper_rules::primary::work::{Batch, Walked};
 use tokio_util::sync::CancellationToken;
 
-use super::Settings;
-use super::io::Redis;
-use super::standing_io::Probed;
+use super::io::RedisIo;
+use super::settings::LoopSettings;
 use crate::evictor::CheckCtx;
+
+/// What a probe found.
+#[derive(Debug)]
+pub(crate) struct Probed {
+    pub(crate) evidence: Evidence,
+    /// The canary's key, once known (the loop keeps it for the next probes).
+    pub(crate) key: Option<Vec<u8>>,
+}
 
 /// What a future of the loop finished.
 pub(crate) enum Done {
@@ -42,7 +50,7 @@ pub(crate) enum Done {
 pub(crate) struct Ops {
     pub(crate) store: Store,
     pub(crate) node: Node,
-    pub(crate) settings: Arc<Settings>,
+    pub(crate) settings: Arc<LoopSettings>,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -50,7 +58,7 @@ impl Ops {
     /// The check `batch`.
     pub(crate) fn check(
         &self,
-        batch: Batch<Redis>,
+        batch: Batch<RedisIo>,
     ) -> impl Future<Output = Checked<Error>> + Send + 'static {
         let Batch {
             job,

@@ -10,16 +10,8 @@ use presence_sweeper_rules::primary::canary::{self, Reading};
 use presence_sweeper_rules::primary::standing::Evidence;
 
 use super::canary::{first_slot, reading, run_id};
-use super::ops::{Done, Ops};
+use super::ops::{Done, Ops, Probed};
 use crate::evictor::Evictor;
-
-/// What a probe found.
-#[derive(Debug)]
-pub(crate) struct Probed {
-    pub(crate) evidence: Evidence,
-    /// The canary's key, once known (the loop keeps it for the next probes).
-    pub(crate) key: Option<Vec<u8>>,
-}
 
 impl Ops {
     /// The standing probe, in one round trip: `TIME`, the canary's `ZINCRBY` on `key` (looked

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use std::time::Instant;
 
-use super::tracked::WalkEnding;
 use crate::clock::after;
 use crate::scan::Pace;
 
@@ -19,6 +18,16 @@ pub enum WalkKind {
     /// past, a key deleted or created anew while nobody listened (a Redis restart): at start,
     /// after a (re)subscription or a failure, and every `tracking.reconcile_interval`.
     Reconcile,
+}
+
+/// How a walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkEnding {
+    /// It covered the keyspace.
+    Done,
+    Failed,
+    /// Shutdown cut it short.
+    Cancelled,
 }
 
 /// When walks are due: a catch-up walk ("sync") after whatever may have hidden writes, and the

@@ -16,7 +16,7 @@ use super::Io;
 use super::canary::WriteRefusal;
 use super::deadlines::{self, Batching};
 use super::notifications::{CatchUp, Notifications, Op, Outcome, Pending, Polled, Report, Say};
-use super::standing::{self, Evidence, Seen, Standing, Step, Verdict, Writes};
+use super::standing::{self, ClockStep, Evidence, Seen, Standing, Verdict, Writes};
 use super::walks::{Start, WalkKind, Walks};
 use crate::clock::RedisClock;
 use crate::node::NodeId;
@@ -244,8 +244,8 @@ impl<I: Io> Coordinator<I> {
         if !turn.stopping && !self.refresh.in_flight {
             while let Some(action) = self.standing.poll(now) {
                 self.actions.push(match action {
-                    standing::Action::Probe => Action::Probe,
-                    standing::Action::ProvePermissions => Action::ProvePermissions,
+                    standing::Request::Probe => Action::Probe,
+                    standing::Request::ProvePermissions => Action::ProvePermissions,
                 });
             }
         }
@@ -421,10 +421,10 @@ impl<I: Io> Coordinator<I> {
             self.report.clock_step(step.direction(), step.seconds());
             let seconds = format_args!("{:.1}", step.seconds());
             match step {
-                Step::Forward(_) => {
+                ClockStep::Forward(_) => {
                     tracing::warn!(%node, %seconds, "Redis's clock stepped forward: every member it holds gets a full ttl of real time from now")
                 }
-                Step::Backward(_) => {
+                ClockStep::Backward(_) => {
                     tracing::warn!(%node, %seconds, "Redis's clock stepped back: zombies leave that much later, and scores written before the step lie in its future");
                     self.actions.push(Action::RecheckLatest);
                 }

@@ -25,7 +25,7 @@ use crate::clock::RedisClock;
 
 mod timeline;
 
-pub use timeline::Step;
+pub use timeline::ClockStep;
 use timeline::Timeline;
 
 /// Redis answers within milliseconds when it is well. When it has not for this long (down,
@@ -89,7 +89,7 @@ pub struct Seen {
     pub outage: Option<Outage>,
     pub reset: Option<Reset>,
     /// Redis's clock stepped (a forward step comes with a credit).
-    pub step: Option<Step>,
+    pub step: Option<ClockStep>,
     /// Redis began refusing writes, or took them again.
     pub writes: Option<Writes>,
     /// The ACL refused the canary, for the first time: say so once.
@@ -127,7 +127,7 @@ pub struct Verdict {
 
 /// What to send Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub enum Request {
     /// `TIME`, the canary and the `run_id`.
     Probe,
     /// A preflight of every sweep: may the Redis user now do what the checks do?
@@ -283,9 +283,14 @@ impl Standing {
     /// out at `sent`, if known. Returns the step of Redis's clock it shows, if any: a forward
     /// step gives every member a full ttl of real time from it (their scores all look older at
     /// once), a backward one only delays zombies.
-    pub fn observe_time(&mut self, sent: Option<Instant>, at: Instant, redis: f64) -> Option<Step> {
+    pub fn observe_time(
+        &mut self,
+        sent: Option<Instant>,
+        at: Instant,
+        redis: f64,
+    ) -> Option<ClockStep> {
         let (step, expected) = self.timeline.observe(sent, at, redis)?;
-        if let Step::Forward(_) = step {
+        if let ClockStep::Forward(_) = step {
             self.grant(expected, redis);
         }
         Some(step)
@@ -336,7 +341,7 @@ impl Standing {
         });
     }
 
-    /// The probe sent at [`Action::Probe`] came back at `at`: an answer with its evidence, or
+    /// The probe sent at [`Request::Probe`] came back at `at`: an answer with its evidence, or
     /// a failure.
     pub fn on_probe(&mut self, at: Instant, probe: Result<Evidence, ()>) -> Seen {
         self.probing = false;
@@ -421,7 +426,7 @@ impl Standing {
         }
     }
 
-    /// The proof sent at [`Action::ProvePermissions`] came back.
+    /// The proof sent at [`Request::ProvePermissions`] came back.
     pub fn on_proof(&mut self, at: Instant, permitted: bool) {
         self.refused = (!permitted).then_some(Proof::At(at + REFUSED_RECHECK));
     }
@@ -445,18 +450,18 @@ impl Standing {
 
     /// What to send now, if anything; call until `None`. Probes go out even with no sweep here
     /// (a standby knows the outage when it wins the lease back).
-    pub fn poll(&mut self, at: Instant) -> Option<Action> {
+    pub fn poll(&mut self, at: Instant) -> Option<Request> {
         if self.probe_due().is_some_and(|due| due <= at) {
             self.probing = true;
             self.probed_at = Some(at);
             self.probe_sent = Some((at, self.doubts));
-            return Some(Action::Probe);
+            return Some(Request::Probe);
         }
         if let Some(Proof::At(due)) = self.refused
             && due <= at
         {
             self.refused = Some(Proof::InFlight);
-            return Some(Action::ProvePermissions);
+            return Some(Request::ProvePermissions);
         }
         None
     }

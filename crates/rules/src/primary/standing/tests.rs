@@ -22,7 +22,7 @@ fn probe(time: f64, count: Option<u64>, run_id: &str) -> Result<Evidence, ()> {
 /// A loop that has had one reply, at Redis time 1000 s.
 fn answered(t0: Instant) -> Standing {
     let mut l = Standing::new(t0, None);
-    assert_eq!(l.poll(t0), Some(Action::Probe));
+    assert_eq!(l.poll(t0), Some(Request::Probe));
     assert_eq!(l.on_probe(t0, probe(1000.0, Some(7), "a")), Seen::default());
     l
 }
@@ -167,7 +167,7 @@ fn probes_go_out_when_redis_is_quiet_one_at_a_time() {
     let mut l = Standing::new(t0, None);
     assert_eq!(
         l.poll(t0),
-        Some(Action::Probe),
+        Some(Request::Probe),
         "never answered: ask at once"
     );
     assert_eq!(l.poll(t0), None, "one probe in flight");
@@ -177,7 +177,7 @@ fn probes_go_out_when_redis_is_quiet_one_at_a_time() {
     );
     assert_eq!(l.poll(t0 + ms(100)), None, "answered lately");
     assert_eq!(l.next_wake(), Some(t0 + ms(1) + PROBE_EVERY));
-    assert_eq!(l.poll(t0 + ms(1) + PROBE_EVERY), Some(Action::Probe));
+    assert_eq!(l.poll(t0 + ms(1) + PROBE_EVERY), Some(Request::Probe));
 }
 
 #[test]
@@ -193,11 +193,11 @@ fn other_replies_put_the_probe_off() {
 fn a_refused_probe_is_retried_at_the_retry_pace_not_at_once() {
     let t0 = crate::testing::now();
     let mut l = Standing::new(t0, None);
-    assert_eq!(l.poll(t0), Some(Action::Probe));
+    assert_eq!(l.poll(t0), Some(Request::Probe));
     assert_eq!(l.on_probe(t0, Err(())), Seen::default());
     assert_eq!(l.poll(t0), None, "no spin on a refused connection");
     assert_eq!(l.next_wake(), Some(t0 + PROBE_RETRY));
-    assert_eq!(l.poll(t0 + PROBE_RETRY), Some(Action::Probe));
+    assert_eq!(l.poll(t0 + PROBE_RETRY), Some(Request::Probe));
 }
 
 #[test]
@@ -207,7 +207,7 @@ fn a_stalled_redis_is_probed_at_the_retry_pace() {
     let mut at = t0 + PROBE_EVERY;
     // Past STALL since the last reply: 500 ms, then 12 refused probes 100 ms apart.
     for _ in 0..12 {
-        assert_eq!(l.poll(at), Some(Action::Probe));
+        assert_eq!(l.poll(at), Some(Request::Probe));
         l.on_probe(at, Err(()));
         at += PROBE_RETRY;
     }
@@ -219,10 +219,10 @@ fn a_stalled_redis_is_probed_at_the_retry_pace() {
 }
 
 /// Polls at `at`, answering the canary's probes (every [`CANARY_EVERY`]) on the way.
-fn poll_past_probes(l: &mut Standing, at: Instant, time: f64) -> Option<Action> {
+fn poll_past_probes(l: &mut Standing, at: Instant, time: f64) -> Option<Request> {
     loop {
         match l.poll(at) {
-            Some(Action::Probe) => {
+            Some(Request::Probe) => {
                 l.on_probe(at, probe(time, None, ""));
             }
             other => return other,
@@ -246,7 +246,7 @@ fn permissions_are_proven_again_at_their_pace_until_they_hold() {
     l.on_reply(None, due, Some(1005.0));
     assert_eq!(
         poll_past_probes(&mut l, due, 1005.0),
-        Some(Action::ProvePermissions)
+        Some(Request::ProvePermissions)
     );
     assert_eq!(
         poll_past_probes(&mut l, due, 1005.0),
@@ -259,7 +259,7 @@ fn permissions_are_proven_again_at_their_pace_until_they_hold() {
     l.on_reply(None, again, Some(1010.0));
     assert_eq!(
         poll_past_probes(&mut l, again, 1010.0),
-        Some(Action::ProvePermissions)
+        Some(Request::ProvePermissions)
     );
     l.on_proof(again, true);
     let later = again + Duration::from_secs(60);
@@ -274,7 +274,7 @@ fn permissions_are_proven_again_at_their_pace_until_they_hold() {
 /// Answers the next probe at Redis time `time` with the canary at `count` and `run_id`.
 fn answer(l: &mut Standing, time: f64, count: Option<u64>, run_id: &str) -> Seen {
     let now = crate::testing::now();
-    assert_eq!(l.poll(now), Some(Action::Probe), "a probe is due");
+    assert_eq!(l.poll(now), Some(Request::Probe), "a probe is due");
     l.on_probe(now, probe(time, count, run_id))
 }
 
@@ -374,7 +374,7 @@ fn redis_silent_past_a_pause_is_still_an_outage() {
     // Redis does not answer after the resume either, for 5 s.
     let mut failed = 0;
     for _ in 0..50 {
-        if l.poll(crate::testing::now()) == Some(Action::Probe) {
+        if l.poll(crate::testing::now()) == Some(Request::Probe) {
             l.on_probe(crate::testing::now(), Err(()));
             failed += 1;
         }
@@ -444,7 +444,7 @@ fn the_canary_is_written_every_second_however_busy() {
             break;
         }
     }
-    assert_eq!(l.poll(crate::testing::now()), Some(Action::Probe));
+    assert_eq!(l.poll(crate::testing::now()), Some(Request::Probe));
 }
 
 #[test]
@@ -490,7 +490,7 @@ fn a_forward_step_of_redis_s_clock_gives_every_member_a_ttl_of_real_time() {
     // 1 s later by the daemon's clock, Redis's reads 31 s later: a 30 s step.
     let at = t0 + secs(1);
     let seen = l.on_reply(Some(at), at, Some(1031.0));
-    assert_eq!(seen.step, Some(Step::Forward(30.0)));
+    assert_eq!(seen.step, Some(ClockStep::Forward(30.0)));
     assert_eq!(seen.outage, None);
     let v = l.verdict(at, 6.0).expect("judging");
     assert_eq!(v.judge_at, 1031.0, "judged on Redis's new time");
@@ -507,7 +507,7 @@ fn a_backward_step_is_reported_and_gives_no_credit() {
     let t0 = crate::testing::now();
     let mut l = answered(t0);
     let seen = l.on_reply(Some(t0 + secs(1)), t0 + secs(1), Some(971.0));
-    assert_eq!(seen.step, Some(Step::Backward(30.0)));
+    assert_eq!(seen.step, Some(ClockStep::Backward(30.0)));
     assert_eq!(l.credit(), None, "zombies only leave later");
     assert_eq!(l.judge_at(t0 + secs(1)), Some(971.0));
 }
@@ -532,7 +532,7 @@ fn a_followed_failover_s_clock_is_no_step() {
     let t0 = crate::testing::now();
     let mut l = answered(t0);
     l.on_moved(t0);
-    assert_eq!(l.poll(t0), Some(Action::Probe));
+    assert_eq!(l.poll(t0), Some(Request::Probe));
     let seen = l.on_probe(t0 + secs(1), probe(500.0, Some(1), "b"));
     assert_eq!(seen.step, None);
     assert!(seen.reset.is_some(), "its data is another's: a credit");
@@ -551,17 +551,17 @@ fn refused_writes_stop_every_judgement_until_taken_again_then_credit() {
     let t0 = crate::testing::now();
     let mut l = answered(t0);
     let oom = Reading::WritesRefused(WriteRefusal::Oom);
-    assert_eq!(l.poll(t0 + secs(1)), Some(Action::Probe));
+    assert_eq!(l.poll(t0 + secs(1)), Some(Request::Probe));
     let seen = l.on_probe(t0 + secs(1), canary(1001.0, oom));
     assert_eq!(seen.writes, Some(Writes::Refused(WriteRefusal::Oom)));
     assert!(!l.judging(), "the apps cannot heartbeat");
     assert_eq!(l.verdict(t0 + secs(1), 4.0), None);
     // Still refused: said once.
-    assert_eq!(l.poll(t0 + secs(2)), Some(Action::Probe));
+    assert_eq!(l.poll(t0 + secs(2)), Some(Request::Probe));
     assert_eq!(l.on_probe(t0 + secs(2), canary(1002.0, oom)).writes, None);
     assert!(!l.judging());
     // Taken again 15 s later: every member gets a full ttl from then, since the last write.
-    assert_eq!(l.poll(t0 + secs(16)), Some(Action::Probe));
+    assert_eq!(l.poll(t0 + secs(16)), Some(Request::Probe));
     let seen = l.on_probe(t0 + secs(16), canary(1016.0, Reading::Count(9)));
     assert_eq!(seen.writes, Some(Writes::Taken { seconds: 16.0 }));
     let v = l.verdict(t0 + secs(16), 4.0).expect("judging again");
@@ -577,7 +577,7 @@ fn refused_writes_stop_every_judgement_until_taken_again_then_credit() {
 fn a_canary_the_acl_refuses_says_nothing_of_writes() {
     let t0 = crate::testing::now();
     let mut l = answered(t0);
-    assert_eq!(l.poll(t0 + secs(1)), Some(Action::Probe));
+    assert_eq!(l.poll(t0 + secs(1)), Some(Request::Probe));
     let seen = l.on_probe(t0 + secs(1), canary(1001.0, Reading::Refused));
     assert_eq!(seen.writes, None);
     assert!(l.judging());
@@ -587,7 +587,7 @@ fn a_canary_the_acl_refuses_says_nothing_of_writes() {
 fn a_probe_sent_before_a_pause_does_not_end_its_doubt() {
     let mut l = answered(crate::testing::now());
     crate::testing::advance(secs(1));
-    assert_eq!(l.poll(crate::testing::now()), Some(Action::Probe));
+    assert_eq!(l.poll(crate::testing::now()), Some(Request::Probe));
     // The daemon is paused with the probe in flight; its answer comes after the resume.
     crate::testing::advance(secs(3));
     l.on_pause(crate::testing::now(), secs(3));
@@ -595,7 +595,7 @@ fn a_probe_sent_before_a_pause_does_not_end_its_doubt() {
     assert!(!l.judging(), "its evidence is from before the pause");
     assert_eq!(
         l.poll(crate::testing::now()),
-        Some(Action::Probe),
+        Some(Request::Probe),
         "another, at once"
     );
     l.on_probe(crate::testing::now(), probe(1004.0, Some(9), "a"));
@@ -608,7 +608,7 @@ fn a_probe_held_behind_a_write_pause_credits_from_its_arrival() {
     // Redis holds writes (CLIENT PAUSE WRITE): the probe's TIME runs at once, at 1010, and its
     // canary write waits, and the reply with it, 4.5 s more.
     crate::testing::advance(secs(10));
-    assert_eq!(l.poll(crate::testing::now()), Some(Action::Probe));
+    assert_eq!(l.poll(crate::testing::now()), Some(Request::Probe));
     crate::testing::advance(ms(4500));
     let seen = l.on_probe(crate::testing::now(), probe(1010.0, Some(8), "a"));
     assert!(seen.outage.is_some());

@@ -31,7 +31,7 @@ const UNKNOWN_ROUND_TRIP: Duration = Duration::from_secs(10);
 
 /// A step of Redis's clock beyond `STEP_TOLERANCE`, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Step {
+pub enum ClockStep {
     /// It jumped ahead: every score looks older by this much at once.
     Forward(f64),
     /// It went back: zombies leave this much later, and scores written before the step lie
@@ -39,7 +39,7 @@ pub enum Step {
     Backward(f64),
 }
 
-impl Step {
+impl ClockStep {
     /// The metric label.
     pub(crate) fn direction(self) -> &'static str {
         match self {
@@ -57,13 +57,13 @@ impl Step {
 
 /// One reading: Redis's clock `redis`, read between the local instants `sent` and `received`.
 #[derive(Debug, Clone, Copy)]
-struct Reading {
+struct ClockReading {
     redis: f64,
     sent: Instant,
     received: Instant,
 }
 
-impl Reading {
+impl ClockReading {
     fn round_trip(&self) -> Duration {
         self.received.saturating_duration_since(self.sent)
     }
@@ -91,7 +91,7 @@ fn signed_seconds(t: Instant, from: Instant) -> f64 {
 /// The baseline, and what the readings since told.
 #[derive(Debug, Default)]
 pub(crate) struct Timeline {
-    base: Option<Reading>,
+    base: Option<ClockReading>,
     /// When the last reading of any kind was handled.
     last: Option<Instant>,
     /// Readings of requests sent before this instant come from a server the loop left (a
@@ -127,10 +127,10 @@ impl Timeline {
         sent: Option<Instant>,
         received: Instant,
         redis: f64,
-    ) -> Option<(Step, f64)> {
+    ) -> Option<(ClockStep, f64)> {
         self.last = Some(received);
         let known = sent.is_some();
-        let reading = Reading {
+        let reading = ClockReading {
             redis,
             sent: sent
                 .unwrap_or_else(|| received.checked_sub(UNKNOWN_ROUND_TRIP).unwrap_or(received)),
@@ -151,9 +151,9 @@ impl Timeline {
         let step = if !known {
             None
         } else if redis > base.high(received) + STEP_TOLERANCE {
-            Some(Step::Forward(redis - base.low(received)))
+            Some(ClockStep::Forward(redis - base.low(received)))
         } else if redis < base.low(reading.sent) - STEP_TOLERANCE {
-            Some(Step::Backward(base.low(received) - redis))
+            Some(ClockStep::Backward(base.low(received) - redis))
         } else {
             None
         };
@@ -175,7 +175,7 @@ mod tests {
     }
 
     /// A reading whose request went out `rtt` ms before `at`.
-    fn read(t: &mut Timeline, at: Instant, rtt: u64, redis: f64) -> Option<(Step, f64)> {
+    fn read(t: &mut Timeline, at: Instant, rtt: u64, redis: f64) -> Option<(ClockStep, f64)> {
         t.observe(Some(at - ms(rtt)), at, redis)
     }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use super::deadlines::{self, Batching, Look};
 use super::standing::Verdict;
-use super::walks::WalkKind;
+use super::walks::{WalkEnding, WalkKind};
 use super::{Io, Job};
 use crate::check::Checked;
 use crate::index::{Capacity, Index, NEVER, Ticket, Track};
@@ -79,16 +79,6 @@ pub enum WalkWork {
     Verify { ids: Vec<Vec<u8>> },
     /// A read of tracked keys the walk did not find: those gone are forgotten.
     Unseen { ids: Vec<Vec<u8>> },
-}
-
-/// How a walk ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WalkEnding {
-    /// It covered the keyspace.
-    Done,
-    Failed,
-    /// Shutdown cut it short.
-    Cancelled,
 }
 
 /// How the walk in flight ended, for each sweep it served.
