@@ -765,3 +765,35 @@ async fn measure() {
         p(1.0)
     );
 }
+
+/// Behind Sentinel: events appended before a failover are delivered from the new primary, which
+/// holds the streams and the delivery state the old one replicated to it.
+#[test]
+fn a_sentinel_failover_loses_nothing() {
+    let setup = crate::support::sentinel::SentinelSetup::start();
+    let receiver = Receiver::start(Mode::Fail);
+    let config = format!(
+        "{}{}",
+        setup.redis_toml(),
+        toml(PER_CONVERSATION, &receiver.url(), "")
+    );
+    let d = Binary::spawn(&config, &[], &[]);
+    d.wait_ready(Duration::from_secs(20));
+    let keys = conversations(20);
+    seed_keys(&mut setup.primary.con(), &keys, 1, 1);
+    let mut replica = setup.replica.con();
+    wait_until("the leaves replicated", Duration::from_secs(10), || {
+        let due: u64 = replica.zcard(DUE).unwrap();
+        due == 20
+    });
+    setup.failover();
+    wait_until("the replica promoted", Duration::from_secs(30), || {
+        setup.primary_port() == Some(setup.replica.port)
+    });
+    receiver.set(Mode::Accept);
+    let hits = receiver.wait_delivered(20, Duration::from_secs(30));
+    let streams: Vec<String> = keys.iter().map(|k| stream_of(k)).collect();
+    let ids: HashSet<String> = hits.iter().map(|h| h.id.clone()).collect();
+    assert_eq!(ids, ids_in(&mut setup.replica.con(), &streams));
+    wait_state_gone(&setup.replica);
+}

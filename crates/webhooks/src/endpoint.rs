@@ -1,6 +1,6 @@
-//! One endpoint's deliverer: claims due streams (as many as its `concurrency`), runs a worker
-//! per claimed stream, renews its claims a third of the way through their lease, and on shutdown
-//! gives them back so that another replica goes on at once.
+//! One endpoint's deliverer: claims due streams (four per request its `concurrency` allows in
+//! flight), runs a worker per claimed stream, renews its claims a third of the way through their
+//! lease, and on shutdown gives them back so that another replica goes on at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +25,9 @@ use crate::worker::{self, Shared};
 pub const POLL: Duration = Duration::from_millis(50);
 /// How long shutdown waits for attempts in flight before it gives the claims back.
 const DRAIN: Duration = Duration::from_secs(2);
+/// Streams worked on at once, per request allowed in flight: a worker spends part of its time
+/// on Redis (reading, moving its cursor), during which others can use the permits.
+const STREAMS_PER_PERMIT: usize = 4;
 
 /// Why an endpoint cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +54,8 @@ pub struct Claiming {
 /// One endpoint's deliveries.
 pub struct Deliverer {
     shared: Arc<Shared>,
-    concurrency: usize,
+    /// The most streams worked on at once.
+    streams: usize,
     lease: Duration,
 }
 
@@ -83,7 +87,7 @@ impl Deliverer {
         };
         Ok(Self {
             shared: Arc::new(shared),
-            concurrency,
+            streams: concurrency * STREAMS_PER_PERMIT,
             lease: claiming.lease,
         })
     }
@@ -91,19 +95,26 @@ impl Deliverer {
     /// Delivers until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
         let shared = &self.shared;
-        let mut workers: JoinSet<Vec<u8>> = JoinSet::new();
+        let mut workers: JoinSet<()> = JoinSet::new();
         let mut active: HashMap<Vec<u8>, CancellationToken> = HashMap::new();
+        let mut ids: HashMap<tokio::task::Id, Vec<u8>> = HashMap::new();
         let renew_every = self.lease / 3;
         let mut renewed = now();
         let mut redis_failing = false;
+        let mut looked: Option<std::time::Instant> = None;
         while !cancel.is_cancelled() {
-            if active.len() < self.concurrency {
-                let want = self.concurrency - active.len();
-                let window = active.len() + 4 * self.concurrency;
-                match shared.store.claim(want, window).await {
+            // A claim reads a window of the due set: look again once a quarter of the slots is
+            // free, or every POLL, not at every stream done (that cost Redis more than the
+            // deliveries did).
+            let free = self.streams - active.len();
+            let due_to_look = looked.is_none_or(|at| now().duration_since(at) >= POLL);
+            if free > 0 && (free >= self.streams / 4 || due_to_look) {
+                looked = Some(now());
+                let window = active.len() + 2 * free;
+                match shared.store.claim(free, window).await {
                     Ok(claims) => {
                         redis_failing = false;
-                        self.start(claims, &mut workers, &mut active, &cancel);
+                        self.start(claims, &mut workers, &mut active, &mut ids, &cancel);
                     }
                     Err(e) => {
                         shared.metrics.redis_error();
@@ -117,9 +128,10 @@ impl Deliverer {
             shared.metrics.claimed(active.len());
             tokio::select! {
                 () = cancel.cancelled() => break,
-                Some(done) = workers.join_next() => {
-                    if let Ok(stream) = done {
-                        active.remove(&stream);
+                Some(done) = workers.join_next_with_id() => {
+                    finished(done, &mut active, &mut ids);
+                    while let Some(done) = workers.try_join_next_with_id() {
+                        finished(done, &mut active, &mut ids);
                     }
                 }
                 () = tokio::time::sleep(POLL) => {}
@@ -145,8 +157,9 @@ impl Deliverer {
     fn start(
         &self,
         claims: Claims,
-        workers: &mut JoinSet<Vec<u8>>,
+        workers: &mut JoinSet<()>,
         active: &mut HashMap<Vec<u8>, CancellationToken>,
+        ids: &mut HashMap<tokio::task::Id, Vec<u8>>,
         cancel: &CancellationToken,
     ) {
         let shared = &self.shared;
@@ -162,11 +175,9 @@ impl Deliverer {
             let token = cancel.child_token();
             active.insert(claimed.stream.clone(), token.clone());
             let shared = self.shared.clone();
-            workers.spawn(async move {
-                let stream = claimed.stream.clone();
-                worker::run(shared, claimed, token).await;
-                stream
-            });
+            let stream = claimed.stream.clone();
+            let task = workers.spawn(worker::run(shared, claimed, token));
+            ids.insert(task.id(), stream);
         }
     }
 
@@ -192,5 +203,24 @@ impl Deliverer {
                 tracing::debug!(webhook = %self.shared.name, error = %e, "renewing claims failed");
             }
         }
+    }
+}
+
+/// Forgets a worker that ended, however it ended (a panic too: its stream must not stay
+/// claimed and renewed by a worker that is gone).
+fn finished(
+    done: Result<(tokio::task::Id, ()), tokio::task::JoinError>,
+    active: &mut HashMap<Vec<u8>, CancellationToken>,
+    ids: &mut HashMap<tokio::task::Id, Vec<u8>>,
+) {
+    let id = match done {
+        Ok((id, ())) => id,
+        Err(e) => {
+            tracing::error!(error = %e, "a webhook worker failed; its stream is claimed again");
+            e.id()
+        }
+    };
+    if let Some(stream) = ids.remove(&id) {
+        active.remove(&stream);
     }
 }
