@@ -382,15 +382,27 @@ end
 
 -- Marks the stream due for each webhook, once per stream and call, before its first append: a
 -- refused mark (an ACL) stops the key's step before anything is written, like a refused XADD.
-local marked = {}
+-- A new mark is scored again with its first entry's id (`rescore`): an entry id's time may be
+-- the call's start (Redis 7.2 on), a millisecond before TIME, and the webhook reads from there.
+local marked, fresh = {}, {}
 local function mark_due(stream)
   if marked[stream] then return nil end
+  fresh[stream] = {}
   for _, due in ipairs(DUE) do
-    local ok = redis.pcall('ZADD', due, 'NX', now_ms, stream)
-    if type(ok) == 'table' and ok.err then return ok.err end
+    local added = redis.pcall('ZADD', due, 'NX', now_ms, stream)
+    if type(added) == 'table' and added.err then return added.err end
+    if added == 1 then fresh[stream][#fresh[stream] + 1] = due end
   end
   marked[stream] = true
   return nil
+end
+
+local function rescore(stream, first_id)
+  local ms = string.match(first_id, '^(%d+)-')
+  for _, due in ipairs(fresh[stream] or {}) do
+    redis.call('ZADD', due, 'XX', ms, stream)
+  end
+  fresh[stream] = {}
 end
 
 local results = {}
@@ -439,6 +451,7 @@ for i = 1, #KEYS / 2 do
         appended = j
       end
       last_id[stream] = prev
+      if appended > 0 then rescore(stream, ids[1]) end
     end
     local removed = 0
     if appended > 0 then
