@@ -72,6 +72,16 @@ fn shipped_sections() -> Vec<Section> {
             };
         } else if let Some(text) = line.strip_prefix('#') {
             let text = text.strip_prefix(' ').unwrap_or(text);
+            // A table that exists only as an example (none by default) is commented out.
+            if let Some(table) = text.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                sections.push(Section {
+                    name: table.to_owned(),
+                    intro: std::mem::take(&mut comment),
+                    entries: Vec::new(),
+                });
+                documented = true;
+                continue;
+            }
             match assignment(text) {
                 Some((key, example)) if documented => {
                     push(&mut sections, key, None, example, &mut comment)
@@ -105,9 +115,27 @@ fn push(
     });
 }
 
-/// Every key `check-config` prints for the built-in defaults, sweep names as `<name>`.
+/// A webhook, so that its keys are in effect too (none is configured by default).
+const WITH_A_WEBHOOK: &[(&str, &str)] = &[
+    (
+        "PRESENCE_SWEEPER__SWEEPS__ONLINE__STREAM",
+        "presence:{hash_tag}:log",
+    ),
+    (
+        "PRESENCE_SWEEPER__WEBHOOKS__CRM__URL",
+        "https://crm.example.com/hooks",
+    ),
+    (
+        "PRESENCE_SWEEPER__WEBHOOKS__CRM__SECRET",
+        "whsec_cHJlc2VuY2Utc3dlZXBlci13ZWJob29rLXRlc3QtazE=",
+    ),
+    ("PRESENCE_SWEEPER__WEBHOOKS__CRM__SWEEPS", "online"),
+];
+
+/// Every key `check-config` prints for the built-in defaults and a webhook, sweep and webhook
+/// names as `<name>`.
 fn keys_in_effect() -> Vec<String> {
-    let (code, stdout, stderr) = run_binary(&["check-config"], &[]);
+    let (code, stdout, stderr) = run_binary(&["check-config"], WITH_A_WEBHOOK);
     assert_eq!(code, 0, "{stderr}");
     let mut table = String::new();
     let mut keys = Vec::new();
@@ -122,7 +150,7 @@ fn keys_in_effect() -> Vec<String> {
         };
         let Some(key) = key else { continue };
         let mut parts: Vec<&str> = table.split('.').collect();
-        if parts[0] == "sweeps" {
+        if parts[0] == "sweeps" || parts[0] == "webhooks" {
             parts[1] = "<name>";
         }
         let key = format!("{}.{key}", parts.join("."));
@@ -149,14 +177,25 @@ fn reference() -> String {
             } else {
                 "Default"
             };
-            match &e.value {
-                Some(v) => out.push_str(&format!("{shipped}: `{v}`.\n")),
-                None => out.push_str(&format!("Unset by default; for example `{}`.\n", e.example)),
-            }
-            // The file's "Unset by default:" leads to the example, which the line above shows.
+            // The file's "Unset by default:" or "Required:" leads to the example, which the
+            // line below shows.
             let mut prose = e.prose.join("\n");
+            let mut required = false;
             if let Some(rest) = prose.strip_suffix("Unset by default:") {
                 prose = rest.trim_end().to_owned();
+            } else if let Some(rest) = prose.strip_suffix("Required:") {
+                prose = rest.trim_end().to_owned();
+                required = true;
+            }
+            match &e.value {
+                Some(v) => out.push_str(&format!("{shipped}: `{v}`.\n")),
+                None if required => {
+                    out.push_str(&format!("Required; for example `{}`.\n", e.example))
+                }
+                None if section.name.starts_with("webhooks.") => {
+                    out.push_str(&format!("Optional; for example `{}`.\n", e.example))
+                }
+                None => out.push_str(&format!("Unset by default; for example `{}`.\n", e.example)),
             }
             if !prose.is_empty() {
                 out.push_str(&format!("\n{prose}\n"));

@@ -480,7 +480,10 @@ fn exposed_families(body: &str) -> std::collections::BTreeMap<String, Vec<String
 fn every_series_exists_from_start_up_and_the_docs_list_exactly_them() {
     let server = RedisServer::start();
     let d = Binary::spawn(
-        "[http]\nlisten = \"127.0.0.1:0\"\n[coordination]\nlease = true\n",
+        "[http]\nlisten = \"127.0.0.1:0\"\n[coordination]\nlease = true\n\
+         [sweeps.typing]\nstream = \"presence:{hash_tag}:log\"\n[webhooks.crm]\n\
+         url = \"http://127.0.0.1:9/\"\nsweeps = [\"typing\"]\n\
+         secret = \"whsec_cHJlc2VuY2Utc3dlZXBlci13ZWJob29rLXRlc3QtazE=\"\n",
         &["--redis-url", &server.url()],
         &[],
     );
@@ -523,6 +526,12 @@ fn every_series_exists_from_start_up_and_the_docs_list_exactly_them() {
         }
         if labels.contains(&"node".to_owned()) {
             assert!(present("node", &node), "{family} has no series of {node}");
+        }
+        if labels.contains(&"webhook".to_owned()) {
+            assert!(
+                present("webhook", "crm"),
+                "{family} has no series of the webhook"
+            );
         }
     }
 }

@@ -38,3 +38,4 @@ mod tls;
 mod tools;
 mod tracking;
 mod web;
+mod webhooks;

@@ -175,6 +175,12 @@ impl Evictor {
             .stream
             .as_ref()
             .map(|s| s.key.render(key, conversation_id));
+        let due: Vec<String> = self.config.stream.as_ref().map_or_else(Vec::new, |s| {
+            s.webhooks
+                .iter()
+                .map(|w| presence_sweeper_webhooks::keys::due_key(w))
+                .collect()
+        });
         let stream =
             self.config
                 .stream
@@ -185,6 +191,7 @@ impl Evictor {
                     script: self.stream_script(),
                     trims: config.retention.is_some(),
                     expires: config.effective_ttl().is_some(),
+                    due: &due,
                 });
         let mut con = store.dedicated(node).await?;
         preflight::prove(

@@ -67,6 +67,7 @@ impl Evictor {
         let stream = self.config.stream.as_ref().expect("a sweep with a stream");
         let most = self.stream_budget();
         let [head, roster, count, truncated] = self.encoder.parts();
+        let due = presence_sweeper_webhooks::keys::due_keys_arg(&stream.webhooks);
         let mut params = StreamParams {
             ttl: self.config.ttl,
             unit: self.config.score_unit,
@@ -81,6 +82,7 @@ impl Evictor {
             publish: self.publish_command(),
             parts: [head, roster, count, truncated],
             oldest: opts.purpose.tracks(),
+            due: &due,
         };
         // On shutdown no new call starts; what the calls before removed was counted.
         while !pending.is_empty() && !ctx.cancel.is_cancelled() {

@@ -17,6 +17,7 @@ use crate::serve::metrics::{BuildInfo, Metrics};
 use crate::serve::reports::DaemonReports;
 use crate::serve::systemd::Notifier;
 use crate::serve::web_config::CurrentWeb;
+use crate::serve::webhooks::Webhooks;
 use crate::tracking::engine::{self, Engine};
 use presence_sweeper_config::{Config, ConfigError};
 use presence_sweeper_redis::Error;
@@ -96,6 +97,9 @@ impl Daemon {
         for s in config.enabled_sweeps() {
             metrics.sweep(s);
             health.sweep(&s.name);
+        }
+        for h in config.enabled_webhooks() {
+            metrics.webhooks().endpoint(&h.name);
         }
         metrics.set_redis_up(false);
         let mut ctx = Ctx {
@@ -245,6 +249,9 @@ async fn serve(
         health: ctx.health.clone(),
     });
     let alive_every = engine::alive_every(ctx.notifier.watchdog_period());
+    // Deliveries run beside the sweeps, never in their way: a receiver that hangs holds only
+    // its own tasks.
+    let mut hooks = Webhooks::start(store.clone(), config, ctx.metrics.clone(), &stop);
     let mut engine = Engine::new(store, config, reports, alive_every, stop.clone());
     engine.apply(config).await?;
     let status = |n: usize| format!("sweeping ({n} sweeps)");
@@ -268,6 +275,7 @@ async fn serve(
                     }
                     *config = new;
                     engine.apply(config).await?;
+                    hooks.apply(config, &stop).await;
                     tracing::info!(sweeps = engine.sweep_count(), "configuration reloaded");
                 }
                 ctx.notifier.ready(&status(engine.sweep_count()));
@@ -287,7 +295,10 @@ async fn serve(
         }
     }
     stop.cancel();
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT, engine.drain()).await;
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        tokio::join!(engine.drain(), hooks.stop())
+    })
+    .await;
     if drained.is_err() {
         tracing::warn!("work still in flight after the drain deadline; abandoning it");
     }

@@ -13,6 +13,7 @@ pub mod signals;
 mod start;
 pub mod systemd;
 pub mod web_config;
+mod webhooks;
 
 pub use metrics::BuildInfo;
 pub use start::StartError;

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod faketime;
 pub mod proxy;
+pub mod receiver;
 pub mod sentinel;
 pub mod tls;
 
@@ -597,7 +598,7 @@ impl Binary {
         Self::spawn_program(binary_path(), toml, args, env, stderr)
     }
 
-    fn spawn_program(
+    pub fn spawn_program(
         program: &str,
         toml: &str,
         args: &[&str],

@@ -28,6 +28,7 @@ mod section;
 mod sweep;
 mod tracking;
 mod tree;
+mod webhook;
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
@@ -54,6 +55,9 @@ use self::section::Key;
 pub use self::sweep::{EventShape, Stream, Sweep};
 pub use self::tracking::{NotificationMode, Tracking};
 use self::tree::{Table, one_line};
+pub use self::webhook::{
+    MAX_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX, Webhook, decode_secret,
+};
 pub use presence_sweeper_rules::pattern::{CONVERSATION_ID, ChannelTemplate, HASH_TAG, KeyPattern};
 pub use presence_sweeper_rules::score::ScoreUnit;
 
@@ -87,6 +91,8 @@ pub struct Config {
     pub log: Log,
     /// `[sweeps.<name>]`: every configured sweep, enabled or not, ordered by name.
     pub sweeps: Vec<Sweep>,
+    /// `[webhooks.<name>]`: every configured endpoint, enabled or not, ordered by name.
+    pub webhooks: Vec<Webhook>,
     /// What the configuration was read from.
     pub provenance: Provenance,
 }
@@ -218,9 +224,22 @@ impl Config {
     fn from_tree(mut root: Table) -> Result<Self, ConfigError> {
         let mut redis = root.table("redis")?;
         let mut sweeps = root.table("sweeps")?;
+        let mut webhooks = root.table("webhooks")?;
         let redis_config = Redis::read(&mut redis)?;
+        let mut all_sweeps = Sweep::read_all(&mut sweeps, &redis_config)?;
+        let hooks = Webhook::read_all(&mut webhooks, &all_sweeps, &redis_config)?;
+        for sweep in &mut all_sweeps {
+            if let Some(stream) = &mut sweep.stream {
+                stream.webhooks = hooks
+                    .iter()
+                    .filter(|h| h.enabled && h.sweeps.contains(&sweep.name))
+                    .map(|h| h.name.clone())
+                    .collect();
+            }
+        }
         let config = Self {
-            sweeps: Sweep::read_all(&mut sweeps, &redis_config)?,
+            sweeps: all_sweeps,
+            webhooks: hooks,
             redis: redis_config,
             scan: read_section(&mut root, "scan", Scan::KEYS)?,
             evict: read_section(&mut root, "evict", Evict::KEYS)?,
@@ -233,8 +252,14 @@ impl Config {
         };
         redis.finish()?;
         sweeps.finish()?;
+        webhooks.finish()?;
         root.finish()?;
         Ok(config)
+    }
+
+    /// The webhooks that run.
+    pub fn enabled_webhooks(&self) -> impl Iterator<Item = &Webhook> {
+        self.webhooks.iter().filter(|h| h.enabled)
     }
 
     /// The sweeps that run.
@@ -298,6 +323,9 @@ impl Config {
         section::write(&mut out, "log", Log::KEYS, &self.log);
         for sweep in &self.sweeps {
             sweep.write_toml(&mut out);
+        }
+        for hook in &self.webhooks {
+            hook.write_toml(&mut out);
         }
         out.truncate(out.trim_end().len());
         out.push('\n');

@@ -63,6 +63,9 @@ pub struct Stream {
     pub retention: Option<Duration>,
     /// `sweeps.<name>.stream_ttl`: the key TTL refreshed at each append, as configured.
     pub ttl: Option<Duration>,
+    /// The enabled `[webhooks.<name>]` that receive this sweep's events, by name: each append
+    /// marks its stream due for each of them, in the same script call.
+    pub webhooks: Vec<String>,
 }
 
 impl Stream {
@@ -292,6 +295,7 @@ impl Sweep {
                             maxlen: DEFAULT_STREAM_MAXLEN,
                             retention: None,
                             ttl: None,
+                            webhooks: Vec::new(),
                         });
                     }
                     None => {}

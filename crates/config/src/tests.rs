@@ -768,3 +768,106 @@ fn a_match_inside_the_daemons_namespace_is_refused() {
     assert!(e.contains("sweeps.online.match"), "{e}");
     assert!(e.contains("the daemon's own"), "{e}");
 }
+
+const WEBHOOK_SECRET: &str = "whsec_cHJlc2VuY2Utc3dlZXBlci13ZWJob29rLXRlc3QtazE=";
+
+fn with_webhook(hook: &str) -> Result<Config, ConfigError> {
+    load_with(
+        Some(&format!(
+            "[sweeps.online]\nstream = \"presence:{{hash_tag}}:log\"\n\n[webhooks.crm]\n{hook}\n"
+        )),
+        &[],
+    )
+}
+
+#[test]
+fn a_webhook_is_read_with_its_defaults_and_marks_its_sweeps_stream() {
+    let c = with_webhook(&format!(
+        "url = \"https://crm.example.com/hooks\"\nsecret = \"{WEBHOOK_SECRET}\"\nsweeps = [\"online\"]"
+    ))
+    .unwrap();
+    let hook = &c.webhooks[0];
+    assert_eq!(hook.name, "crm");
+    assert_eq!(hook.timeout, Duration::from_secs(10));
+    assert_eq!(hook.retry_for, Duration::from_secs(3600));
+    assert_eq!(hook.concurrency, 16);
+    let stream = c.sweep("online").unwrap().stream.as_ref().unwrap();
+    assert_eq!(stream.webhooks, ["crm"]);
+    let toml = c.to_toml();
+    assert!(toml.contains("[webhooks.crm]"), "{toml}");
+    assert!(!toml.contains("whsec_"), "{toml}");
+    assert!(!format!("{c:?}").contains("whsec_"));
+}
+
+#[test]
+fn webhooks_refuse_what_cannot_work_naming_the_key_and_never_the_secret() {
+    let url = "url = \"https://crm.example.com/hooks\"";
+    let secret = format!("secret = \"{WEBHOOK_SECRET}\"");
+    let cases = [
+        (
+            format!("{url}\n{secret}\nsweeps = [\"typing\"]"),
+            "webhooks.crm.sweeps",
+            "sweeps.typing.stream",
+        ),
+        (
+            format!("{url}\n{secret}\nsweeps = [\"nope\"]"),
+            "webhooks.crm.sweeps",
+            "no sweep is called `nope`",
+        ),
+        (
+            format!("url = \"ftp://x/\"\n{secret}\nsweeps = [\"online\"]"),
+            "webhooks.crm.url",
+            "http:// or https://",
+        ),
+        (
+            format!("url = \"https://u:p@x/\"\n{secret}\nsweeps = [\"online\"]"),
+            "webhooks.crm.url",
+            "credentials",
+        ),
+        (
+            format!(
+                "{url}\nsecret = \"sk_live_abcdefghijklmnopqrstuvwxyz\"\nsweeps = [\"online\"]"
+            ),
+            "webhooks.crm.secret",
+            "whsec_",
+        ),
+        (
+            format!("{url}\nsecret = \"whsec_c2hvcnQ=\"\nsweeps = [\"online\"]"),
+            "webhooks.crm.secret",
+            "24 to 64 bytes",
+        ),
+        (
+            format!("{url}\nsweeps = [\"online\"]"),
+            "webhooks.crm.secret",
+            "missing",
+        ),
+    ];
+    for (hook, key, why) in cases {
+        let e = with_webhook(&hook).unwrap_err().to_string();
+        assert!(e.contains(key) && e.contains(why), "{hook}: {e}");
+        for secret in [
+            "sk_live_abcdefghijklmnopqrstuvwxyz",
+            "c2hvcnQ=",
+            WEBHOOK_SECRET,
+        ] {
+            assert!(!e.contains(secret), "{e}");
+        }
+    }
+}
+
+#[test]
+fn retry_for_must_fit_in_the_streams_retention() {
+    let e = load_with(
+        Some(&format!(
+            "[sweeps.online]\nstream = \"s\"\nstream_retention = \"10m\"\n\n[webhooks.crm]\n\
+             url = \"http://127.0.0.1:1/\"\nsecret = \"{WEBHOOK_SECRET}\"\nsweeps = [\"online\"]\n"
+        )),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("webhooks.crm.retry_for") && e.contains("stream_retention"),
+        "{e}"
+    );
+}

@@ -119,6 +119,7 @@ pub struct Metrics {
     scores_ahead: IntCounterVec,
     config_reloads: IntCounterVec,
     lease_held: IntGaugeVec,
+    webhooks: presence_sweeper_webhooks::Metrics,
 }
 
 impl Metrics {
@@ -129,6 +130,8 @@ impl Metrics {
     )]
     pub fn new(build: BuildInfo) -> Self {
         let registry = Registry::new();
+        let webhooks = presence_sweeper_webhooks::Metrics::new(NAMESPACE, &registry)
+            .expect("metric names are unique");
         let by_sweep = &["sweep"];
         let counter = |name: &str, help: &str| {
             IntCounterVec::new(opts(name, help), by_sweep).expect("valid metric")
@@ -334,6 +337,7 @@ impl Metrics {
             )
             .expect("valid metric"),
             registry,
+            webhooks,
         };
         let build_info = IntGaugeVec::new(
             opts(
@@ -575,6 +579,11 @@ impl Metrics {
         let _ = self.lag.remove_label_values(l);
         let _ = self.last_success.remove_label_values(l);
         let _ = self.interval.remove_label_values(l);
+    }
+
+    /// The webhooks' metrics, whose series an endpoint creates at zero when it starts.
+    pub fn webhooks(&self) -> &presence_sweeper_webhooks::Metrics {
+        &self.webhooks
     }
 
     /// Records whether the last Redis round trip succeeded.

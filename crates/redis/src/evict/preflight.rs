@@ -41,6 +41,8 @@ pub struct StreamProbe<'a> {
     pub trims: bool,
     /// It gets a key TTL (`PEXPIRE`).
     pub expires: bool,
+    /// The due sets of the sweep's webhooks, which the script marks (`ZADD`).
+    pub due: &'a [String],
 }
 
 /// What a probe touches.
@@ -50,6 +52,7 @@ enum On {
     Key,
     Channel,
     Stream,
+    Due,
 }
 
 impl On {
@@ -59,6 +62,7 @@ impl On {
             On::Key => format!("the keys {}", names.keys),
             On::Channel => format!("the channel {}", names.channel),
             On::Stream => format!("the stream {}", names.stream.unwrap_or_default()),
+            On::Due => "the webhooks' keys presence-sweeper:webhooks:*".into(),
         }
     }
 }
@@ -196,6 +200,19 @@ fn stream_probes(key: &[u8], stream: StreamProbe<'_>) -> Vec<Probe> {
                 .arg(0)
                 .to_owned(),
             On::Stream,
+        ));
+    }
+    for due in stream.due {
+        // XX on a member that is never there: nothing even if it ran.
+        probes.push((
+            "ZADD",
+            redis::cmd("ZADD")
+                .arg(due)
+                .arg("XX")
+                .arg(0)
+                .arg("")
+                .to_owned(),
+            On::Due,
         ));
     }
     if stream.expires {

@@ -29,6 +29,9 @@
 --          it) says it is truncated
 -- ARGV[17] bytes kept free in every event for "prev" and "id"
 -- ARGV[18] '1': return each key's lowest remaining score (a deadline index needs it)
+-- ARGV[19] the due sets of the webhooks of the sweep, space-separated ('' for none): each
+--          stream appended to is marked due in each (ZADD NX, scored by now in ms) before
+--          its first append, so that a webhook learns of its entries in the same atomic step
 -- then per key: ,"conversation_id":"..." (and its _base64), then the channel
 --
 -- Returns { now, results }, now formatted with %.17g in the score unit, and per key:
@@ -54,7 +57,9 @@ local HEAD, ROSTER_KEY, COUNT_KEY, TRUNCATED = ARGV[12], ARGV[13], ARGV[14], ARG
 local ROSTER_FULL = tonumber(ARGV[16])
 local CURSOR_ROOM = tonumber(ARGV[17])
 local WANT_OLDEST = ARGV[18] == '1'
-local PER_KEY = 18
+local PER_KEY = 19
+local DUE = {}
+for due in string.gmatch(ARGV[19], '%S+') do DUE[#DUE + 1] = due end
 
 local t = redis.call('TIME')
 local secs = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -375,6 +380,31 @@ local function touch(stream)
   end
 end
 
+-- Marks the stream due for each webhook, once per stream and call, before its first append: a
+-- refused mark (an ACL) stops the key's step before anything is written, like a refused XADD.
+-- A new mark is scored again with its first entry's id (`rescore`): an entry id's time may be
+-- the call's start (Redis 7.2 on), a millisecond before TIME, and the webhook reads from there.
+local marked, fresh = {}, {}
+local function mark_due(stream)
+  if marked[stream] then return nil end
+  fresh[stream] = {}
+  for _, due in ipairs(DUE) do
+    local added = redis.pcall('ZADD', due, 'NX', now_ms, stream)
+    if type(added) == 'table' and added.err then return added.err end
+    if added == 1 then fresh[stream][#fresh[stream] + 1] = due end
+  end
+  marked[stream] = true
+  return nil
+end
+
+local function rescore(stream, first_id)
+  local ms = string.match(first_id, '^(%d+)-')
+  for _, due in ipairs(fresh[stream] or {}) do
+    redis.call('ZADD', due, 'XX', ms, stream)
+  end
+  fresh[stream] = {}
+end
+
 local results = {}
 local stopped = false
 for i = 1, #KEYS / 2 do
@@ -405,6 +435,10 @@ for i = 1, #KEYS / 2 do
     budget = budget - got - #roster
     local events, covers = bodies(conv, stale, got, encode_roster(roster), card)
     local prev, err = prev_of(stream)
+    if prev then
+      err = mark_due(stream)
+      if err then prev = nil end
+    end
     local appended, ids, prevs = 0, {}, {}
     if prev then
       for j = 1, #events do
@@ -417,6 +451,7 @@ for i = 1, #KEYS / 2 do
         appended = j
       end
       last_id[stream] = prev
+      if appended > 0 then rescore(stream, ids[1]) end
     end
     local removed = 0
     if appended > 0 then

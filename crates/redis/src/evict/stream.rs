@@ -46,6 +46,9 @@ pub struct StreamParams<'a> {
     pub parts: [&'a [u8]; 4],
     /// Read each key's lowest remaining score (a deadline index needs it).
     pub oldest: bool,
+    /// The due sets of the sweep's webhooks, space-separated (empty: none): each stream
+    /// appended to is marked due in each, in the same call.
+    pub due: &'a [u8],
 }
 
 /// One key of a call and the names that go with it.
@@ -146,6 +149,7 @@ impl StreamScript {
         } else {
             b"0".to_vec()
         });
+        argv.push(p.due.to_vec());
         for k in keys {
             argv.push(k.conversation.clone());
             argv.push(k.channel.clone());
@@ -170,6 +174,7 @@ impl StreamScript {
             publish: "",
             parts: [b""; 4],
             oldest: false,
+            due: b"",
         };
         let keys = [StreamKey {
             key,
