@@ -48,7 +48,7 @@ pub enum ClientError {
 
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
+pub enum Posted {
     /// The receiver answered with this status (and maybe a `Retry-After`).
     Status {
         /// The HTTP status.
@@ -62,7 +62,7 @@ pub enum Answer {
     Failed(String),
 }
 
-impl Answer {
+impl Posted {
     /// The metric label of the attempt's result.
     pub fn label(&self) -> &'static str {
         match self {
@@ -127,10 +127,10 @@ impl Client {
     }
 
     /// POSTs `body` once, signed, within the endpoint's timeout.
-    pub async fn post(&self, signed: &Signed<'_>, body: Bytes) -> Answer {
+    pub async fn post(&self, signed: &Signed<'_>, body: Bytes) -> Posted {
         let request = match self.request(signed, body) {
             Ok(r) => r,
-            Err(e) => return Answer::Failed(e.to_string()),
+            Err(e) => return Posted::Failed(e.to_string()),
         };
         let attempt = async {
             let response = self.http.request(request).await.map_err(|e| {
@@ -149,15 +149,15 @@ impl Client {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| retry::retry_after(v, SystemTime::now()));
             drain(response.into_body()).await;
-            Ok::<_, String>(Answer::Status {
+            Ok::<_, String>(Posted::Status {
                 status,
                 retry_after,
             })
         };
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(why)) => Answer::Failed(why),
-            Err(_) => Answer::TimedOut,
+            Ok(Err(why)) => Posted::Failed(why),
+            Err(_) => Posted::TimedOut,
         }
     }
 

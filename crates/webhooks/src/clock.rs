@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The offset of Redis's clock from the local one, learnt from every call that reads `TIME`.
 #[derive(Debug, Default)]
-pub struct RedisClock {
+pub struct RedisOffset {
     offset_ms: AtomicI64,
 }
 
@@ -16,7 +16,7 @@ fn local_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-impl RedisClock {
+impl RedisOffset {
     /// Redis said its time was `now_ms` just now.
     pub fn observe(&self, now_ms: u64) {
         self.offset_ms

@@ -14,11 +14,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, ClientError};
-use crate::clock::{RedisClock, now};
-use crate::metrics::Metrics;
+use crate::clock::{RedisOffset, now};
+use crate::metrics::DeliveryMetrics;
 use crate::signing::{BadSecret, Signer};
 use crate::store::{Claims, DeliveryStore};
-use crate::worker::{self, Shared};
+use crate::worker::{self, Common};
 
 /// How often an idle deliverer looks for due streams: well within the 100 ms a webhook may
 /// trail its pub/sub event by.
@@ -31,7 +31,7 @@ const STREAMS_PER_PERMIT: usize = 4;
 
 /// Why an endpoint cannot start.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub enum EndpointError {
     /// Its secret.
     #[error(transparent)]
     Secret(#[from] BadSecret),
@@ -53,7 +53,7 @@ pub struct Claiming {
 
 /// One endpoint's deliveries.
 pub struct Deliverer {
-    shared: Arc<Shared>,
+    shared: Arc<Common>,
     /// The most streams worked on at once.
     streams: usize,
     lease: Duration,
@@ -64,11 +64,11 @@ impl Deliverer {
     pub fn new(
         hook: &Webhook,
         store: Store,
-        metrics: &Metrics,
+        metrics: &DeliveryMetrics,
         claiming: &Claiming,
-    ) -> Result<Self, StartError> {
+    ) -> Result<Self, EndpointError> {
         let concurrency = hook.concurrency.max(1) as usize;
-        let shared = Shared {
+        let shared = Common {
             name: hook.name.clone(),
             client: Client::new(hook)?,
             signer: Signer::new(&hook.name, &hook.secrets)?,
@@ -80,7 +80,7 @@ impl Deliverer {
                 claiming.command_timeout,
             ),
             metrics: metrics.endpoint(&hook.name),
-            clock: RedisClock::default(),
+            clock: RedisOffset::default(),
             permits: Semaphore::new(concurrency),
             retry_for: hook.retry_for,
             failing: AtomicBool::new(false),

@@ -20,5 +20,5 @@ pub mod signing;
 pub mod store;
 pub mod worker;
 
-pub use endpoint::{Claiming, Deliverer, POLL, StartError};
-pub use metrics::Metrics;
+pub use endpoint::{Claiming, Deliverer, EndpointError, POLL};
+pub use metrics::DeliveryMetrics;

@@ -12,12 +12,12 @@ const ATTEMPT_BUCKETS: &[f64] = &[
 pub const OUTCOMES: &[&str] = &["delivered", "retried", "dropped"];
 /// Why an event was dropped.
 pub const DROP_REASONS: &[&str] = &["expired", "trimmed"];
-/// How an attempt ended (`client::Answer::label`).
+/// How an attempt ended (`client::Posted::label`).
 pub const RESULTS: &[&str] = &["2xx", "3xx", "4xx", "5xx", "timeout", "error"];
 
 /// Every webhook metric, all endpoints.
 #[derive(Clone)]
-pub struct Metrics {
+pub struct DeliveryMetrics {
     deliveries: IntCounterVec,
     dropped: IntCounterVec,
     attempts: IntCounterVec,
@@ -28,7 +28,7 @@ pub struct Metrics {
     redis_errors: IntCounterVec,
 }
 
-impl Metrics {
+impl DeliveryMetrics {
     /// Creates the metrics (names under `namespace`) and registers them in `registry`.
     pub fn new(namespace: &str, registry: &Registry) -> prometheus::Result<Self> {
         let opts = |name: &str, help: &str| Opts::new(name, help).namespace(namespace);
@@ -148,7 +148,7 @@ impl Metrics {
 #[derive(Clone)]
 pub struct Endpoint {
     name: String,
-    metrics: Metrics,
+    metrics: DeliveryMetrics,
     duration: prometheus::Histogram,
     backlog: prometheus::IntGauge,
     oldest: prometheus::IntGauge,

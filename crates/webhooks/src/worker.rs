@@ -13,8 +13,8 @@ use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{Answer, Client, Signed};
-use crate::clock::{RedisClock, now, unix_seconds};
+use crate::client::{Client, Posted, Signed};
+use crate::clock::{RedisOffset, now, unix_seconds};
 use crate::entry::{Delivery, EntryId, after};
 use crate::id::webhook_id;
 use crate::metrics::Endpoint;
@@ -29,7 +29,7 @@ const REDIS_RETRY_FIRST: Duration = Duration::from_millis(100);
 const REDIS_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// What every stream of one endpoint shares.
-pub struct Shared {
+pub struct Common {
     /// The endpoint's name, for logs.
     pub name: String,
     /// Its HTTP client.
@@ -41,7 +41,7 @@ pub struct Shared {
     /// Its series.
     pub metrics: Endpoint,
     /// Redis's clock.
-    pub clock: RedisClock,
+    pub clock: RedisOffset,
     /// One permit per request in flight (`concurrency`).
     pub permits: Semaphore,
     /// `retry_for`.
@@ -51,7 +51,7 @@ pub struct Shared {
 }
 
 /// Delivers `claimed` until nothing waits, the claim is lost, or `cancel` fires.
-pub async fn run(shared: Arc<Shared>, claimed: Claimed, cancel: CancellationToken) {
+pub async fn run(shared: Arc<Common>, claimed: Claimed, cancel: CancellationToken) {
     let stream = claimed.stream;
     let mut cursor = claimed.cursor;
     let since = EntryId {
@@ -81,7 +81,7 @@ pub async fn run(shared: Arc<Shared>, claimed: Claimed, cancel: CancellationToke
 /// The deliveries of a batch and its last entry's id; entries that hold no event (written by
 /// something else) are skipped and counted as dropped.
 fn parse(
-    shared: &Shared,
+    shared: &Common,
     entries: Vec<(String, Option<Vec<u8>>)>,
 ) -> (Vec<Delivery>, Option<EntryId>) {
     let mut last = None;
@@ -106,7 +106,7 @@ fn parse(
 /// before they were delivered. The chain of `prev` ids tells: the first entry after the cursor
 /// names it, and the first one since the stream was marked due names one before that.
 fn check_trim(
-    shared: &Shared,
+    shared: &Common,
     cursor: Option<EntryId>,
     since: EntryId,
     first: Option<&Delivery>,
@@ -131,7 +131,7 @@ fn check_trim(
 /// Delivers a batch: each conversation's events in order, the conversations concurrently.
 /// False if `cancel` fired before every event was delivered or dropped.
 async fn deliver_batch(
-    shared: &Arc<Shared>,
+    shared: &Arc<Common>,
     stream: &[u8],
     deliveries: Vec<Delivery>,
     cancel: &CancellationToken,
@@ -162,7 +162,7 @@ async fn deliver_batch(
 
 /// Posts one event until a 2xx answers or it expires. False if `cancel` fired first.
 async fn deliver(
-    shared: &Shared,
+    shared: &Common,
     stream: &[u8],
     d: Delivery,
     cancel: &CancellationToken,
@@ -186,14 +186,14 @@ async fn deliver(
             answer = attempt(shared, &id, &body) => answer,
         };
         let retry_after = match answer {
-            Answer::Status { status, .. } if retry::delivered(status) => {
+            Posted::Status { status, .. } if retry::delivered(status) => {
                 shared.metrics.outcome("delivered");
                 if shared.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(webhook = %shared.name, "the webhook's receiver accepts events again");
                 }
                 return true;
             }
-            Answer::Status { retry_after, .. } => retry_after,
+            Posted::Status { retry_after, .. } => retry_after,
             _ => None,
         };
         failures += 1;
@@ -214,9 +214,9 @@ async fn deliver(
 }
 
 /// One POST, within a permit of the endpoint's `concurrency`, signed afresh.
-async fn attempt(shared: &Shared, id: &str, body: &Bytes) -> Answer {
+async fn attempt(shared: &Common, id: &str, body: &Bytes) -> Posted {
     let Ok(_permit) = shared.permits.acquire().await else {
-        return Answer::Failed("the endpoint is stopping".into());
+        return Posted::Failed("the endpoint is stopping".into());
     };
     let timestamp = unix_seconds();
     let signed = Signed {
@@ -233,18 +233,18 @@ async fn attempt(shared: &Shared, id: &str, body: &Bytes) -> Answer {
 }
 
 /// An attempt's result for a log line (no ids).
-fn describe(answer: &Answer) -> String {
+fn describe(answer: &Posted) -> String {
     match answer {
-        Answer::Status { status, .. } => format!("HTTP {status}"),
-        Answer::TimedOut => "no answer within the timeout".into(),
-        Answer::Failed(why) => why.clone(),
+        Posted::Status { status, .. } => format!("HTTP {status}"),
+        Posted::TimedOut => "no answer within the timeout".into(),
+        Posted::Failed(why) => why.clone(),
     }
 }
 
 /// Runs a Redis call until it succeeds (a failure is counted and waited out, with backoff), or
 /// `None` once `cancel` fires.
 pub async fn redis_retrying<T, F: Future<Output = Result<T, StoreError>>>(
-    shared: &Shared,
+    shared: &Common,
     cancel: &CancellationToken,
     mut call: impl FnMut() -> F,
 ) -> Option<T> {

@@ -119,7 +119,7 @@ pub struct Metrics {
     scores_ahead: IntCounterVec,
     config_reloads: IntCounterVec,
     lease_held: IntGaugeVec,
-    webhooks: presence_sweeper_webhooks::Metrics,
+    webhooks: presence_sweeper_webhooks::DeliveryMetrics,
 }
 
 impl Metrics {
@@ -130,7 +130,7 @@ impl Metrics {
     )]
     pub fn new(build: BuildInfo) -> Self {
         let registry = Registry::new();
-        let webhooks = presence_sweeper_webhooks::Metrics::new(NAMESPACE, &registry)
+        let webhooks = presence_sweeper_webhooks::DeliveryMetrics::new(NAMESPACE, &registry)
             .expect("metric names are unique");
         let by_sweep = &["sweep"];
         let counter = |name: &str, help: &str| {
@@ -582,7 +582,7 @@ impl Metrics {
     }
 
     /// The webhooks' metrics, whose series an endpoint creates at zero when it starts.
-    pub fn webhooks(&self) -> &presence_sweeper_webhooks::Metrics {
+    pub fn webhooks(&self) -> &presence_sweeper_webhooks::DeliveryMetrics {
         &self.webhooks
     }
 
