@@ -13,6 +13,7 @@ COPY crates/config/Cargo.toml crates/config/
 COPY crates/redis/Cargo.toml crates/redis/
 COPY crates/rules/Cargo.toml crates/rules/
 COPY crates/tools/Cargo.toml crates/tools/
+COPY crates/webhooks/Cargo.toml crates/webhooks/
 RUN for crate in . crates/*; do \
       mkdir -p "$crate/src" && echo 'fn main() {}' > "$crate/src/main.rs" && touch "$crate/src/lib.rs"; \
     done \

@@ -472,3 +472,27 @@ fn github_anchors_follow_githubs_rules() {
     assert!(is_external("https://example.com/a#b"));
     assert!(!is_external("docs/design.md#a:b"));
 }
+
+/// The image's first stage builds the dependencies from the manifests alone, so it must copy
+/// every workspace member's: a member it misses fails the image build, not the tests.
+#[test]
+fn the_dockerfile_copies_every_workspace_members_manifest() {
+    let dockerfile = read(&root().join("Dockerfile"));
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        if !dir.join("Cargo.toml").exists() {
+            continue;
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let line = format!("COPY crates/{name}/Cargo.toml crates/{name}/");
+        if !dockerfile.lines().any(|l| l.trim() == line) {
+            missing.push(line);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the Dockerfile lacks:\n{}",
+        missing.join("\n")
+    );
+}
