@@ -39,6 +39,7 @@ use presence_sweeper_rules::event::EventEncoder;
 use presence_sweeper_rules::sizing::Sizing;
 use presence_sweeper_rules::storm::{GuardReport, StormGuard, Unreported};
 use presence_sweeper_rules::units::{UnitAlarm, UnitWatch};
+use presence_sweeper_webhooks::DueSlots;
 
 pub(crate) use check::CheckCtx;
 
@@ -72,6 +73,8 @@ pub struct Evictor {
     sizing: Sizing,
     /// When each node (by its id) last passed its preflight.
     preflights: Mutex<HashMap<String, Instant>>,
+    /// Where a cluster's slots marked due for webhooks are said, for the daemon's deliverers.
+    due_slots: Option<DueSlots>,
 }
 
 impl Evictor {
@@ -127,7 +130,15 @@ impl Evictor {
             evict: evict.clone(),
             sharded_pubsub,
             preflights: Mutex::default(),
+            due_slots: None,
         }
+    }
+
+    /// Says to `hints` which of a cluster's slots its stream calls marked due for webhooks,
+    /// so that the daemon's deliverers claim from them at once.
+    pub(crate) fn with_due_slots(mut self, hints: DueSlots) -> Self {
+        self.due_slots = Some(hints);
+        self
     }
 
     /// The sweep's storm guard.
@@ -175,10 +186,13 @@ impl Evictor {
             .stream
             .as_ref()
             .map(|s| s.key.render(key, conversation_id));
+        let in_slot = node
+            .needs_slot_groups()
+            .then(|| presence_sweeper_webhooks::keys::slot_of(key));
         let due: Vec<String> = self.config.stream.as_ref().map_or_else(Vec::new, |s| {
             s.webhooks
                 .iter()
-                .map(|w| presence_sweeper_webhooks::keys::due_key(w))
+                .map(|w| presence_sweeper_webhooks::keys::due_key(w, in_slot))
                 .collect()
         });
         let stream =

@@ -8,6 +8,7 @@ use presence_sweeper_redis::{Error, Node, refusal_reason};
 use presence_sweeper_rules::check::{CheckOpts, Checked};
 use presence_sweeper_rules::event::conversation_field;
 use presence_sweeper_rules::plan::KeyState;
+use presence_sweeper_webhooks::keys;
 
 use super::Evictor;
 use super::apply::slot_groups;
@@ -67,7 +68,12 @@ impl Evictor {
         let stream = self.config.stream.as_ref().expect("a sweep with a stream");
         let most = self.stream_budget();
         let [head, roster, count, truncated] = self.encoder.parts();
-        let due = presence_sweeper_webhooks::keys::due_keys_arg(&stream.webhooks);
+        // On a cluster the call's keys share a slot, and so must the due sets it marks.
+        let in_slot = node
+            .needs_slot_groups()
+            .then(|| pending.first().map(|&i| keys::slot_of(keys[i])))
+            .flatten();
+        let due = keys::due_keys_arg(&stream.webhooks, in_slot);
         let mut params = StreamParams {
             ttl: self.config.ttl,
             unit: self.config.score_unit,
@@ -93,6 +99,13 @@ impl Evictor {
             ctx.observer.progress();
             let mut next = Vec::new();
             let mut refused = None;
+            let appended = reply
+                .keys
+                .iter()
+                .any(|r| matches!(r, KeyReply::Swept(s) if !s.removed.is_empty()));
+            if let (Some(in_slot), Some(hints), true) = (in_slot, &self.due_slots, appended) {
+                hints.mark(&stream.webhooks, in_slot);
+            }
             for (i, result) in pending.into_iter().zip(reply.keys) {
                 let swept = match result {
                     KeyReply::Swept(s) => s,

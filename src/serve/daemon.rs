@@ -24,6 +24,7 @@ use presence_sweeper_redis::Error;
 use presence_sweeper_redis::Store;
 use presence_sweeper_rules::backoff::Backoff;
 use presence_sweeper_rules::trouble::Trouble;
+use presence_sweeper_webhooks::DueSlots;
 
 /// How long shutdown waits for work in flight; below the 5 s an orchestrator is promised.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(4);
@@ -251,8 +252,15 @@ async fn serve(
     let alive_every = engine::alive_every(ctx.notifier.watchdog_period());
     // Deliveries run beside the sweeps, never in their way: a receiver that hangs holds only
     // its own tasks.
-    let mut hooks = Webhooks::start(store.clone(), config, ctx.metrics.clone(), &stop);
-    let mut engine = Engine::new(store, config, reports, alive_every, stop.clone());
+    let due_slots = DueSlots::default();
+    let mut hooks = Webhooks::start(
+        store.clone(),
+        config,
+        ctx.metrics.clone(),
+        due_slots.clone(),
+        &stop,
+    );
+    let mut engine = Engine::new(store, config, reports, alive_every, due_slots, stop.clone());
     engine.apply(config).await?;
     let status = |n: usize| format!("sweeping ({n} sweeps)");
     ctx.notifier.ready(&status(engine.sweep_count()));

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use presence_sweeper_config::{Config, Coordination, Webhook};
 use presence_sweeper_redis::Store;
-use presence_sweeper_webhooks::{Claiming, Deliverer};
+use presence_sweeper_webhooks::{Claiming, Deliverer, DueSlots};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +18,7 @@ pub(crate) struct Webhooks {
     store: Store,
     metrics: Arc<Metrics>,
     owner: String,
+    due_slots: DueSlots,
     running: Option<Running>,
 }
 
@@ -30,17 +31,20 @@ struct Running {
 }
 
 impl Webhooks {
-    /// Starts the deliverers of `config` on `store`, stopping with `cancel`.
+    /// Starts the deliverers of `config` on `store`, stopping with `cancel`; on a cluster they
+    /// hear of the slots the evictors marked due through `due_slots`.
     pub(crate) fn start(
         store: Store,
         config: &Config,
         metrics: Arc<Metrics>,
+        due_slots: DueSlots,
         cancel: &CancellationToken,
     ) -> Self {
         let mut hooks = Self {
             store,
             metrics,
             owner: owner_id(),
+            due_slots,
             running: None,
         };
         hooks.run(config, cancel);
@@ -52,6 +56,7 @@ impl Webhooks {
             owner: self.owner.clone(),
             lease: config.coordination.lease_ttl,
             command_timeout: config.redis.command_timeout,
+            hints: self.due_slots.clone(),
         };
         let cancel = cancel.child_token();
         let mut tasks = JoinSet::new();

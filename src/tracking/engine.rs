@@ -28,6 +28,7 @@ use presence_sweeper_rules::node::NodeId;
 use presence_sweeper_rules::pause::PauseWatch;
 use presence_sweeper_rules::report::{Beat, SweepReport, Totals};
 use presence_sweeper_rules::summary::Summary;
+use presence_sweeper_webhooks::DueSlots;
 
 /// How often the topology is read again (a cluster's primaries after a failover or a
 /// resharding); sooner when a primary's work fails, but at most once per [`TOPOLOGY_AFTER`].
@@ -90,6 +91,8 @@ enum Msg {
 /// The sweeps and the primaries' loops.
 pub(crate) struct Engine {
     store: Store,
+    /// Where the evictors say which cluster slots they marked due for webhooks.
+    due_slots: DueSlots,
     settings: Arc<primary::LoopSettings>,
     capacity: Arc<Capacity>,
     reports: Arc<dyn Reports>,
@@ -124,6 +127,7 @@ impl Engine {
         config: &Config,
         reports: Arc<dyn Reports>,
         alive_every: Duration,
+        due_slots: DueSlots,
         cancel: CancellationToken,
     ) -> Self {
         let (outbox, inbox) = mpsc::channel(64);
@@ -143,6 +147,7 @@ impl Engine {
             async move { crate::tracking::pause::run(&pauses, cancel).await }
         });
         Self {
+            due_slots,
             pauses,
             settings: Arc::new(settings_of(config, alive_every)),
             capacity: Capacity::new(tracking.max_keys),
@@ -213,14 +218,17 @@ impl Engine {
         let ticker = Ticker::start(&config.schedule, &mut self.cron).await?;
         let cron_job = ticker.cron_job();
         let handles = self.reports.sweep(config);
-        let sweep = Arc::new(Evictor::with_settings(
-            config,
-            &settings.evict,
-            &settings.events,
-            settings.sharded_pubsub,
-            handles.guard,
-            handles.units,
-        ));
+        let sweep = Arc::new(
+            Evictor::with_settings(
+                config,
+                &settings.evict,
+                &settings.events,
+                settings.sharded_pubsub,
+                handles.guard,
+                handles.units,
+            )
+            .with_due_slots(self.due_slots.clone()),
+        );
         let report = handles.report;
         let job = Arc::new(SweepJob {
             evictor: sweep,

@@ -227,7 +227,7 @@ impl Config {
         let mut webhooks = root.table("webhooks")?;
         let redis_config = Redis::read(&mut redis)?;
         let mut all_sweeps = Sweep::read_all(&mut sweeps, &redis_config)?;
-        let hooks = Webhook::read_all(&mut webhooks, &all_sweeps, &redis_config)?;
+        let hooks = Webhook::read_all(&mut webhooks, &all_sweeps)?;
         for sweep in &mut all_sweeps {
             if let Some(stream) = &mut sweep.stream {
                 stream.webhooks = hooks

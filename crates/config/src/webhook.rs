@@ -11,7 +11,6 @@ use base64::Engine as _;
 
 use super::duration::{MAX_STREAM_AGE, MAX_TIMEOUT};
 use super::error::ConfigError;
-use super::redis::{Redis, RedisMode};
 use super::secret::{Secret, read_pem, read_secret};
 use super::section::{self, Key, Shown};
 use super::sweep::Sweep;
@@ -66,7 +65,6 @@ impl Webhook {
     pub(super) fn read_all(
         webhooks: &mut Table,
         sweeps: &[Sweep],
-        redis: &Redis,
     ) -> Result<Vec<Self>, ConfigError> {
         let mut names: Vec<String> = webhooks.map.keys().cloned().collect();
         names.sort();
@@ -76,13 +74,6 @@ impl Webhook {
             check_name(&name, &t)?;
             let hook = Self::read(name, &mut t)?;
             hook.check_sweeps(&t, sweeps)?;
-            if redis.mode == RedisMode::Cluster && hook.enabled {
-                return Err(t.invalid(
-                    format!("{:?}", hook.name),
-                    "webhooks are not supported on a Redis Cluster yet (standalone and Sentinel \
-                     only): remove the table or set `enabled = false`",
-                ));
-            }
             t.finish()?;
             all.push(hook);
         }

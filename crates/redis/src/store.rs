@@ -115,6 +115,11 @@ impl Store {
         }
     }
 
+    /// Whether Redis is a cluster: keys one call touches must share a hash slot.
+    pub fn is_cluster(&self) -> bool {
+        matches!(&*self.backend, Backend::Cluster(_))
+    }
+
     /// The primaries a pass scans, each with its own SCAN cursor: the one server, or every
     /// primary of the cluster as its own topology reports them now (so a pass after a failover
     /// or a resharding scans the new layout).

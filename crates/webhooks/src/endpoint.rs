@@ -1,8 +1,9 @@
 //! One endpoint's deliverer: claims due streams (four per request its `concurrency` allows in
 //! flight), runs a worker per claimed stream, renews its claims a third of the way through their
-//! lease, and on shutdown gives them back so that another replica goes on at once.
+//! lease, and on shutdown gives them back so that another replica goes on at once. On a cluster
+//! it claims from the due sets of the slots it knows to hold streams ([`Slots`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, ClientError};
 use crate::clock::{RedisOffset, now};
+use crate::hints::DueSlots;
 use crate::metrics::DeliveryMetrics;
 use crate::signing::{BadSecret, Signer};
 use crate::store::{Claims, DeliveryStore};
@@ -28,6 +30,13 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// Streams worked on at once, per request allowed in flight: a worker spends part of its time
 /// on Redis (reading, moving its cursor), during which others can use the permits.
 const STREAMS_PER_PERMIT: usize = 4;
+/// On a cluster, how often every slot's due set is looked at (16,384 `EXISTS`, split among the
+/// primaries): what finds the streams another replica (or a predecessor) marked due. This
+/// process's own evictions are heard at once ([`DueSlots`]).
+pub const DISCOVER: Duration = Duration::from_secs(1);
+/// On a cluster, the most slots one look claims from, so that a look stays a bounded number of
+/// calls however many slots hold streams; the next look goes on where this one stopped.
+const SLOTS_PER_LOOK: usize = 64;
 
 /// Why an endpoint cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +58,8 @@ pub struct Claiming {
     pub lease: Duration,
     /// The bound of each Redis call.
     pub command_timeout: Duration,
+    /// The slots this process's evictions marked due.
+    pub hints: DueSlots,
 }
 
 /// One endpoint's deliveries.
@@ -57,6 +68,7 @@ pub struct Deliverer {
     /// The most streams worked on at once.
     streams: usize,
     lease: Duration,
+    hints: DueSlots,
 }
 
 impl Deliverer {
@@ -89,6 +101,7 @@ impl Deliverer {
             shared: Arc::new(shared),
             streams: concurrency * STREAMS_PER_PERMIT,
             lease: claiming.lease,
+            hints: claiming.hints.clone(),
         })
     }
 
@@ -98,32 +111,57 @@ impl Deliverer {
         let mut workers: JoinSet<()> = JoinSet::new();
         let mut active: HashMap<Vec<u8>, CancellationToken> = HashMap::new();
         let mut ids: HashMap<tokio::task::Id, Vec<u8>> = HashMap::new();
+        let mut slots = Slots::new(shared.store.per_slot());
         let renew_every = self.lease / 3;
         let mut renewed = now();
         let mut redis_failing = false;
         let mut looked: Option<std::time::Instant> = None;
         while !cancel.is_cancelled() {
+            if slots.per_slot {
+                slots.hear(self.hints.take(&shared.name));
+                if slots.discovery_due() {
+                    match shared.store.discover(&slots.known()).await {
+                        Ok(found) => slots.found(found),
+                        Err(e) => {
+                            shared.metrics.redis_error();
+                            tracing::debug!(webhook = %shared.name, error = %e, "looking for due slots failed; retrying");
+                        }
+                    }
+                }
+            }
             // A claim reads a window of the due set: look again once a quarter of the slots is
             // free, or every POLL, not at every stream done (that cost Redis more than the
             // deliveries did).
-            let free = self.streams - active.len();
+            let mut free = self.streams - active.len();
             let due_to_look = looked.is_none_or(|at| now().duration_since(at) >= POLL);
             if free > 0 && (free >= self.streams / 4 || due_to_look) {
                 looked = Some(now());
-                let window = active.len() + 2 * free;
-                match shared.store.claim(free, window).await {
-                    Ok(claims) => {
-                        redis_failing = false;
-                        self.start(claims, &mut workers, &mut active, &mut ids, &cancel);
+                for in_slot in slots.next_turn() {
+                    if free == 0 {
+                        break;
                     }
-                    Err(e) => {
-                        shared.metrics.redis_error();
-                        if !redis_failing {
-                            tracing::warn!(webhook = %shared.name, error = %e, "cannot look for events to deliver; retrying");
+                    let window = active.len() + 2 * free;
+                    match shared.store.claim(in_slot, free, window).await {
+                        Ok(claims) => {
+                            redis_failing = false;
+                            shared.clock.observe(claims.now_ms);
+                            slots.saw(in_slot, &claims);
+                            free -=
+                                self.start(claims, &mut workers, &mut active, &mut ids, &cancel);
                         }
-                        redis_failing = true;
+                        Err(e) => {
+                            shared.metrics.redis_error();
+                            if !redis_failing {
+                                tracing::warn!(webhook = %shared.name, error = %e, "cannot look for events to deliver; retrying");
+                            }
+                            redis_failing = true;
+                            break;
+                        }
                     }
                 }
+                let (due, oldest_ms) = slots.backlog();
+                let age = oldest_ms.map_or(0, |ms| shared.clock.now_ms().saturating_sub(ms) / 1000);
+                shared.metrics.backlog(due, age);
             }
             shared.metrics.claimed(active.len());
             tokio::select! {
@@ -153,7 +191,7 @@ impl Deliverer {
         shared.metrics.claimed(0);
     }
 
-    /// Starts a worker for each stream claimed that none works on yet.
+    /// Starts a worker for each stream claimed that none works on yet; returns how many.
     fn start(
         &self,
         claims: Claims,
@@ -161,13 +199,8 @@ impl Deliverer {
         active: &mut HashMap<Vec<u8>, CancellationToken>,
         ids: &mut HashMap<tokio::task::Id, Vec<u8>>,
         cancel: &CancellationToken,
-    ) {
-        let shared = &self.shared;
-        shared.clock.observe(claims.now_ms);
-        let age = claims
-            .oldest_ms
-            .map_or(0, |ms| claims.now_ms.saturating_sub(ms) / 1000);
-        shared.metrics.backlog(claims.due, age);
+    ) -> usize {
+        let mut started = 0;
         for claimed in claims.claimed {
             if active.contains_key(&claimed.stream) {
                 continue;
@@ -178,7 +211,9 @@ impl Deliverer {
             let stream = claimed.stream.clone();
             let task = workers.spawn(worker::run(shared, claimed, token));
             ids.insert(task.id(), stream);
+            started += 1;
         }
+        started
     }
 
     /// Renews the claims of `active` (or gives them back); a worker whose claim went to
@@ -222,5 +257,130 @@ fn finished(
     };
     if let Some(stream) = ids.remove(&id) {
         active.remove(&stream);
+    }
+}
+
+/// The due sets a deliverer claims from: the only one, or on a cluster those of the slots known
+/// to hold streams (heard from this process's evictions or found by discovery), each with what
+/// its last claim saw for the backlog series.
+struct Slots {
+    per_slot: bool,
+    /// Due streams and the oldest one's score (ms) per due set, as last seen.
+    seen: BTreeMap<Option<u16>, (u64, Option<u64>)>,
+    /// Where the next look begins, so that every slot gets its turn.
+    next: usize,
+    discovered: Option<std::time::Instant>,
+}
+
+impl Slots {
+    fn new(per_slot: bool) -> Self {
+        let mut seen = BTreeMap::new();
+        if !per_slot {
+            seen.insert(None, (0, None));
+        }
+        Self {
+            per_slot,
+            seen,
+            next: 0,
+            discovered: None,
+        }
+    }
+
+    fn hear(&mut self, marked: impl IntoIterator<Item = u16>) {
+        for s in marked {
+            self.seen.entry(Some(s)).or_insert((0, None));
+        }
+    }
+
+    fn discovery_due(&mut self) -> bool {
+        let due = self
+            .discovered
+            .is_none_or(|at| now().duration_since(at) >= DISCOVER);
+        if due {
+            self.discovered = Some(now());
+        }
+        due
+    }
+
+    fn known(&self) -> Vec<u16> {
+        self.seen.keys().filter_map(|s| *s).collect()
+    }
+
+    fn found(&mut self, slots: Vec<u16>) {
+        self.hear(slots);
+    }
+
+    /// The due sets to claim from now: all of them, or the next [`SLOTS_PER_LOOK`] in turn.
+    fn next_turn(&mut self) -> Vec<Option<u16>> {
+        let all: Vec<Option<u16>> = self.seen.keys().copied().collect();
+        if all.len() <= SLOTS_PER_LOOK {
+            return all;
+        }
+        let start = self.next % all.len();
+        self.next = start + SLOTS_PER_LOOK;
+        all.iter()
+            .cycle()
+            .skip(start)
+            .take(SLOTS_PER_LOOK)
+            .copied()
+            .collect()
+    }
+
+    /// What a claim on `in_slot` saw; a slot's due set found empty is forgotten until it is
+    /// heard of or found again.
+    fn saw(&mut self, in_slot: Option<u16>, claims: &Claims) {
+        if in_slot.is_some() && claims.due == 0 {
+            self.seen.remove(&in_slot);
+        } else {
+            self.seen.insert(in_slot, (claims.due, claims.oldest_ms));
+        }
+    }
+
+    /// Due streams in all, and the oldest one's score (ms).
+    fn backlog(&self) -> (u64, Option<u64>) {
+        let due = self.seen.values().map(|(n, _)| n).sum();
+        let oldest = self.seen.values().filter_map(|(_, o)| *o).min();
+        (due, oldest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims(due: u64, oldest_ms: Option<u64>) -> Claims {
+        Claims {
+            now_ms: 0,
+            due,
+            oldest_ms,
+            claimed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_single_server_has_one_due_set_always() {
+        let mut slots = Slots::new(false);
+        assert_eq!(slots.next_turn(), [None]);
+        slots.saw(None, &claims(0, None));
+        assert_eq!(slots.next_turn(), [None]);
+        assert_eq!(slots.backlog(), (0, None));
+    }
+
+    #[test]
+    fn a_clusters_slots_each_get_their_turn_and_empty_ones_are_forgotten() {
+        let mut slots = Slots::new(true);
+        assert!(slots.next_turn().is_empty());
+        slots.hear(0..100);
+        let first = slots.next_turn();
+        let second = slots.next_turn();
+        assert_eq!(first.len(), SLOTS_PER_LOOK);
+        assert_eq!(second.len(), SLOTS_PER_LOOK);
+        let seen: std::collections::BTreeSet<_> = first.iter().chain(&second).collect();
+        assert_eq!(seen.len(), 100, "two looks reach every slot");
+        slots.saw(Some(3), &claims(2, Some(500)));
+        slots.saw(Some(4), &claims(1, Some(400)));
+        slots.saw(Some(5), &claims(0, None));
+        assert!(!slots.known().contains(&5));
+        assert_eq!(slots.backlog(), (3, Some(400)));
     }
 }

@@ -1,6 +1,7 @@
 -- Renews (or, with a lease of 0, releases) this replica's claims on streams, only where it still
 -- holds them: a claim taken over meanwhile is the new owner's.
 --
+-- KEYS[1] the due set the streams are in (names their slot on a cluster; not read)
 -- ARGV[1] the prefix of the per-stream state hashes   ARGV[2] owner id
 -- ARGV[3] lease, ms (0: release)                      ARGV[4..] the streams
 -- Returns { now ms, { 1 if still held, else 0, per stream } }

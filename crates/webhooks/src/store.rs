@@ -1,10 +1,13 @@
 //! An endpoint's delivery state in Redis (`keys`): claiming due streams with a lease, renewing
-//! and releasing claims, reading entries, and moving a stream's cursor. Every call is bounded:
-//! in time (`redis.command_timeout`) and in what it reads (COUNT, LIMIT).
+//! and releasing claims, reading entries, moving a stream's cursor, and on a cluster finding
+//! the slots whose due sets hold anything. Every call is bounded: in time
+//! (`redis.command_timeout`) and in what it reads (COUNT, LIMIT).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use presence_sweeper_redis::Store;
+use presence_sweeper_redis::{Packed, Store};
+use presence_sweeper_rules::slot::SLOTS;
 use redis::Value;
 
 use crate::entry::EntryId;
@@ -63,7 +66,9 @@ pub enum Advanced {
 #[derive(Clone)]
 pub struct DeliveryStore {
     store: Store,
-    due: String,
+    endpoint: String,
+    /// Whether due sets are kept per hash slot (a cluster).
+    per_slot: bool,
     state_prefix: String,
     owner: String,
     lease: Duration,
@@ -83,8 +88,9 @@ impl DeliveryStore {
         timeout: Duration,
     ) -> Self {
         Self {
+            per_slot: store.is_cluster(),
             store,
-            due: keys::due_key(endpoint),
+            endpoint: endpoint.to_owned(),
             state_prefix: keys::state_prefix(endpoint),
             owner,
             lease,
@@ -93,6 +99,22 @@ impl DeliveryStore {
             renew: redis::Script::new(include_str!("renew.lua")),
             advance: redis::Script::new(include_str!("advance.lua")),
         }
+    }
+
+    /// Whether due sets are kept per hash slot: then [`DeliveryStore::claim`] takes a slot,
+    /// and [`DeliveryStore::discover`] finds the slots to claim from.
+    pub fn per_slot(&self) -> bool {
+        self.per_slot
+    }
+
+    /// The due set of `in_slot` (ignored outside a cluster).
+    fn due(&self, in_slot: Option<u16>) -> String {
+        keys::due_key(&self.endpoint, in_slot.filter(|_| self.per_slot))
+    }
+
+    /// The due set `stream` is marked in.
+    fn due_of(&self, stream: &[u8]) -> String {
+        self.due(Some(keys::slot_of(stream)))
     }
 
     async fn bounded<T>(
@@ -109,10 +131,16 @@ impl DeliveryStore {
         self.lease.as_millis().max(1) as u64
     }
 
-    /// Claims up to `want` due streams, looking at no more than `window` of them.
-    pub async fn claim(&self, want: usize, window: usize) -> Result<Claims, StoreError> {
+    /// Claims up to `want` due streams of the due set of `in_slot` (the only one outside a
+    /// cluster), looking at no more than `window` of them.
+    pub async fn claim(
+        &self,
+        in_slot: Option<u16>,
+        want: usize,
+        window: usize,
+    ) -> Result<Claims, StoreError> {
         let mut con = self.store.connection();
-        let mut call = self.claim.key(&self.due);
+        let mut call = self.claim.key(self.due(in_slot));
         call.arg(&self.state_prefix)
             .arg(&self.owner)
             .arg(self.lease_ms())
@@ -141,22 +169,54 @@ impl DeliveryStore {
     }
 
     /// Renews this replica's claims on `streams` (`release`: gives them up); returns Redis's
-    /// clock and, per stream, whether it is still held.
+    /// clock and, per stream, whether it is still held. On a cluster, one call per slot.
     pub async fn renew(
         &self,
         streams: &[&[u8]],
         release: bool,
     ) -> Result<(u64, Vec<bool>), StoreError> {
-        let mut con = self.store.connection();
-        let mut call = self.renew.prepare_invoke();
-        call.arg(&self.state_prefix)
-            .arg(&self.owner)
-            .arg(if release { 0 } else { self.lease_ms() });
-        for s in streams {
-            call.arg(*s);
+        let mut by_slot: BTreeMap<Option<u16>, Vec<usize>> = BTreeMap::new();
+        for (i, s) in streams.iter().enumerate() {
+            let at = self.per_slot.then(|| keys::slot_of(s));
+            by_slot.entry(at).or_default().push(i);
         }
-        let (now, held): (u64, Vec<u8>) = self.bounded(call.invoke_async(&mut con)).await?;
-        Ok((now, held.into_iter().map(|h| h == 1).collect()))
+        let mut held = vec![false; streams.len()];
+        let mut now = 0;
+        for (in_slot, at) in by_slot {
+            let mut con = self.store.connection();
+            // The due set is named only to route the call to the slot's primary.
+            let mut call = self.renew.key(self.due(in_slot));
+            call.arg(&self.state_prefix)
+                .arg(&self.owner)
+                .arg(if release { 0 } else { self.lease_ms() });
+            for &i in &at {
+                call.arg(streams[i]);
+            }
+            let (clock, these): (u64, Vec<u8>) = self.bounded(call.invoke_async(&mut con)).await?;
+            now = now.max(clock);
+            for (i, h) in at.into_iter().zip(these) {
+                held[i] = h == 1;
+            }
+        }
+        Ok((now, held))
+    }
+
+    /// On a cluster, the slots whose due sets hold streams, leaving out those of `known`: one
+    /// `EXISTS` per slot, pipelined to each slot's primary (16,384 in all, split among them).
+    pub async fn discover(&self, known: &[u16]) -> Result<Vec<u16>, StoreError> {
+        let mut batch = Packed::with_capacity(usize::from(SLOTS) * 48);
+        let mut asked = Vec::with_capacity(usize::from(SLOTS));
+        for s in (0..SLOTS).filter(|s| !known.contains(s)) {
+            batch.command(&[b"EXISTS", self.due(Some(s)).as_bytes()]);
+            asked.push(s);
+        }
+        let replies = self.bounded(self.store.send_by_slot(batch, 1)).await?;
+        Ok(asked
+            .into_iter()
+            .zip(replies)
+            .filter(|(_, r)| matches!(r, presence_sweeper_redis::Value::Int(n) if *n > 0))
+            .map(|(s, _)| s)
+            .collect())
     }
 
     /// Up to `count` entries of `stream` after `cursor` (else from `since_ms` on), as
@@ -193,7 +253,7 @@ impl DeliveryStore {
         let mut con = self.store.connection();
         let mut state = self.state_prefix.as_bytes().to_vec();
         state.extend_from_slice(stream);
-        let mut call = self.advance.key(&self.due);
+        let mut call = self.advance.key(self.due_of(stream));
         call.key(state)
             .key(stream)
             .arg(&self.owner)

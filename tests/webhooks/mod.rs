@@ -14,6 +14,8 @@ use crate::support::{
 };
 use presence_sweeper_webhooks::id::webhook_id;
 
+mod cluster;
+
 const SECRET: &str = "whsec_cHJlc2VuY2Utc3dlZXBlci13ZWJob29rLXRlc3QtazE=";
 const PER_CONVERSATION: &str = "presence:{hash_tag}:log";
 const FIXED: &str = "presence-sweeper:leaves";

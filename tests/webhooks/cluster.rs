@@ -1,0 +1,90 @@
+//! Webhooks on a Redis Cluster: the due sets live in the streams' slots, so a daemon killed with
+//! events undelivered, and a new one that never heard of them, still delivers each once, in
+//! order per conversation, from every primary.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::support::cluster::RedisCluster;
+use crate::support::receiver::{Mode, Receiver};
+use crate::support::{Binary, seed_keys, wait_until};
+use presence_sweeper_webhooks::id::webhook_id;
+
+use super::{SECRET, assert_in_order, deliveries};
+
+/// A cluster daemon: the typing sweep every 100 ms with a stream per conversation, and webhook
+/// `crm` to `url`.
+fn daemon(cluster: &RedisCluster, url: &str) -> Binary {
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[coordination]\nlease_ttl = \"2s\"\n\
+         [sweeps.online]\nenabled = false\n\
+         [sweeps.typing]\nschedule = \"100ms\"\nstream = \"presence:{{hash_tag}}:log\"\n\
+         channel = \"presence:{{hash_tag}}:events\"\n\
+         [webhooks.crm]\nurl = \"{url}\"\nsecret = \"{SECRET}\"\nsweeps = [\"typing\"]\n",
+        cluster.redis_toml()
+    );
+    Binary::spawn(&toml, &[], &[])
+}
+
+#[test]
+fn a_cluster_delivers_every_leave_once_after_a_kill() {
+    let cluster = RedisCluster::start(3, 0);
+    let receiver = Receiver::start(Mode::Fail);
+    let mut first = daemon(&cluster, &receiver.url());
+    first.wait_ready(Duration::from_secs(30));
+    let tags: Vec<String> = (0..60).map(|c| format!("c{c}")).collect();
+    let mut con = cluster.con();
+    for tag in &tags {
+        seed_keys(&mut con, [format!("presence:{{{tag}}}:typing")], 2, 1);
+    }
+    // Heard from this daemon's own evictions: attempts begin at once.
+    wait_until("attempts", Duration::from_secs(15), || {
+        receiver.hits().len() >= 20
+    });
+    first.signal("KILL");
+    first.wait_exit(Duration::from_secs(5));
+    receiver.set(Mode::Accept);
+    // A new daemon has heard of nothing: it finds the due slots on every primary.
+    let second = daemon(&cluster, &receiver.url());
+    let hits = receiver.wait_delivered(120, Duration::from_secs(30));
+    let mut expected = HashSet::new();
+    for tag in &tags {
+        let log = format!("presence:{{{tag}}}:log");
+        let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+            .arg(&log)
+            .arg("-")
+            .arg("+")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(entries.len(), 2, "{log}");
+        expected.extend(entries.iter().map(|(id, _)| webhook_id(log.as_bytes(), id)));
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(format!("presence:{{{tag}}}:typing"))
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(members, ["live"], "the live user stays");
+    }
+    let delivered: HashSet<String> = hits
+        .iter()
+        .filter(|h| h.status == 200)
+        .map(|h| h.id.clone())
+        .collect();
+    assert_eq!(delivered, expected, "every event, under its own id");
+    assert_in_order(&hits);
+    wait_until(
+        "no delivery state left on any primary",
+        Duration::from_secs(10),
+        || {
+            cluster.nodes.iter().all(|n| {
+                let left: Vec<String> = redis::cmd("KEYS")
+                    .arg("presence-sweeper:webhooks:*")
+                    .query(&mut n.con())
+                    .unwrap();
+                left.is_empty()
+            })
+        },
+    );
+    assert!(deliveries(&second, "delivered") >= 60.0);
+}
