@@ -642,6 +642,11 @@ impl Binary {
         }
     }
 
+    /// The process's id (to read its memory in /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The path of the config file, to rewrite it (reload tests).
     pub fn config_path(&self) -> PathBuf {
         self._dir.path().join("presence-sweeper.toml")

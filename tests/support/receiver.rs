@@ -29,6 +29,8 @@ pub enum Mode {
     Hang = 2,
     /// 503 with `Retry-After: 2`.
     Busy = 3,
+    /// 503, no `Retry-After`: the sender's own backoff decides.
+    Unavailable = 4,
 }
 
 /// One request as it arrived.
@@ -236,7 +238,8 @@ async fn answer(state: State, req: Request<Incoming>) -> Result<Response<Full<By
                 0 => Mode::Accept,
                 1 => Mode::Fail,
                 2 => Mode::Hang,
-                _ => Mode::Busy,
+                3 => Mode::Busy,
+                _ => Mode::Unavailable,
             },
         }
     };
@@ -244,6 +247,7 @@ async fn answer(state: State, req: Request<Incoming>) -> Result<Response<Full<By
         Mode::Accept => (200, None),
         Mode::Fail => (500, None),
         Mode::Busy => (503, Some("2")),
+        Mode::Unavailable => (503, None),
         Mode::Hang => (0, None),
     };
     hit.status = status;

@@ -16,7 +16,9 @@ use presence_sweeper_webhooks::id::webhook_id;
 
 mod batch;
 mod cluster;
+mod recovery;
 mod restart;
+mod scale;
 
 const SECRET: &str = "whsec_cHJlc2VuY2Utc3dlZXBlci13ZWJob29rLXRlc3QtazE=";
 const PER_CONVERSATION: &str = "presence:{hash_tag}:log";

@@ -96,6 +96,8 @@ impl Deliverer {
             permits: Semaphore::new(concurrency),
             retry_for: hook.retry_for,
             failing: AtomicBool::new(false),
+            recovered: tokio::sync::Notify::new(),
+            woken: std::sync::Mutex::new(None),
         };
         Ok(Self {
             shared: Arc::new(shared),

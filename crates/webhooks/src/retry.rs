@@ -26,6 +26,18 @@ pub fn wait(failures: u32, retry_after: Option<Duration>, jitter: f64) -> Durati
     step.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0))
 }
 
+/// How often, at most, a recovered receiver wakes the attempts waiting out their backoff: a
+/// receiver that fails one event for good (and accepts the others) gets that event again at
+/// most this often, not at every other event's success.
+pub const RECOVERY_WAKE_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether a failed attempt's wait ends early once the receiver accepts another event: after a
+/// failure of the whole receiver (5xx, 429, a timeout, a connection error), not after a 4xx
+/// refusing this event, and not when the receiver asked for a `Retry-After`.
+pub fn wakes_on_recovery(status: Option<u16>, retry_after: Option<Duration>) -> bool {
+    retry_after.is_none() && status.is_none_or(|s| s >= 500 || s == 429)
+}
+
 /// Whether an event appended at `entry_ms` (Redis's clock) is past its `retry_for` at
 /// `now_ms` (Redis's clock, as estimated).
 pub fn expired(entry_ms: u64, now_ms: u64, retry_for: Duration) -> bool {
@@ -73,6 +85,23 @@ impl Jitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_receiver_wide_failure_waits_for_the_receiver_not_the_backoff() {
+        assert!(wakes_on_recovery(Some(503), None));
+        assert!(wakes_on_recovery(Some(500), None));
+        assert!(wakes_on_recovery(Some(429), None));
+        assert!(
+            wakes_on_recovery(None, None),
+            "a timeout or a connection error"
+        );
+        assert!(!wakes_on_recovery(Some(400), None), "this event refused");
+        assert!(!wakes_on_recovery(Some(404), None));
+        assert!(
+            !wakes_on_recovery(Some(503), Some(Duration::from_secs(2))),
+            "asked to wait"
+        );
+    }
 
     #[test]
     fn waits_double_with_jitter_up_to_the_cap() {

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use tokio::sync::Semaphore;
+use std::sync::Mutex;
+use std::time::Instant;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{Client, Posted, Signed};
@@ -48,6 +50,23 @@ pub struct Common {
     pub retry_for: Duration,
     /// Whether the receiver is failing, so that a change is logged once, not every attempt.
     pub failing: AtomicBool,
+    /// Woken when the receiver accepts an event after failing: attempts waiting out a backoff
+    /// after a failure of the whole receiver go at once, so a backlog drains within seconds of
+    /// an outage's end, not up to [`retry::MAX_RETRY`] later.
+    pub recovered: Notify,
+    /// When `recovered` last woke them (at most every [`retry::RECOVERY_WAKE_EVERY`]).
+    pub woken: Mutex<Option<Instant>>,
+}
+
+impl Common {
+    /// Wakes the attempts waiting for the receiver, unless they were woken just now.
+    fn receiver_recovered(&self) {
+        let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        if woken.is_none_or(|at| now().duration_since(at) >= retry::RECOVERY_WAKE_EVERY) {
+            *woken = Some(now());
+            self.recovered.notify_waiters();
+        }
+    }
 }
 
 /// Delivers `claimed` until nothing waits, the claim is lost, or `cancel` fires.
@@ -190,12 +209,18 @@ async fn deliver(
                 shared.metrics.outcome("delivered");
                 if shared.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(webhook = %shared.name, "the webhook's receiver accepts events again");
+                    shared.receiver_recovered();
                 }
                 return true;
             }
             Posted::Status { retry_after, .. } => retry_after,
             _ => None,
         };
+        let status = match answer {
+            Posted::Status { status, .. } => Some(status),
+            _ => None,
+        };
+        let wakes = retry::wakes_on_recovery(status, retry_after);
         failures += 1;
         shared.metrics.outcome("retried");
         if !shared.failing.swap(true, Ordering::Relaxed) {
@@ -206,9 +231,16 @@ async fn deliver(
             );
         }
         let wait = retry::wait(failures, retry_after, jitter.sample());
+        let recovered = async {
+            match wakes {
+                true => shared.recovered.notified().await,
+                false => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = cancel.cancelled() => return false,
             () = tokio::time::sleep(wait) => {}
+            () = recovered => {}
         }
     }
 }
