@@ -324,3 +324,54 @@ fn replicas() {
     );
     drop(restarted);
 }
+
+/// Redis CPU seconds (main thread, user + system) of every node of `cluster`, from `INFO cpu`.
+fn cluster_cpu(cluster: &crate::support::cluster::RedisCluster) -> f64 {
+    cluster
+        .nodes
+        .iter()
+        .map(|n| {
+            let info: String = redis::cmd("INFO").arg("cpu").query(&mut n.con()).unwrap();
+            info.lines()
+                .filter_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    matches!(k, "used_cpu_sys_main_thread" | "used_cpu_user_main_thread")
+                        .then(|| v.trim().parse::<f64>().ok())?
+                })
+                .sum::<f64>()
+        })
+        .sum()
+}
+
+/// What looking for due slots costs an idle 3-primary cluster: its Redis CPU over 30 s with a
+/// webhook configured and without, side by side.
+#[test]
+#[ignore = "a measurement, not a check: run it by hand"]
+fn cluster_discovery() {
+    let cluster = crate::support::cluster::RedisCluster::start(3, 0);
+    let receiver = Receiver::start(Mode::Accept);
+    for hook in [false, true] {
+        let mut toml = format!(
+            "{}{}",
+            cluster.redis_toml(),
+            config(hook.then(|| receiver.url()).as_deref(), "10s")
+        );
+        toml = toml.replace(
+            "stream = \"presence:{hash_tag}:log\"\n",
+            "stream = \"presence:{hash_tag}:log\"\nchannel = \"presence:{hash_tag}:events\"\n",
+        );
+        let d = Binary::spawn_program(&binary(), &toml, &[], &[], None);
+        d.wait_ready(Duration::from_secs(30));
+        std::thread::sleep(Duration::from_secs(5));
+        let c0 = cluster_cpu(&cluster);
+        std::thread::sleep(Duration::from_secs(30));
+        let used = cluster_cpu(&cluster) - c0;
+        println!(
+            "3-primary cluster, idle, {}: {:.3} s of Redis CPU in 30 s ({:.2} % of a core, all primaries)",
+            if hook { "a webhook" } else { "no webhook" },
+            used,
+            used / 30.0 * 100.0
+        );
+        drop(d);
+    }
+}
