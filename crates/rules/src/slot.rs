@@ -1,5 +1,7 @@
 //! Redis Cluster's hash slots: which slot a key lives in, by its hash tag.
 
+use std::sync::LazyLock;
+
 /// Slots in a cluster.
 pub const SLOTS: u16 = 16384;
 
@@ -19,6 +21,29 @@ pub fn hash_tag(key: &[u8]) -> &[u8] {
 pub fn slot(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hash_tag(key)) % SLOTS
 }
+
+/// A hash tag that puts a key in `slot`: the smallest number (in decimal) whose slot it is, so
+/// that every replica names the same key for a slot (the canaries, the webhooks' due sets).
+pub fn tag_for(slot: u16) -> &'static str {
+    &TAGS[usize::from(slot % SLOTS)]
+}
+
+/// Found by counting up: all 16,384 slots are covered below 200,000 (a few ms, once).
+static TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    let mut tags: Vec<Option<String>> = vec![None; usize::from(SLOTS)];
+    let mut missing = tags.len();
+    let mut n: u64 = 0;
+    while missing > 0 {
+        let tag = n.to_string();
+        let at = usize::from(slot(tag.as_bytes()));
+        if tags[at].is_none() {
+            tags[at] = Some(tag);
+            missing -= 1;
+        }
+        n += 1;
+    }
+    tags.into_iter().map(Option::unwrap_or_default).collect()
+});
 
 #[cfg(test)]
 mod tests {
@@ -46,5 +71,15 @@ mod tests {
         assert_eq!(hash_tag(b"presence:{c42}:online"), b"c42");
         assert_eq!(hash_tag(b"a{}b{c}"), b"a{}b{c}");
         assert_eq!(hash_tag(b"no tag"), b"no tag");
+    }
+
+    #[test]
+    fn every_slot_has_a_short_tag_that_lands_in_it() {
+        let mut largest = 0;
+        for s in 0..SLOTS {
+            assert_eq!(slot(tag_for(s).as_bytes()), s);
+            largest = largest.max(tag_for(s).parse::<u32>().unwrap());
+        }
+        assert!(largest < 200_000, "{largest}");
     }
 }

@@ -5,15 +5,13 @@
 //!   stream script adds a stream (`ZADD NX`) in the same call that appends to it, so the set
 //!   must live in the stream's hash slot: on a Redis Cluster there is one per slot,
 //!   `presence-sweeper:webhooks:<endpoint>:due:{<tag>}`, where `<tag>` is the shortest number
-//!   that hashes to the slot ([`slot_tag`]).
+//!   that hashes to the slot ([`tag_for`]).
 //! - `presence-sweeper:webhooks:<endpoint>:at:<stream>`: a hash per due stream: `cursor` (the
 //!   last entry done), `owner` and `until` (the replica that claimed it, and its lease).
 //!
 //! The state hash's name ends with the stream's, so it carries the stream's hash tag.
 
-use std::sync::LazyLock;
-
-use presence_sweeper_rules::slot::{SLOTS, slot};
+use presence_sweeper_rules::slot::{slot, tag_for};
 
 /// The prefix of every key of the webhooks.
 pub const KEY_PREFIX: &str = "presence-sweeper:webhooks:";
@@ -23,7 +21,7 @@ pub const KEY_PREFIX: &str = "presence-sweeper:webhooks:";
 pub fn due_key(endpoint: &str, in_slot: Option<u16>) -> String {
     match in_slot {
         None => format!("{KEY_PREFIX}{endpoint}:due"),
-        Some(s) => format!("{KEY_PREFIX}{endpoint}:due:{{{}}}", slot_tag(s)),
+        Some(s) => format!("{KEY_PREFIX}{endpoint}:due:{{{}}}", tag_for(s)),
     }
 }
 
@@ -52,32 +50,10 @@ pub fn slot_of(key: &[u8]) -> u16 {
     slot(key)
 }
 
-/// A hash tag that puts a key in `slot`: the smallest number (in decimal) whose CRC16 lands
-/// there. Every replica computes the same table, so they all name the same due sets.
-pub fn slot_tag(in_slot: u16) -> &'static str {
-    &TAGS[usize::from(in_slot % SLOTS)]
-}
-
-/// Found by counting up; all 16,384 slots are covered before 200,000 (about 3 ms, once).
-static TAGS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    let mut tags: Vec<Option<String>> = vec![None; usize::from(SLOTS)];
-    let mut missing = tags.len();
-    let mut n: u64 = 0;
-    while missing > 0 {
-        let tag = n.to_string();
-        let at = usize::from(slot(tag.as_bytes()));
-        if tags[at].is_none() {
-            tags[at] = Some(tag);
-            missing -= 1;
-        }
-        n += 1;
-    }
-    tags.into_iter().map(Option::unwrap_or_default).collect()
-});
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use presence_sweeper_rules::slot::SLOTS;
 
     #[test]
     fn names() {
@@ -104,6 +80,6 @@ mod tests {
         assert_eq!(slot(&state), slot(stream));
         assert_eq!(slot(due.as_bytes()), slot(stream));
         // Tags are short: a key per slot costs little.
-        assert!((0..SLOTS).all(|s| slot_tag(s).len() <= 6));
+        assert!((0..SLOTS).all(|s| tag_for(s).len() <= 6));
     }
 }

@@ -10,7 +10,9 @@
 //! Its keyspace notification (`zincrby` on `__keyspace@<db>__:<key>`) is a sorted-set event
 //! written about every second: proof that notifications flow from that primary.
 
-use crate::slot::{SLOTS, slot as key_slot};
+#[cfg(test)]
+use crate::slot::slot as key_slot;
+use crate::slot::tag_for;
 
 /// Every canary key starts so (the ACL needs `~presence-sweeper:canary:*` and `+zincrby`).
 pub const PREFIX: &str = "presence-sweeper:canary:";
@@ -19,17 +21,8 @@ pub const MEMBER: &[u8] = b"beat";
 
 /// The canary's key on a primary serving `slot` (`None`: not a cluster, any key will do).
 pub fn key(slot: Option<u16>) -> Vec<u8> {
-    let tag = slot.map_or_else(|| "0".to_owned(), tag_for);
+    let tag = slot.map_or("0", tag_for);
     format!("{PREFIX}{{{tag}}}").into_bytes()
-}
-
-/// The shortest decimal hash tag whose slot is `slot` (every slot has one below 100,000).
-fn tag_for(slot: u16) -> String {
-    let slot = slot % SLOTS;
-    (0u32..)
-        .map(|n| n.to_string())
-        .find(|t| key_slot(t.as_bytes()) == slot)
-        .expect("every slot has a decimal tag")
 }
 
 /// What the canary's `ZINCRBY` answered.
