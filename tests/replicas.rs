@@ -1,5 +1,6 @@
-//! Several sweeper replicas on one Redis: without a lease they share the work, with one only the
-//! holder sweeps and a standby takes over when it dies. Either way each zombie is announced once.
+//! Several sweeper replicas: without a lease they share the work; with leases, on one Redis only
+//! the holder sweeps and a standby takes over when it dies, and on a cluster each replica holds
+//! its share of the primaries. Either way each zombie is announced once.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -205,4 +206,103 @@ async fn with_a_lease_one_replica_sweeps_and_a_standby_takes_over() {
     });
     let events = sub.wait_for(200, Duration::from_secs(5)).await;
     assert_each_once(&events, 200);
+}
+
+/// The primaries whose `typing` lease `d` holds.
+fn held_primaries(d: &Binary) -> Vec<String> {
+    scrape(d.http_addr())
+        .into_iter()
+        .filter(|s| {
+            s.name == "presence_sweeper_lease_held"
+                && s.value == 1.0
+                && s.labels.iter().any(|(k, v)| k == "sweep" && v == "typing")
+        })
+        .filter_map(|s| {
+            s.labels
+                .into_iter()
+                .find(|(k, _)| k == "node")
+                .map(|(_, v)| v)
+        })
+        .collect()
+}
+
+fn cluster_all_swept(con: &mut redis::cluster::ClusterConnection, wave: usize, n: usize) -> bool {
+    (0..n).all(|c| {
+        let left: u64 = con
+            .zcard(format!("presence:{{w{wave}c{c}}}:typing"))
+            .unwrap();
+        left == 1
+    })
+}
+
+/// With leases on a 3-primary cluster, 3 replicas share the primaries, one each; when one
+/// dies, its primary is taken over within about a lease ttl; every zombie is announced once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_a_three_primary_cluster() {
+    let cluster = crate::support::cluster::RedisCluster::start(3, 0);
+    let sub = Subscriber::start(&cluster.seeds()[0], "presence:*:events").await;
+    let ttl = Duration::from_secs(2);
+    let toml = format!(
+        "{}[http]\nlisten = \"127.0.0.1:0\"\n[coordination]\nlease = true\nlease_ttl = \"2s\"\n\
+         [sweeps.online]\nenabled = false\n[sweeps.typing]\nschedule = \"100ms\"\n",
+        cluster.redis_toml()
+    );
+    let mut daemons: Vec<Option<Binary>> = (0..3)
+        .map(|_| Some(Binary::spawn(&toml, &[], &[])))
+        .collect();
+    tokio::task::block_in_place(|| {
+        for d in daemons.iter().flatten() {
+            d.wait_ready(Duration::from_secs(20));
+        }
+        wait_until("one primary each", ttl * 3 + Duration::from_secs(5), || {
+            let held: Vec<Vec<String>> = daemons.iter().flatten().map(held_primaries).collect();
+            let mut all: Vec<&String> = held.iter().flatten().collect();
+            all.sort();
+            all.dedup();
+            held.iter().all(|h| h.len() == 1) && all.len() == 3
+        });
+    });
+    let mut con = cluster.con();
+    let seed = |con: &mut redis::cluster::ClusterConnection, wave: usize| {
+        for c in 0..60 {
+            crate::support::seed_keys(con, [format!("presence:{{w{wave}c{c}}}:typing")], 1, 1);
+        }
+    };
+    seed(&mut con, 0);
+    tokio::task::block_in_place(|| {
+        wait_until("wave 0 swept", Duration::from_secs(10), || {
+            cluster_all_swept(&mut con, 0, 60)
+        })
+    });
+    // A replica dies holding its primary: the others take it over once its lease ends.
+    let victim = 1;
+    let orphan = held_primaries(daemons[victim].as_ref().unwrap()).remove(0);
+    daemons[victim].as_ref().unwrap().signal("KILL");
+    daemons[victim] = None;
+    let killed = Instant::now();
+    tokio::task::block_in_place(|| {
+        wait_until("the orphan taken over", ttl * 4, || {
+            daemons
+                .iter()
+                .flatten()
+                .any(|d| held_primaries(d).contains(&orphan))
+        })
+    });
+    let took = killed.elapsed();
+    assert!(
+        took <= ttl + Duration::from_secs(2),
+        "taken over after {took:?}"
+    );
+    for d in daemons.iter().flatten() {
+        let (status, body) = http_get(d.http_addr(), "/readyz");
+        assert_eq!(status, 200, "ready through the takeover: {body}");
+    }
+    seed(&mut con, 1);
+    tokio::task::block_in_place(|| {
+        wait_until("wave 1 swept", Duration::from_secs(10), || {
+            cluster_all_swept(&mut con, 1, 60)
+        })
+    });
+    let events = sub.wait_for(120, Duration::from_secs(5)).await;
+    assert_each_once(&events, 120);
 }

@@ -43,9 +43,27 @@ struct Known {
 #[derive(Debug, Default, Clone)]
 struct SweepState {
     walked: BTreeSet<NodeId>,
-    standby: bool,
+    /// The primaries it runs on here, where leases share them out (`None`: every one); none
+    /// while it stands by.
+    runs_on: Option<BTreeSet<NodeId>>,
     /// Once ready, a sweep stays ready: a reload or a failover must not make readiness flap.
     ready_once: bool,
+}
+
+impl SweepState {
+    /// Whether it holds no lease: another replica sweeps.
+    fn stands_by(&self) -> bool {
+        self.runs_on.as_ref().is_some_and(BTreeSet::is_empty)
+    }
+
+    /// Whether it walked every primary of `nodes` it runs on (some primary must be known).
+    fn walked_all(&self, nodes: &BTreeSet<NodeId>) -> bool {
+        !nodes.is_empty()
+            && nodes
+                .iter()
+                .filter(|n| self.runs_on.as_ref().is_none_or(|on| on.contains(*n)))
+                .all(|n| self.walked.contains(n))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -110,17 +128,21 @@ impl Health {
             return false;
         };
         let first = s.walked.insert(node.clone());
-        s.ready_once |= !nodes.is_empty() && nodes.is_subset(&s.walked);
+        s.ready_once |= s.walked_all(&nodes);
         first
     }
 
-    /// Whether `sweep` stands by while another replica holds its lease: its job then. A
-    /// standby is ready, and stays so when it takes the lease over: as a sidecar, a replica
-    /// that is not ready takes its app out of service, which a takeover's first walk must not.
-    pub(crate) fn standby(&self, sweep: &str, standby: bool) {
-        if let Some(s) = self.state().sweeps.get_mut(sweep) {
-            s.standby = standby;
-            s.ready_once |= standby;
+    /// The primaries `sweep` runs on here (`None`: every one), as its leases say. A sweep
+    /// that stands by (holds none) is ready: that is its job. A sweep that holds some is ready
+    /// once it walked those. Once ready it stays so when it takes more over: as a sidecar, a
+    /// replica that is not ready takes its app out of service, which a takeover's first walk
+    /// must not.
+    pub(crate) fn runs_on(&self, sweep: &str, nodes: Option<BTreeSet<NodeId>>) {
+        let mut state = self.state();
+        let all = state.nodes.clone();
+        if let Some(s) = state.sweeps.get_mut(sweep) {
+            s.runs_on = nodes;
+            s.ready_once |= s.stands_by() || s.walked_all(&all);
         }
     }
 
@@ -252,11 +274,7 @@ impl Health {
         let waiting: Vec<&str> = state
             .sweeps
             .iter()
-            .filter(|(_, s)| {
-                !s.ready_once
-                    && !s.standby
-                    && (state.nodes.is_empty() || !state.nodes.is_subset(&s.walked))
-            })
+            .filter(|(_, s)| !s.ready_once && !s.stands_by() && !s.walked_all(&state.nodes))
             .map(|(n, _)| n.as_str())
             .collect();
         if waiting.is_empty() {
@@ -359,9 +377,9 @@ mod tests {
             h.readiness().unwrap_err(),
             "not every primary walked yet: typing"
         );
-        h.standby("typing", true);
+        h.runs_on("typing", Some(BTreeSet::new()));
         assert!(h.readiness().is_ok(), "standing by is its job");
-        h.standby("typing", false);
+        h.runs_on("typing", None);
         assert!(
             h.readiness().is_ok(),
             "taking the lease over keeps a standby ready while it walks"

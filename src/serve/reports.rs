@@ -2,7 +2,8 @@
 //! `/readyz` and `/healthz` say). Tracking only knows the handles ([`Reports`]).
 
 use presence_sweeper_config as config;
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::{IntCounter, IntGauge};
@@ -36,7 +37,7 @@ impl Reports for DaemonReports {
         }));
         let guard = metrics.guard();
         let report = Arc::new(SweepHandle {
-            lease: std::sync::OnceLock::new(),
+            leases: Mutex::default(),
             name: config.name.clone(),
             all: self.metrics.clone(),
             health: self.health.clone(),
@@ -82,8 +83,9 @@ impl Reports for DaemonReports {
 struct SweepHandle {
     name: String,
     metrics: SweepMetrics,
-    /// Only sweeps with a lease have the series: created at their first attempt.
-    lease: std::sync::OnceLock<IntGauge>,
+    /// The primaries whose lease series this sweep has (only sweeps with leases have them:
+    /// created at their first attempt).
+    leases: Mutex<Vec<NodeId>>,
     all: Arc<Metrics>,
     health: Arc<Health>,
 }
@@ -149,13 +151,21 @@ impl SweepReport for SweepHandle {
     fn interval(&self, interval: Duration) {
         self.all.set_interval(&self.name, interval);
     }
-    fn lease(&self, held: bool) {
-        self.lease
-            .get_or_init(|| self.all.lease_gauge(&self.name))
-            .set(i64::from(held));
+    fn leases(&self, held: &[(NodeId, bool)]) {
+        let mut labelled = self.leases.lock().unwrap_or_else(|e| e.into_inner());
+        for gone in labelled
+            .iter()
+            .filter(|n| !held.iter().any(|(h, _)| h == *n))
+        {
+            self.all.forget_lease(&self.name, gone);
+        }
+        for (node, is_held) in held {
+            self.all.set_lease(&self.name, node, *is_held);
+        }
+        *labelled = held.iter().map(|(n, _)| n.clone()).collect();
     }
-    fn standby(&self, standby: bool) {
-        self.health.standby(&self.name, standby);
+    fn runs_on(&self, nodes: Option<&BTreeSet<NodeId>>) {
+        self.health.runs_on(&self.name, nodes.cloned());
     }
 }
 

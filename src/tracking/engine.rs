@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::evictor::Evictor;
-use crate::tracking::lease::Lease;
+use crate::tracking::lease::{Holding, SweepLeases};
 use crate::tracking::primary::{self, LastAnswer, Order, PrimaryLoop, Shared, SweepJob};
 use crate::tracking::report::Reports;
 use crate::tracking::schedule::{CronClock, CronJob, Ticker, TickerError};
@@ -67,8 +67,8 @@ impl SweepSettings {
 struct Entry {
     settings: SweepSettings,
     job: Arc<SweepJob>,
-    /// Without a lease, always; with one, while this replica holds it.
-    active: bool,
+    /// The primaries it runs on here: without a lease, every one; with leases, those held.
+    holding: Holding,
     /// Its schedule loop.
     schedule: JoinHandle<()>,
     retire: CancellationToken,
@@ -85,7 +85,7 @@ struct PrimaryHandle {
 /// What the sweeps' schedule loops tell the engine.
 enum Msg {
     Tick(String),
-    Lease(String, bool),
+    Lease(String, Holding),
 }
 
 /// The sweeps and the primaries' loops.
@@ -101,6 +101,8 @@ pub(crate) struct Engine {
     /// Evictor loops told to stop, finishing what they do (releasing a lease).
     retiring: Vec<JoinHandle<()>>,
     primaries: BTreeMap<NodeId, PrimaryHandle>,
+    /// The primaries there are now, for the sweeps' leases.
+    primaries_now: watch::Sender<Vec<NodeId>>,
     cron: CronClock,
     inbox: mpsc::Receiver<Msg>,
     outbox: mpsc::Sender<Msg>,
@@ -158,6 +160,7 @@ impl Engine {
             sweeps: BTreeMap::new(),
             retiring: Vec::new(),
             primaries: BTreeMap::new(),
+            primaries_now: watch::Sender::new(Vec::new()),
             cron: CronClock::default(),
             inbox,
             outbox,
@@ -234,9 +237,9 @@ impl Engine {
             evictor: sweep,
             report: report.clone(),
         });
-        let lease = settings.coordination.lease.then(|| {
+        let leases = settings.coordination.lease.then(|| {
             (
-                Lease::new(
+                SweepLeases::new(
                     &settings.coordination.key_prefix,
                     &config.name,
                     settings.coordination.lease_ttl,
@@ -248,7 +251,8 @@ impl Engine {
         let schedule = tokio::spawn(run_schedule(ScheduleLoop {
             name: config.name.clone(),
             ticker,
-            lease,
+            leases,
+            primaries: self.primaries_now.subscribe(),
             store: self.store.clone(),
             outbox: self.outbox.clone(),
             beat: self
@@ -264,7 +268,10 @@ impl Engine {
             "sweep scheduled"
         );
         Ok(Entry {
-            active: !settings.coordination.lease,
+            holding: match settings.coordination.lease {
+                true => Holding::Nodes(Default::default()),
+                false => Holding::All,
+            },
             settings,
             job,
             schedule,
@@ -297,10 +304,13 @@ impl Engine {
                     let _ = p.commands.try_send(Order::Tick(name.clone()));
                 }
             }
-            Next::Msg(Msg::Lease(name, held)) => {
+            Next::Msg(Msg::Lease(name, holding)) => {
                 if let Some(entry) = self.sweeps.get_mut(&name) {
-                    entry.active = held;
-                    entry.job.report.standby(!held);
+                    entry.job.report.runs_on(match &holding {
+                        Holding::All => None,
+                        Holding::Nodes(held) => Some(held),
+                    });
+                    entry.holding = holding;
                     self.broadcast_jobs().await;
                 }
             }
@@ -377,7 +387,7 @@ impl Engine {
                 members = done.members,
                 primaries = self.primaries.len(),
                 notifications_on = subscribed,
-                active = entry.active,
+                active = entry.holding != Holding::Nodes(Default::default()),
                 "summary of the last {period}"
             );
         }
@@ -385,19 +395,18 @@ impl Engine {
         self.summary.retain(|name| sweeps.contains_key(name));
     }
 
-    /// The jobs every primary runs now.
-    fn active_jobs(&self) -> Vec<Arc<SweepJob>> {
+    /// The jobs `node`'s loop runs now.
+    fn jobs_for(&self, node: &NodeId) -> Vec<Arc<SweepJob>> {
         self.sweeps
             .values()
-            .filter(|e| e.active)
+            .filter(|e| e.holding.covers(node))
             .map(|e| e.job.clone())
             .collect()
     }
 
     async fn broadcast_jobs(&mut self) {
-        let jobs = self.active_jobs();
-        for p in self.primaries.values() {
-            let _ = p.commands.send(Order::Jobs(jobs.clone())).await;
+        for (id, p) in &self.primaries {
+            let _ = p.commands.send(Order::Jobs(self.jobs_for(id))).await;
         }
     }
 
@@ -432,14 +441,13 @@ impl Engine {
             p.stop.cancel();
             self.retiring.push(p.task);
         }
-        let jobs = self.active_jobs();
         for node in nodes {
             let id = node.id().clone();
             if self.primaries.contains_key(&id) {
                 continue;
             }
             let (commands, inbox) = mpsc::channel(64);
-            let _ = commands.try_send(Order::Jobs(jobs.clone()));
+            let _ = commands.try_send(Order::Jobs(self.jobs_for(&id)));
             let stop = self.cancel.child_token();
             let shared = Arc::new(Shared {
                 subscribed: AtomicBool::new(false),
@@ -472,6 +480,8 @@ impl Engine {
         }
         self.reports
             .primaries(self.primaries.keys().cloned().collect());
+        self.primaries_now
+            .send_replace(self.primaries.keys().cloned().collect());
         self.topology_known = true;
     }
 
@@ -542,7 +552,9 @@ pub(crate) fn alive_every(watchdog: Option<Duration>) -> Duration {
 struct ScheduleLoop {
     name: String,
     ticker: Ticker,
-    lease: Option<(Lease, Arc<dyn SweepReport>)>,
+    leases: Option<(SweepLeases, Arc<dyn SweepReport>)>,
+    /// The primaries there are now, for the leases.
+    primaries: watch::Receiver<Vec<NodeId>>,
     store: Store,
     outbox: mpsc::Sender<Msg>,
     beat: Arc<dyn Beat>,
@@ -551,40 +563,52 @@ struct ScheduleLoop {
     retire: CancellationToken,
 }
 
-/// Sends the sweep's ticks, and whether this replica holds its lease, until retired; then
-/// releases the lease so a standby can take over at once.
+/// Sends the sweep's ticks, and where this replica holds its leases, until retired; then gives
+/// the leases up so that another replica takes over at once.
 async fn run_schedule(mut c: ScheduleLoop) {
     let mut alive = tokio::time::interval(c.alive_every);
-    let mut next_lease_attempt = c.lease.as_ref().map(|_| crate::time::now());
+    let mut next_lease_attempt = c.leases.as_ref().map(|_| crate::time::now());
     // Unknown until the first attempt, which then says either way: a replica that never holds
-    // the lease must still say that it stands by (it is ready so).
-    let mut held = None;
+    // a lease must still say that it stands by (it is ready so).
+    let mut holding = None;
     loop {
         tokio::select! {
             () = c.retire.cancelled() => break,
             () = c.ticker.tick() => {
                 let _ = c.outbox.send(Msg::Tick(c.name.clone())).await;
             }
+            // New primaries: their leases are shared out at once.
+            Ok(()) = c.primaries.changed(), if next_lease_attempt.is_some() => {
+                next_lease_attempt = Some(crate::time::now());
+            }
             () = async { crate::time::sleep_until(next_lease_attempt.expect("guarded")).await },
                 if next_lease_attempt.is_some() => {
-                let (lease, report) = c.lease.as_ref().expect("guarded");
-                if let Err(e) = lease.try_hold(&mut c.store.connection()).await {
-                    tracing::warn!(sweep = %c.name, error = %e, "could not take or renew the lease");
+                let primaries = c.primaries.borrow_and_update().clone();
+                let (leases, report) = c.leases.as_mut().expect("guarded");
+                if primaries.is_empty() {
+                    // The topology is not known yet: whether one lease or one per primary is
+                    // not either. Its first reading wakes this loop.
+                    next_lease_attempt = Some(after(crate::time::now(), leases.attempt_every()));
+                    continue;
                 }
-                report.lease(lease.held());
-                if held != Some(lease.held()) {
-                    held = Some(lease.held());
-                    let _ = c.outbox.send(Msg::Lease(c.name.clone(), lease.held())).await;
+                let (now, error) = leases.attempt(&c.store, &primaries).await;
+                if let Some(e) = error {
+                    tracing::warn!(sweep = %c.name, error = %e, "could not take or renew a lease");
                 }
-                next_lease_attempt = Some(after(crate::time::now(), lease.attempt_every()));
+                report.leases(&leases.held(&primaries));
+                if holding.as_ref() != Some(&now) {
+                    holding = Some(now.clone());
+                    let _ = c.outbox.send(Msg::Lease(c.name.clone(), now)).await;
+                }
+                next_lease_attempt = Some(after(crate::time::now(), leases.attempt_every()));
             }
             _ = alive.tick() => {}
         }
         c.beat.alive();
     }
-    if let Some((lease, report)) = &c.lease {
-        lease.release(&mut c.store.connection()).await;
-        report.lease(false);
+    if let Some((leases, report)) = &mut c.leases {
+        leases.release(&c.store).await;
+        report.leases(&[]);
     }
     c.beat.retire();
 }

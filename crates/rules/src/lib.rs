@@ -20,6 +20,7 @@
 //!   keyspace notification says; [`pause`]: pauses of the daemon itself.
 //! - [`primary`]: one primary's parts: the coordinator, Redis's standing, the subscription,
 //!   walks, deadlines and each sweep's index, and [`primary::work`], what its loop sends next.
+//! - [`share`]: which primaries a replica takes the leases of, when replicas share them.
 //! - [`report`]: the handles the rules and checks report through (the daemon implements them);
 //!   [`summary`]: the log's periodic account.
 
@@ -40,6 +41,7 @@ pub mod redact;
 pub mod report;
 pub mod scan;
 pub mod score;
+pub mod share;
 pub mod sizing;
 pub mod slot;
 pub mod storm;

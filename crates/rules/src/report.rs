@@ -76,10 +76,12 @@ pub trait SweepReport: Observer {
     fn totals(&self) -> Totals;
     /// The time between the sweep's walks now.
     fn interval(&self, interval: Duration);
-    /// Whether this replica holds the sweep's lease.
-    fn lease(&self, held: bool);
-    /// Whether the sweep stands by while another replica holds its lease.
-    fn standby(&self, standby: bool);
+    /// Each primary's lease of the sweep, and whether this replica holds it; primaries left out
+    /// (gone, or the sweep's leases given up) are forgotten.
+    fn leases(&self, held: &[(NodeId, bool)]);
+    /// The primaries the sweep runs on in this replica (`None`: every one): with leases, those
+    /// it holds, and none while it stands by.
+    fn runs_on(&self, nodes: Option<&std::collections::BTreeSet<NodeId>>);
 }
 
 /// Where one primary's loop reports.

@@ -324,10 +324,14 @@ impl Metrics {
                 "1 if the configuration expects keyspace notifications on every primary (tracking.notifications = \"on\", or tracking.configure_notifications), else 0.",
             ))
             .expect("valid metric"),
-            lease_held: gauge(
-                "lease_held",
-                "1 while this replica holds the sweep's lease and sweeps it (coordination.lease).",
-            ),
+            lease_held: IntGaugeVec::new(
+                opts(
+                    "lease_held",
+                    "1 for each primary whose lease of the sweep this replica holds, and sweeps (coordination.lease), else 0.",
+                ),
+                &["sweep", "node"],
+            )
+            .expect("valid metric"),
             config_reloads: IntCounterVec::new(
                 opts(
                     "config_reloads_total",
@@ -453,11 +457,18 @@ impl Metrics {
             .set(interval.as_secs_f64());
     }
 
-    /// The lease gauge of a sweep (created at 0).
-    pub fn lease_gauge(&self, sweep: &str) -> IntGauge {
-        let g = self.lease_held.with_label_values(&[sweep]);
-        g.set(0);
-        g
+    /// Whether this replica holds the lease of `sweep` on `node`.
+    pub(crate) fn set_lease(&self, sweep: &str, node: &NodeId, held: bool) {
+        self.lease_held
+            .with_label_values(&[sweep, &node.to_string()])
+            .set(i64::from(held));
+    }
+
+    /// Drops the lease series of `sweep` on `node` (gone, or its leases given up).
+    pub(crate) fn forget_lease(&self, sweep: &str, node: &NodeId) {
+        let _ = self
+            .lease_held
+            .remove_label_values(&[sweep, &node.to_string()]);
     }
 
     /// Whether notifications are in use on `node` (created at 0).
@@ -549,7 +560,6 @@ impl Metrics {
         }
         let l = &[name];
         for g in [
-            &self.lease_held,
             &self.keys,
             &self.members,
             &self.tracked,

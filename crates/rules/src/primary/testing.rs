@@ -156,8 +156,8 @@ impl SweepReport for SweepLog {
         Totals::default()
     }
     fn interval(&self, _: Duration) {}
-    fn lease(&self, _: bool) {}
-    fn standby(&self, _: bool) {}
+    fn leases(&self, _: &[(NodeId, bool)]) {}
+    fn runs_on(&self, _: Option<&std::collections::BTreeSet<NodeId>>) {}
 }
 
 /// A loop that nobody watches.
