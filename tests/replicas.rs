@@ -247,20 +247,38 @@ async fn three_replicas_share_a_three_primary_cluster() {
          [sweeps.online]\nenabled = false\n[sweeps.typing]\nschedule = \"100ms\"\n",
         cluster.redis_toml()
     );
-    let mut daemons: Vec<Option<Binary>> = (0..3)
+    let shares = |daemons: &[Option<Binary>]| -> Vec<Vec<String>> {
+        daemons.iter().flatten().map(held_primaries).collect()
+    };
+    let covered = |held: &[Vec<String>]| {
+        let mut all: Vec<&String> = held.iter().flatten().collect();
+        all.sort();
+        all.dedup();
+        all.len() == 3
+    };
+    // Two replicas first: all three primaries between them.
+    let mut daemons: Vec<Option<Binary>> = (0..2)
         .map(|_| Some(Binary::spawn(&toml, &[], &[])))
         .collect();
     tokio::task::block_in_place(|| {
         for d in daemons.iter().flatten() {
             d.wait_ready(Duration::from_secs(20));
         }
-        wait_until("one primary each", ttl * 3 + Duration::from_secs(5), || {
-            let held: Vec<Vec<String>> = daemons.iter().flatten().map(held_primaries).collect();
-            let mut all: Vec<&String> = held.iter().flatten().collect();
-            all.sort();
-            all.dedup();
-            held.iter().all(|h| h.len() == 1) && all.len() == 3
+        wait_until("two replicas hold all three", ttl * 3, || {
+            let held = shares(&daemons);
+            covered(&held) && held.iter().all(|h| !h.is_empty())
         });
+    });
+    // A third joins: it gets its share, one primary, within three lease ttls.
+    daemons.push(Some(Binary::spawn(&toml, &[], &[])));
+    tokio::task::block_in_place(|| {
+        daemons[2].as_ref().unwrap().wait_ready(Duration::from_secs(20));
+        let joined = Instant::now();
+        wait_until("one primary each", ttl * 3, || {
+            let held = shares(&daemons);
+            held.iter().all(|h| h.len() == 1) && covered(&held)
+        });
+        assert!(joined.elapsed() <= ttl * 3, "{:?}", joined.elapsed());
     });
     let mut con = cluster.con();
     let seed = |con: &mut redis::cluster::ClusterConnection, wave: usize| {
