@@ -272,7 +272,10 @@ async fn three_replicas_share_a_three_primary_cluster() {
     // A third joins: it gets its share, one primary, within three lease ttls.
     daemons.push(Some(Binary::spawn(&toml, &[], &[])));
     tokio::task::block_in_place(|| {
-        daemons[2].as_ref().unwrap().wait_ready(Duration::from_secs(20));
+        daemons[2]
+            .as_ref()
+            .unwrap()
+            .wait_ready(Duration::from_secs(20));
         let joined = Instant::now();
         wait_until("one primary each", ttl * 3, || {
             let held = shares(&daemons);

@@ -28,6 +28,7 @@ mod durations;
 mod eviction;
 mod faults;
 mod metrics;
+mod new_keys;
 mod operations;
 mod own_keys;
 mod replicas;

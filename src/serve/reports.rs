@@ -66,6 +66,7 @@ impl Reports for DaemonReports {
     fn node(&self, node: &NodeId) -> Box<dyn NodeReport> {
         Box::new(NodeHandle {
             notifications: self.metrics.notifications_gauge(node),
+            notices: self.metrics.notices_counter(node),
             config_refused: self.metrics.config_refused_gauge(node),
             outages: self.metrics.start_node(node),
             metrics: self.metrics.clone(),
@@ -173,6 +174,7 @@ impl SweepReport for SweepHandle {
 struct NodeHandle {
     node: NodeId,
     notifications: IntGauge,
+    notices: IntCounter,
     config_refused: IntGauge,
     outages: IntCounter,
     metrics: Arc<Metrics>,
@@ -185,6 +187,9 @@ impl NodeReport for NodeHandle {
     }
     fn notifications(&self, in_use: bool) {
         self.notifications.set(i64::from(in_use));
+    }
+    fn notice(&self) {
+        self.notices.inc();
     }
     fn config_refused(&self, refused: bool) {
         self.config_refused.set(i64::from(refused));

@@ -18,7 +18,8 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use presence_sweeper_rules::keyspace::{
-    Availability, Notice, channel_prefix, config_refusal, flags_cover, notice, with_needed,
+    Availability, Change, Channels, NEW_KEY, Notice, channel_prefix, config_refusal,
+    new_key_channel, notice, with_needed,
 };
 
 use crate::subscriber::{Push, Subscriber};
@@ -40,9 +41,9 @@ where
         };
     }
     let flags = config_value(reply).unwrap_or_default();
-    Ok(match flags_cover(&flags) {
-        true => Availability::On,
-        false => Availability::Off(flags),
+    Ok(match Channels::of(&flags) {
+        Some(channels) => Availability::On(channels),
+        None => Availability::Off(flags),
     })
 }
 
@@ -55,21 +56,28 @@ fn config_value(v: Value) -> Option<String> {
 }
 
 /// Turns on what the daemon needs, keeping the server's other flags (the operator opted in with
-/// `tracking.configure_notifications`). Returns the flags set.
+/// `tracking.configure_notifications`): new keys (`En`) where the server has them, else the
+/// keyspace events of sorted sets (`Kzg`; Redis 6.2 refuses `n`). Returns the flags set.
 pub async fn enable<C>(con: &mut C, current: &str) -> Result<String, Error>
 where
     C: SendPacked + Send,
 {
-    let flags = with_needed(current);
-    let mut batch = Packed::default();
-    batch.command(&[
-        b"CONFIG",
-        b"SET",
-        b"notify-keyspace-events",
-        flags.as_bytes(),
-    ]);
-    all_ok(con.send_packed(batch).await?)?;
-    Ok(flags)
+    let mut refused = None;
+    for new_keys in [true, false] {
+        let flags = with_needed(current, new_keys);
+        let mut batch = Packed::default();
+        batch.command(&[
+            b"CONFIG",
+            b"SET",
+            b"notify-keyspace-events",
+            flags.as_bytes(),
+        ]);
+        match all_ok(con.send_packed(batch).await?) {
+            Ok(_) => return Ok(flags),
+            Err(e) => refused = Some(e),
+        }
+    }
+    Err(refused.expect("tried").into())
 }
 
 /// Notices read while waiting for an answer on the subscription (its confirmations, a pong),
@@ -82,6 +90,10 @@ const HELD: usize = 1024;
 pub struct Subscription {
     sub: Subscriber,
     prefix: Vec<u8>,
+    /// `__keyevent@<db>__:new`, whose messages name new keys.
+    new_keys: Vec<u8>,
+    /// Which notifications it listens to.
+    channels: Channels,
     held: VecDeque<Notice>,
 }
 
@@ -96,8 +108,9 @@ enum Read {
 }
 
 impl Subscription {
-    /// Subscribes `sub` (a connection of its own to the primary) to `patterns` (channel
-    /// patterns from [`channel_prefix`] and a sweep's `match`), within `timeout`.
+    /// Subscribes `sub` (a connection of its own to the primary) to `patterns`: channel
+    /// patterns from [`channel_prefix`] and a sweep's `match`, or [`new_key_channel`] (a
+    /// pattern without wildcards), within `timeout`.
     pub async fn start(
         sub: Subscriber,
         db: i64,
@@ -107,6 +120,8 @@ impl Subscription {
         let mut this = Self {
             sub,
             prefix: channel_prefix(db).into_bytes(),
+            new_keys: new_key_channel(db).into_bytes(),
+            channels: Channels::Both,
             held: VecDeque::new(),
         };
         if !patterns.is_empty() {
@@ -115,6 +130,17 @@ impl Subscription {
                 .map_err(|_| timed_out())??;
         }
         Ok(this)
+    }
+
+    /// Says which notifications `patterns` listen to, for [`Subscription::channels`].
+    pub fn listening_to(mut self, channels: Channels) -> Self {
+        self.channels = channels;
+        self
+    }
+
+    /// Which notifications it listens to.
+    pub fn channels(&self) -> Channels {
+        self.channels
     }
 
     async fn psubscribe(&mut self, patterns: &[String]) -> Result<(), Error> {
@@ -185,6 +211,13 @@ impl Subscription {
     /// The next message, read only when the loop asks for one.
     async fn read(&mut self) -> Result<Read, Error> {
         Ok(match self.sub.next().await.map_err(lost)? {
+            Push::Message {
+                channel, payload, ..
+            } if channel == self.new_keys.as_slice() => Read::Notice(Notice {
+                pattern: NEW_KEY.to_vec(),
+                key: payload.to_vec(),
+                change: Change::Written,
+            }),
             Push::Message {
                 pattern,
                 channel,

@@ -4,8 +4,9 @@
 /// What a primary's `notify-keyspace-events` allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Availability {
-    /// `K` and `z` (or `A`): every sorted-set write of a key is published.
-    On,
+    /// `E` and `n`: every new key is published ([`Channels::NewKeys`]); or `K` and `z` (or
+    /// `A`): every sorted-set write of a key is ([`Channels::Keyspace`]).
+    On(Channels),
     /// Off, or without what presence keys need; the flags as the server reports them.
     Off(String),
     /// The server will not say (the Redis user may not run `CONFIG GET`, or the server does
@@ -13,25 +14,79 @@ pub enum Availability {
     Unknown(String),
 }
 
-/// Whether `flags` (as `CONFIG GET notify-keyspace-events` reports them) publish keyspace
-/// events of sorted-set writes and of deletions.
-pub fn flags_cover(flags: &str) -> bool {
-    flags.contains('K') && (flags.contains('A') || flags.contains('z'))
+/// Which notifications a primary's loop listens to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channels {
+    /// `__keyevent@<db>__:new` alone (Redis 7.0 and later, Valkey): one message per key
+    /// created, none per heartbeat. A tracked key's deadline comes from its checks' replies,
+    /// so a new key is all the index needs to hear of.
+    NewKeys,
+    /// The keyspace channels of the sweeps' keys (`__keyspace@<db>__:<match>`): one message per
+    /// write of a presence key, heartbeats included. Where the server has no `n`.
+    Keyspace,
+    /// Both, where the server will not say which it publishes (`CONFIG` refused) or publishes
+    /// neither yet: whichever comes is heard.
+    Both,
 }
 
-/// `flags` with what the daemon needs added: `K` (keyspace channels), `z` (sorted sets) and `g`
-/// (deletions and renames), keeping whatever else the server publishes.
-pub fn with_needed(flags: &str) -> String {
+impl Channels {
+    /// The channels `flags` publish what the daemon needs on, preferring new keys; `None` if
+    /// neither.
+    pub fn of(flags: &str) -> Option<Self> {
+        if flags.contains('E') && flags.contains('n') {
+            Some(Self::NewKeys)
+        } else if flags.contains('K') && (flags.contains('A') || flags.contains('z')) {
+            Some(Self::Keyspace)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the sweeps' keyspace channels are listened to.
+    pub fn keyspace(self) -> bool {
+        self != Self::NewKeys
+    }
+
+    /// Whether the new-key channel is listened to.
+    pub fn new_keys(self) -> bool {
+        self != Self::Keyspace
+    }
+}
+
+/// Whether `flags` (as `CONFIG GET notify-keyspace-events` reports them) publish what the
+/// daemon needs: new keys, or the keyspace events of sorted-set writes.
+pub fn flags_cover(flags: &str) -> bool {
+    Channels::of(flags).is_some()
+}
+
+/// `flags` with the cheapest flags that serve the daemon added, keeping whatever else the
+/// server publishes: `E` and `n` (new keys, once each) where the server has `n`
+/// (`new_keys`), else `K` (keyspace channels), `z` (sorted sets) and `g` (deletions).
+pub fn with_needed(flags: &str, new_keys: bool) -> String {
     let mut out = flags.to_owned();
-    for c in ['K', 'z', 'g'] {
-        // `A` stands for every class of event, `z` and `g` among them.
-        let covered = out.contains(c) || (c != 'K' && out.contains('A'));
+    let needed: &[char] = if new_keys {
+        &['E', 'n']
+    } else {
+        &['K', 'z', 'g']
+    };
+    for &c in needed {
+        // `A` stands for every class of event but `n`: `z` and `g` among them.
+        let covered = out.contains(c) || (matches!(c, 'z' | 'g') && out.contains('A'));
         if !covered {
             out.push(c);
         }
     }
     out
 }
+
+/// The channel of database `db`'s new keys (the payload is the key).
+pub fn new_key_channel(db: i64) -> String {
+    format!("__keyevent@{db}__:new")
+}
+
+/// The [`Notice::pattern`] of a new key: not a sweep's pattern, so every sweep whose `match`
+/// the key fits takes it.
+pub const NEW_KEY: &[u8] = b"";
 
 /// Why an error reply to `CONFIG` means the server will never answer it: an ACL without
 /// `+config|get`, or a managed Redis that renamed or removed the command (it then answers as
@@ -106,7 +161,7 @@ mod tests {
 
     #[test]
     fn flags_that_cover_presence_keys() {
-        for on in ["KEA", "AK", "Kz", "Kzg", "zK", "KA"] {
+        for on in ["KEA", "AK", "Kz", "Kzg", "zK", "KA", "En", "nE"] {
             assert!(flags_cover(on), "{on}");
         }
         for off in ["", "Ez", "K", "Kg", "EA", "Kh"] {
@@ -116,11 +171,38 @@ mod tests {
 
     #[test]
     fn needed_flags_are_added_and_others_kept() {
-        assert_eq!(with_needed(""), "Kzg");
-        assert_eq!(with_needed("Ex"), "ExKzg");
-        assert_eq!(with_needed("AE"), "AEK");
-        assert_eq!(with_needed("KEA"), "KEA");
-        assert!(flags_cover(&with_needed("Elh")));
+        assert_eq!(with_needed("", false), "Kzg");
+        assert_eq!(with_needed("Ex", false), "ExKzg");
+        assert_eq!(with_needed("AE", false), "AEK");
+        assert_eq!(with_needed("KEA", false), "KEA");
+        assert!(flags_cover(&with_needed("Elh", false)));
+        assert_eq!(with_needed("", true), "En");
+        assert_eq!(
+            with_needed("KEA", true),
+            "KEAn",
+            "A holds every class but n"
+        );
+        assert_eq!(with_needed("Kx", true), "KxEn");
+        assert_eq!(
+            Channels::of(&with_needed("Elh", true)),
+            Some(Channels::NewKeys)
+        );
+    }
+
+    #[test]
+    fn new_keys_are_preferred_wherever_the_server_publishes_them() {
+        assert_eq!(Channels::of("En"), Some(Channels::NewKeys));
+        assert_eq!(Channels::of("KEAn"), Some(Channels::NewKeys));
+        assert_eq!(Channels::of("KEA"), Some(Channels::Keyspace));
+        assert_eq!(Channels::of("Kzg"), Some(Channels::Keyspace));
+        assert_eq!(
+            Channels::of("Kn"),
+            None,
+            "n without E publishes on no channel"
+        );
+        assert_eq!(Channels::of(""), None);
+        assert!(Channels::Both.keyspace() && Channels::Both.new_keys());
+        assert!(!Channels::NewKeys.keyspace() && !Channels::Keyspace.new_keys());
     }
 
     #[test]

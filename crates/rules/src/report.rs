@@ -90,6 +90,9 @@ pub trait NodeReport: Send + Sync {
     fn outage(&self);
     /// Whether keyspace notifications are in use on this primary now.
     fn notifications(&self, in_use: bool);
+    /// A notice was read from the subscription (a new key; with keyspace channels, any write of
+    /// a presence key, heartbeats included).
+    fn notice(&self);
     /// Whether the server refuses `CONFIG`.
     fn config_refused(&self, refused: bool);
     /// Redis refuses the daemon's user a command the checks need (`Some`: what it said), or no

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder as _, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Encoder as _, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use presence_sweeper_rules::node::NodeId;
@@ -107,6 +107,7 @@ pub struct Metrics {
     redis_up: IntGauge,
     redis_failures: IntCounterVec,
     notifications_in_use: IntGaugeVec,
+    notices: IntCounterVec,
     notifications_config_refused: IntGaugeVec,
     notifications_expected: IntGauge,
     outages: IntCounterVec,
@@ -267,6 +268,14 @@ impl Metrics {
                 &["node"],
             )
             .expect("valid metric"),
+            notices: IntCounterVec::new(
+                opts(
+                    "notices_total",
+                    "Keyspace notifications read from this primary that concern the sweeps: new keys, or, where the server publishes no new keys (Redis 6.2), every write of a presence key, heartbeats included.",
+                ),
+                &["node"],
+            )
+            .expect("valid metric"),
             notifications_config_refused: IntGaugeVec::new(
                 opts(
                     "notifications_config_refused",
@@ -379,6 +388,7 @@ impl Metrics {
             Box::new(m.redis_up.clone()),
             Box::new(m.redis_failures.clone()),
             Box::new(m.notifications_in_use.clone()),
+            Box::new(m.notices.clone()),
             Box::new(m.notifications_config_refused.clone()),
             Box::new(m.notifications_expected.clone()),
             Box::new(m.outages.clone()),
@@ -480,6 +490,11 @@ impl Metrics {
         g
     }
 
+    /// The notices read from `node` (created at 0).
+    pub(crate) fn notices_counter(&self, node: &NodeId) -> IntCounter {
+        self.notices.with_label_values(&[node.to_string()])
+    }
+
     /// Whether `node` refuses `CONFIG` (created at 0).
     pub(crate) fn config_refused_gauge(&self, node: &NodeId) -> IntGauge {
         let g = self
@@ -536,6 +551,7 @@ impl Metrics {
         let _ = self
             .notifications_config_refused
             .remove_label_values(&[node.as_str()]);
+        let _ = self.notices.remove_label_values(&[node.as_str()]);
         let _ = self.outages.remove_label_values(&[node.as_str()]);
         let _ = self.writes_refused.remove_label_values(&[node.as_str()]);
         let _ = self

@@ -8,7 +8,7 @@ use super::tracked::{Tick, Tracked};
 use super::walks::WalkKind;
 use super::{Io, Job};
 use crate::index::Capacity;
-use crate::keyspace::Notice;
+use crate::keyspace::{NEW_KEY, Notice};
 use crate::node::NodeId;
 use crate::report::Beat;
 use crate::scan::Page;
@@ -187,14 +187,23 @@ impl<I: Io> Sweeps<I> {
 
     /// A keyspace notice at Redis's `now` (seconds, if its clock was read). Returns the sweep
     /// whose index filled up with it, if one did for the first time.
+    /// A new key ([`NEW_KEY`]) goes to every sweep whose `match` it fits.
     pub fn notice(&mut self, n: &Notice, now: Option<f64>) -> Option<String> {
-        let t = self
+        let mut filled = None;
+        let node = &self.node;
+        for t in self
             .list
             .iter_mut()
-            .find(|t| t.channel.as_bytes() == n.pattern)?;
-        let id = t.job.pattern().conversation_id(&n.key)?;
-        t.notice(&self.node, id, n.change, now)
-            .then(|| t.job.name().to_owned())
+            .filter(|t| n.pattern == NEW_KEY || t.channel.as_bytes() == n.pattern)
+        {
+            let Some(id) = t.job.pattern().conversation_id(&n.key) else {
+                continue;
+            };
+            if t.notice(node, id, n.change, now) && filled.is_none() {
+                filled = Some(t.job.name().to_owned());
+            }
+        }
+        filled
     }
 
     /// The loop ends, or its sweeps leave: every sweep's share of the figures goes.

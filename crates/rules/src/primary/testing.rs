@@ -92,6 +92,7 @@ impl NodeReport for Said {
     fn notifications(&self, in_use: bool) {
         self.push(format!("notifications {in_use}"));
     }
+    fn notice(&self) {}
     fn config_refused(&self, refused: bool) {
         self.push(format!("config_refused {refused}"));
     }

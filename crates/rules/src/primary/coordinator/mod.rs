@@ -527,6 +527,7 @@ impl<I: Io> Coordinator<I> {
 
     /// A notice arrived at `at`: notifications flow.
     pub fn on_notice(&mut self, at: Instant) {
+        self.report.notice();
         if let Some(report) = self.notifications.on_notice(at) {
             self.apply(at, report);
         }
