@@ -31,6 +31,8 @@ pub enum Mode {
     Busy = 3,
     /// 503, no `Retry-After`: the sender's own backoff decides.
     Unavailable = 4,
+    /// 422: this event refused (the receiver is up), retried on the backoff alone.
+    Reject = 5,
 }
 
 /// One request as it arrived.
@@ -239,7 +241,8 @@ async fn answer(state: State, req: Request<Incoming>) -> Result<Response<Full<By
                 1 => Mode::Fail,
                 2 => Mode::Hang,
                 3 => Mode::Busy,
-                _ => Mode::Unavailable,
+                4 => Mode::Unavailable,
+                _ => Mode::Reject,
             },
         }
     };
@@ -248,6 +251,7 @@ async fn answer(state: State, req: Request<Incoming>) -> Result<Response<Full<By
         Mode::Fail => (500, None),
         Mode::Busy => (503, Some("2")),
         Mode::Unavailable => (503, None),
+        Mode::Reject => (422, None),
         Mode::Hang => (0, None),
     };
     hit.status = status;

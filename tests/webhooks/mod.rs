@@ -181,8 +181,15 @@ fn a_fixed_stream_delivers_each_conversation_in_order() {
 #[test]
 fn a_failing_receiver_gets_each_event_again_with_the_same_id() {
     let server = RedisServer::start();
-    let receiver =
-        Receiver::deciding(|_, before| if before < 2 { Mode::Fail } else { Mode::Accept });
+    // A 4xx: this event refused, not the receiver down, so no other event's delivery wakes
+    // its retry (recovery.rs) and the waits are the backoff's.
+    let receiver = Receiver::deciding(|_, before| {
+        if before < 2 {
+            Mode::Reject
+        } else {
+            Mode::Accept
+        }
+    });
     let d = daemon(&server, &toml(PER_CONVERSATION, &receiver.url(), ""));
     d.wait_ready(Duration::from_secs(20));
     seed_keys(&mut server.con(), conversations(10), 2, 1);
