@@ -21,14 +21,16 @@ Scenarios:
   B  no notifications, no noise: 5,000 such conversations
   C  simulate --conversations 10000 --users 20, default configuration, notifications on
   live  a big app in steady state: 1,000,000 conversations x 1 user heartbeating every 20 s,
-     default online sweep (ttl 45 s), notifications on: every key comes due about every 25 s,
-     so this is what deadline checks cost at that scale (Redis CPU per check is reported)
+     default online sweep (ttl 45 s): every key comes due about every 25 s, so this is what
+     deadline checks cost at that scale (Redis CPU per check is reported). Notifications as
+     each phase's build is best served: off for the apps alone, new keys (En) for this build,
+     KEA for --before (an earlier build knows no new-key notifications)
   big  1,000,000 conversations x 20 members (seeded, ttl 1 h: nothing goes stale), notifications
      on: the daemon's RSS with 1,000,000 tracked keys against the same daemon without an index
      (tracking.max_keys = 0), Redis CPU of the start-up walk, of a reconciliation walk, and in
      between
-  cost  what notifications cost Redis per write (pipelined ZADDs from redis-benchmark): off; on
-     (KEA) with nobody subscribed; on with the sweeper subscribed
+  cost  what notifications cost Redis per write (pipelined ZADDs from redis-benchmark): off; KEA,
+     Kzg and En with nobody subscribed, and with the sweeper subscribed
 
 A fourth phase runs an earlier build with --before BINARY (say, one from before deadlines:
 `git worktree add /tmp/before <rev> && cargo build --release --manifest-path /tmp/before/Cargo.toml`).
@@ -102,11 +104,14 @@ def lag(report, key):
     return v
 
 
-def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, binary=None, warmup=None):
+def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, binary=None, warmup=None,
+              flags=None):
     """One phase: an optional daemon (`binary`, or this checkout's), the traffic, and the
-    window's CPU."""
+    window's CPU; `flags`, if given, are the server's notify-keyspace-events for it."""
     daemon = None
     walk_cpu = 0.0
+    if flags is not None:
+        redis.cli("CONFIG", "SET", "notify-keyspace-events", flags)
     if mode is not None:
         port = free_port()
         cfg = config(work, label, sweeps, mode, port)
@@ -144,7 +149,8 @@ def fmt(x):
 
 
 def scenario(name, work, redis_extra, populate, sweeps, sim_args, duration, window, before=None,
-             warmup=None):
+             warmup=None, flags=None):
+    """`flags`: notify-keyspace-events per phase label, where phases differ (else the server's)."""
     print(f"scenario {name}", flush=True)
     redis = Redis(tempfile.mkdtemp(dir=work), extra=redis_extra)
     try:
@@ -158,7 +164,8 @@ def scenario(name, work, redis_extra, populate, sweeps, sim_args, duration, wind
             phases.append(("before", SHIPPED, before))
         for label, mode, binary in phases:
             rows[label] = run_phase(f"{name}-{label.replace(' ', '-')}", work, redis, sweeps, mode, sim_args,
-                                    duration, window, binary=binary, warmup=warmup)
+                                    duration, window, binary=binary, warmup=warmup,
+                                    flags=(flags or {}).get(label))
         base = rows["traffic alone"]["redis_core"]
         for label, _, _ in phases[1:]:
             row = rows[label]
@@ -236,7 +243,9 @@ def notify_cost(work, writes):
     out = {}
     keys = 100_000
     for label, flags, subscribed in (("off", "", False), ("KEA", "KEA", False),
-                                     ("KEA + sweeper subscribed", "KEA", True)):
+                                     ("KEA + sweeper subscribed", "KEA", True),
+                                     ("Kzg", "Kzg", False), ("Kzg + sweeper subscribed", "Kzg", True),
+                                     ("En", "En", False), ("En + sweeper subscribed", "En", True)):
         redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", flags])
         daemon = None
         try:
@@ -301,11 +310,18 @@ def main():
             # A big app in steady state: every conversation has one user online, heartbeating every
             # 20 s, so every key comes due about every 25 s (ttl 45 s); the window starts once the
             # first ttl has passed.
+            #
+            # Each phase with the notifications its build is best served by, so that the sweeper's
+            # share holds what notifications cost Redis: none for the apps alone; new keys (`En`)
+            # for this build; the keyspace events of every write (`KEA`) for an earlier one, which
+            # predates new-key notifications.
             results["live"] = scenario("live", work, ["--notify-keyspace-events", "KEA"], 0,
                                        "[sweeps.typing]\nenabled = false\n",
                                        ["--conversations", str(args.live), "--users", "1", "--heartbeat", "20s",
                                         "--vanish-rate", "0.01", "--grace", "60s"],
-                                       150, 60, before=args.before, warmup=60.0)
+                                       150, 60, before=args.before, warmup=60.0,
+                                       flags={"traffic alone": "", "deadlines": "En", "full passes": "",
+                                              "before": "KEA"})
         if "big" in wanted:
             results["big"] = big(work, args.big)
         if "cost" in wanted:
