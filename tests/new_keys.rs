@@ -1,7 +1,8 @@
 //! New-key notifications (`notify-keyspace-events` with `E` and `n`, Redis 7.0 and later and
 //! Valkey): the daemon hears of a presence key once, when it is created, and never of its
 //! heartbeats. A zombie in a brand-new key still leaves at its deadline; a score written in the
-//! past into a known key leaves within a ttl, at the key's next check.
+//! past into a known key leaves within a ttl, at the key's next check. What
+//! `tracking.configure_notifications` sets: `tracking::configure_notifications_*`.
 
 use std::time::{Duration, Instant};
 
@@ -144,33 +145,4 @@ async fn a_score_written_in_the_past_into_a_known_key_leaves_within_a_ttl() {
         &[("sweep", "online")],
     );
     assert!(checks >= 1.0, "{checks}");
-}
-
-#[test]
-fn configure_notifications_sets_new_keys_where_the_server_has_them() {
-    let server = RedisServer::start_with(&["--notify-keyspace-events", "Ex"]);
-    let d = daemon(&server, "[tracking]\nconfigure_notifications = true\n");
-    let labels = [("node", node(&server))];
-    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    wait_until("notifications in use", Duration::from_secs(10), || {
-        value(&d, "presence_sweeper_notifications_in_use", &labels) == 1.0
-    });
-    let flags: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("notify-keyspace-events")
-        .query(&mut server.con())
-        .unwrap();
-    let flags = &flags[1];
-    assert!(
-        flags.contains('E') && flags.contains('x'),
-        "kept: {flags:?}"
-    );
-    if server_major_version() >= 7 {
-        assert!(flags.contains('n'), "new keys: {flags:?}");
-        assert!(!flags.contains('K'), "no keyspace channel added: {flags:?}");
-    } else {
-        for c in ['K', 'z', 'g'] {
-            assert!(flags.contains(c), "Redis 6.2 has no n: {c} in {flags:?}");
-        }
-    }
 }
