@@ -480,8 +480,12 @@ impl Engine {
         }
         self.reports
             .primaries(self.primaries.keys().cloned().collect());
-        self.primaries_now
-            .send_replace(self.primaries.keys().cloned().collect());
+        let ids: Vec<NodeId> = self.primaries.keys().cloned().collect();
+        self.primaries_now.send_if_modified(|now| {
+            let changed = *now != ids;
+            *now = ids;
+            changed
+        });
         self.topology_known = true;
     }
 

@@ -175,6 +175,8 @@ pub(crate) struct SweepLeases {
     members: String,
     join: redis::Script,
     joined: bool,
+    /// The live replicas as last read, and when.
+    last_live: Option<(std::time::Instant, Vec<String>)>,
 }
 
 impl SweepLeases {
@@ -190,6 +192,7 @@ impl SweepLeases {
             members: format!("{prefix}{sweep}:replicas"),
             join: redis::Script::new(JOIN),
             joined: false,
+            last_live: None,
         }
     }
 
@@ -222,23 +225,32 @@ impl SweepLeases {
         }
         self.single.release(&mut con).await;
         let mut error = None;
+        // Without an answer, the live set last read (within a ttl) serves; without one, this
+        // replica tries for every lease, as if alone: `SET NX` lets one replica have each, and
+        // no primary goes unswept while the set cannot be read.
         let live: Vec<String> = match self.membership(&mut con, self.ttl).await {
-            Ok(live) => live,
+            Ok(live) => {
+                self.last_live = Some((crate::time::now(), live.clone()));
+                live
+            }
             Err(e) => {
                 error = Some(e);
-                Vec::new()
+                match &self.last_live {
+                    Some((at, live)) if crate::time::now().duration_since(*at) < self.ttl => {
+                        live.clone()
+                    }
+                    _ => Vec::new(),
+                }
             }
         };
         self.joined = true;
-        // Without the live set, hold on to nothing new: renew what is held, take nothing.
         let mine = share::assigned(&self.token, &live, primaries, &self.sweep);
         self.per_primary.retain(|node, _| primaries.contains(node));
         for node in primaries {
             let lease = self.per_primary.entry(node.clone()).or_insert_with(|| {
                 Lease::new(&self.prefix, &format!("{}:{node}", self.sweep), self.ttl)
             });
-            let wanted = mine.contains(node) && (error.is_none() || lease.held());
-            if wanted {
+            if mine.contains(node) {
                 if let Err(e) = lease.try_hold(&mut con).await {
                     error.get_or_insert(e);
                 }

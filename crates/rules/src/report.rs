@@ -90,8 +90,8 @@ pub trait NodeReport: Send + Sync {
     fn outage(&self);
     /// Whether keyspace notifications are in use on this primary now.
     fn notifications(&self, in_use: bool);
-    /// A notice was read from the subscription (a new key; with keyspace channels, any write of
-    /// a presence key, heartbeats included).
+    /// A notice was read from the subscription (a key created in the database; with keyspace
+    /// channels, any write of a presence key, heartbeats included).
     fn notice(&self);
     /// Whether the server refuses `CONFIG`.
     fn config_refused(&self, refused: bool);

@@ -97,7 +97,7 @@ impl Deliverer {
             retry_for: hook.retry_for,
             failing: AtomicBool::new(false),
             recovered: tokio::sync::Notify::new(),
-            woken: std::sync::Mutex::new(None),
+            woken: std::sync::Mutex::new((None, false)),
         };
         Ok(Self {
             shared: Arc::new(shared),
@@ -142,14 +142,17 @@ impl Deliverer {
                     if free == 0 {
                         break;
                     }
+                    slots.visited(in_slot);
                     let window = active.len() + 2 * free;
                     match shared.store.claim(in_slot, free, window).await {
                         Ok(claims) => {
                             redis_failing = false;
                             shared.clock.observe(claims.now_ms);
-                            slots.saw(in_slot, &claims);
-                            free -=
+                            let (due, oldest_ms) = (claims.due, claims.oldest_ms);
+                            let started =
                                 self.start(claims, &mut workers, &mut active, &mut ids, &cancel);
+                            slots.saw(in_slot, due, oldest_ms, started);
+                            free -= started;
                         }
                         Err(e) => {
                             shared.metrics.redis_error();
@@ -225,20 +228,19 @@ impl Deliverer {
             return;
         }
         let streams: Vec<&[u8]> = active.keys().map(Vec::as_slice).collect();
-        match self.shared.store.renew(&streams, release).await {
-            Ok((now_ms, held)) => {
-                self.shared.clock.observe(now_ms);
-                for (stream, held) in streams.iter().zip(held) {
-                    if !held {
-                        tracing::info!(webhook = %self.shared.name, "another replica took over a stream's deliveries");
-                        active[*stream].cancel();
-                    }
-                }
+        let (now_ms, held, failed) = self.shared.store.renew(&streams, release).await;
+        if now_ms > 0 {
+            self.shared.clock.observe(now_ms);
+        }
+        for (stream, held) in streams.iter().zip(held) {
+            if !held {
+                tracing::info!(webhook = %self.shared.name, "another replica took over a stream's deliveries");
+                active[*stream].cancel();
             }
-            Err(e) => {
-                self.shared.metrics.redis_error();
-                tracing::debug!(webhook = %self.shared.name, error = %e, "renewing claims failed");
-            }
+        }
+        if let Some(e) = failed {
+            self.shared.metrics.redis_error();
+            tracing::debug!(webhook = %self.shared.name, error = %e, "renewing claims failed");
         }
     }
 }
@@ -267,30 +269,44 @@ fn finished(
 /// its last claim saw for the backlog series.
 struct Slots {
     per_slot: bool,
-    /// Due streams and the oldest one's score (ms) per due set, as last seen.
-    seen: BTreeMap<Option<u16>, (u64, Option<u64>)>,
-    /// Where the next look begins, so that every slot gets its turn.
-    next: usize,
+    /// Per due set: what its last claim saw, and until when it is left alone.
+    seen: BTreeMap<Option<u16>, Seen>,
+    /// The last slot a look claimed from: the next look goes on after it.
+    last: Option<u16>,
     discovered: Option<std::time::Instant>,
 }
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Seen {
+    /// Its due streams.
+    due: u64,
+    /// When its oldest undelivered entry was appended, ms.
+    oldest_ms: Option<u64>,
+    /// Its due streams were all held by other replicas: not looked at again before this.
+    rest_until: Option<std::time::Instant>,
+}
+
+/// How long a slot whose due streams were all held elsewhere is left out of the looks.
+const REST: Duration = Duration::from_secs(1);
 
 impl Slots {
     fn new(per_slot: bool) -> Self {
         let mut seen = BTreeMap::new();
         if !per_slot {
-            seen.insert(None, (0, None));
+            seen.insert(None, Seen::default());
         }
         Self {
             per_slot,
             seen,
-            next: 0,
+            last: None,
             discovered: None,
         }
     }
 
+    /// Slots this process marked due: new events, so each is looked at again at once.
     fn hear(&mut self, marked: impl IntoIterator<Item = u16>) {
         for s in marked {
-            self.seen.entry(Some(s)).or_insert((0, None));
+            self.seen.entry(Some(s)).or_default().rest_until = None;
         }
     }
 
@@ -309,39 +325,62 @@ impl Slots {
     }
 
     fn found(&mut self, slots: Vec<u16>) {
-        self.hear(slots);
+        for s in slots {
+            self.seen.entry(Some(s)).or_default();
+        }
     }
 
-    /// The due sets to claim from now: all of them, or the next [`SLOTS_PER_LOOK`] in turn.
-    fn next_turn(&mut self) -> Vec<Option<u16>> {
-        let all: Vec<Option<u16>> = self.seen.keys().copied().collect();
-        if all.len() <= SLOTS_PER_LOOK {
-            return all;
+    /// The due sets to claim from now: the only one, or at most [`SLOTS_PER_LOOK`] slots in
+    /// turn after the last one claimed from, leaving out those resting.
+    fn next_turn(&self) -> Vec<Option<u16>> {
+        if !self.per_slot {
+            return vec![None];
         }
-        let start = self.next % all.len();
-        self.next = start + SLOTS_PER_LOOK;
-        all.iter()
-            .cycle()
-            .skip(start)
+        let at = now();
+        let after = self.last.map_or(0, |l| u32::from(l) + 1);
+        let (later, earlier): (Vec<Option<u16>>, Vec<Option<u16>>) = self
+            .seen
+            .iter()
+            .filter(|(_, s)| s.rest_until.is_none_or(|until| until <= at))
+            .map(|(k, _)| *k)
+            .partition(|k| k.is_some_and(|s| u32::from(s) >= after));
+        later
+            .into_iter()
+            .chain(earlier)
             .take(SLOTS_PER_LOOK)
-            .copied()
             .collect()
     }
 
-    /// What a claim on `in_slot` saw; a slot's due set found empty is forgotten until it is
-    /// heard of or found again.
-    fn saw(&mut self, in_slot: Option<u16>, claims: &Claims) {
-        if in_slot.is_some() && claims.due == 0 {
-            self.seen.remove(&in_slot);
-        } else {
-            self.seen.insert(in_slot, (claims.due, claims.oldest_ms));
+    /// A look claims from `in_slot`: the next one begins after it.
+    fn visited(&mut self, in_slot: Option<u16>) {
+        if let Some(s) = in_slot {
+            self.last = Some(s);
         }
+    }
+
+    /// What a claim on `in_slot` saw (`due` streams, the oldest appended at `oldest_ms`), and
+    /// how many streams it started. A slot's due set found empty is forgotten until it is heard
+    /// of or found again; one whose streams were all held elsewhere rests a while.
+    fn saw(&mut self, in_slot: Option<u16>, due: u64, oldest_ms: Option<u64>, started: usize) {
+        if in_slot.is_some() && due == 0 {
+            self.seen.remove(&in_slot);
+            return;
+        }
+        let rest_until = (in_slot.is_some() && started == 0).then(|| now() + REST);
+        self.seen.insert(
+            in_slot,
+            Seen {
+                due,
+                oldest_ms,
+                rest_until,
+            },
+        );
     }
 
     /// Due streams in all, and the oldest one's score (ms).
     fn backlog(&self) -> (u64, Option<u64>) {
-        let due = self.seen.values().map(|(n, _)| n).sum();
-        let oldest = self.seen.values().filter_map(|(_, o)| *o).min();
+        let due = self.seen.values().map(|s| s.due).sum();
+        let oldest = self.seen.values().filter_map(|s| s.oldest_ms).min();
         (due, oldest)
     }
 }
@@ -350,22 +389,15 @@ impl Slots {
 mod tests {
     use super::*;
 
-    fn claims(due: u64, oldest_ms: Option<u64>) -> Claims {
-        Claims {
-            now_ms: 0,
-            due,
-            oldest_ms,
-            claimed: Vec::new(),
-        }
-    }
-
     #[test]
     fn a_single_server_has_one_due_set_always() {
         let mut slots = Slots::new(false);
         assert_eq!(slots.next_turn(), [None]);
-        slots.saw(None, &claims(0, None));
+        slots.saw(None, 0, None, 0);
         assert_eq!(slots.next_turn(), [None]);
-        assert_eq!(slots.backlog(), (0, None));
+        slots.saw(None, 2, Some(5), 0);
+        assert_eq!(slots.next_turn(), [None], "never rests");
+        assert_eq!(slots.backlog(), (2, Some(5)));
     }
 
     #[test]
@@ -374,15 +406,34 @@ mod tests {
         assert!(slots.next_turn().is_empty());
         slots.hear(0..100);
         let first = slots.next_turn();
-        let second = slots.next_turn();
         assert_eq!(first.len(), SLOTS_PER_LOOK);
-        assert_eq!(second.len(), SLOTS_PER_LOOK);
-        let seen: std::collections::BTreeSet<_> = first.iter().chain(&second).collect();
-        assert_eq!(seen.len(), 100, "two looks reach every slot");
-        slots.saw(Some(3), &claims(2, Some(500)));
-        slots.saw(Some(4), &claims(1, Some(400)));
-        slots.saw(Some(5), &claims(0, None));
+        assert_eq!(first[0], Some(0));
+        // A look that stopped after 3 slots (no room left): the next goes on after them.
+        for s in &first[..3] {
+            slots.visited(*s);
+        }
+        assert_eq!(slots.next_turn()[0], Some(3));
+        // Round the end: on from the start.
+        slots.visited(Some(99));
+        assert_eq!(slots.next_turn()[0], Some(0));
+        slots.saw(Some(3), 2, Some(500), 1);
+        slots.saw(Some(4), 1, Some(400), 1);
+        slots.saw(Some(5), 0, None, 0);
         assert!(!slots.known().contains(&5));
         assert_eq!(slots.backlog(), (3, Some(400)));
+    }
+
+    #[test]
+    fn a_slot_held_elsewhere_rests_until_marked_again() {
+        let mut slots = Slots::new(true);
+        slots.hear([7, 8]);
+        slots.saw(Some(7), 3, Some(100), 0);
+        assert_eq!(
+            slots.next_turn(),
+            [Some(8)],
+            "7 rests: its streams are held elsewhere"
+        );
+        slots.hear([7]);
+        assert_eq!(slots.next_turn(), [Some(7), Some(8)]);
     }
 }

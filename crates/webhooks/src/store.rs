@@ -169,19 +169,22 @@ impl DeliveryStore {
     }
 
     /// Renews this replica's claims on `streams` (`release`: gives them up); returns Redis's
-    /// clock and, per stream, whether it is still held. On a cluster, one call per slot.
+    /// clock and, per stream, whether it is still held. On a cluster, one call per slot: a slot
+    /// whose call failed counts as still held (its workers go on, and learn at their next move
+    /// if another replica took the stream over), and the first failure is returned beside.
     pub async fn renew(
         &self,
         streams: &[&[u8]],
         release: bool,
-    ) -> Result<(u64, Vec<bool>), StoreError> {
+    ) -> (u64, Vec<bool>, Option<StoreError>) {
         let mut by_slot: BTreeMap<Option<u16>, Vec<usize>> = BTreeMap::new();
         for (i, s) in streams.iter().enumerate() {
             let at = self.per_slot.then(|| keys::slot_of(s));
             by_slot.entry(at).or_default().push(i);
         }
-        let mut held = vec![false; streams.len()];
+        let mut held = vec![true; streams.len()];
         let mut now = 0;
+        let mut failed = None;
         for (in_slot, at) in by_slot {
             let mut con = self.store.connection();
             // The due set is named only to route the call to the slot's primary.
@@ -192,13 +195,22 @@ impl DeliveryStore {
             for &i in &at {
                 call.arg(streams[i]);
             }
-            let (clock, these): (u64, Vec<u8>) = self.bounded(call.invoke_async(&mut con)).await?;
-            now = now.max(clock);
-            for (i, h) in at.into_iter().zip(these) {
-                held[i] = h == 1;
+            match self
+                .bounded(call.invoke_async::<(u64, Vec<u8>)>(&mut con))
+                .await
+            {
+                Ok((clock, these)) => {
+                    now = now.max(clock);
+                    for (i, h) in at.into_iter().zip(these) {
+                        held[i] = h == 1;
+                    }
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
         }
-        Ok((now, held))
+        (now, held, failed)
     }
 
     /// On a cluster, the slots whose due sets hold streams, leaving out those of `known`: one

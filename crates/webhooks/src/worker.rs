@@ -54,17 +54,27 @@ pub struct Common {
     /// after a failure of the whole receiver go at once, so a backlog drains within seconds of
     /// an outage's end, not up to [`retry::MAX_RETRY`] later.
     pub recovered: Notify,
-    /// When `recovered` last woke them (at most every [`retry::RECOVERY_WAKE_EVERY`]).
-    pub woken: Mutex<Option<Instant>>,
+    /// When `recovered` last woke them (at most every [`retry::RECOVERY_WAKE_EVERY`]), and
+    /// whether a recovery came sooner and waits for a later success to wake them.
+    pub woken: Mutex<(Option<Instant>, bool)>,
 }
 
 impl Common {
-    /// Wakes the attempts waiting for the receiver, unless they were woken just now.
-    fn receiver_recovered(&self) {
+    /// The receiver accepted an event; `recovered`: after failing. Wakes the attempts waiting
+    /// for it, unless they were woken just now: then a later success does (a recovery is never
+    /// swallowed, only put off).
+    fn receiver_accepted(&self, recovered: bool) {
         let mut woken = self.woken.lock().unwrap_or_else(|e| e.into_inner());
-        if woken.is_none_or(|at| now().duration_since(at) >= retry::RECOVERY_WAKE_EVERY) {
-            *woken = Some(now());
+        let (last, pending) = &mut *woken;
+        if !recovered && !*pending {
+            return;
+        }
+        if last.is_none_or(|at| now().duration_since(at) >= retry::RECOVERY_WAKE_EVERY) {
+            *last = Some(now());
+            *pending = false;
             self.recovered.notify_waiters();
+        } else {
+            *pending = true;
         }
     }
 }
@@ -207,10 +217,11 @@ async fn deliver(
         let retry_after = match answer {
             Posted::Status { status, .. } if retry::delivered(status) => {
                 shared.metrics.outcome("delivered");
-                if shared.failing.swap(false, Ordering::Relaxed) {
+                let recovered = shared.failing.swap(false, Ordering::Relaxed);
+                if recovered {
                     tracing::info!(webhook = %shared.name, "the webhook's receiver accepts events again");
-                    shared.receiver_recovered();
                 }
+                shared.receiver_accepted(recovered);
                 return true;
             }
             Posted::Status { retry_after, .. } => retry_after,

@@ -271,7 +271,7 @@ impl Metrics {
             notices: IntCounterVec::new(
                 opts(
                     "notices_total",
-                    "Keyspace notifications read from this primary that concern the sweeps: new keys, or, where the server publishes no new keys (Redis 6.2), every write of a presence key, heartbeats included.",
+                    "Keyspace notifications read from this primary: with new-key notifications, every key created in the database; else every write of a presence key, heartbeats included.",
                 ),
                 &["node"],
             )
