@@ -48,11 +48,7 @@ fn a_batch_holds_at_most_batch_keys() {
 #[test]
 fn requests_in_flight_stay_within_the_pipeline_depth() {
     let t0 = crate::testing::now();
-    let shape = Shape {
-        batch: 1,
-        depth: 2,
-        ..Shape::default()
-    };
+    let shape = Shape::batching(1, 2);
     let (mut w, _) = walked(t0, shape, &["a", "b", "c"]);
     let t1 = window(t0);
     let tasks = turn_tasks(&mut w, t1);
@@ -73,11 +69,7 @@ fn requests_in_flight_stay_within_the_pipeline_depth() {
 #[test]
 fn sweeps_take_turns_for_the_room_in_flight() {
     let t0 = crate::testing::now();
-    let shape = Shape {
-        batch: 1,
-        depth: 3,
-        ..Shape::default()
-    };
+    let shape = Shape::batching(1, 3);
     let (mut w, _) = work(t0, shape, &["online", "typing"]);
     assert_eq!(turn(&mut w, t0), ["scan presence:*", "probe"]);
     w.on_probe(at(t0), evidence(REDIS_T0));
@@ -150,11 +142,7 @@ fn a_check_reads_redis_clock_when_no_reply_did_for_a_second() {
 #[test]
 fn a_failed_check_holds_every_verdict_until_the_primary_and_a_probe_answer() {
     let t0 = crate::testing::now();
-    let shape = Shape {
-        batch: 1,
-        depth: 1,
-        ..Shape::default()
-    };
+    let shape = Shape::batching(1, 1);
     let (mut w, _) = walked(t0, shape, &["a", "b"]);
     let t1 = window(t0);
     let (epoch, tickets, _) = checks(turn_tasks(&mut w, t1)).remove(0);

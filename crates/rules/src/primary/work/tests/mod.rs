@@ -58,6 +58,17 @@ impl Default for Shape {
     }
 }
 
+impl Shape {
+    /// The default shape with `batch` keys per check and `depth` requests in flight.
+    fn batching(batch: usize, depth: usize) -> Self {
+        Self {
+            batch,
+            depth,
+            ..Self::default()
+        }
+    }
+}
+
 /// Work started at `t0` without notifications, running the sweeps `names`, and their reports.
 fn work(t0: Instant, shape: Shape, names: &[&str]) -> (W, Vec<Arc<SweepLog>>) {
     let setup = Setup {
