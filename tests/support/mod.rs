@@ -168,6 +168,16 @@ fn read_log_from(path: &Path, from: u64) -> String {
     String::from_utf8_lossy(log.get(from as usize..).unwrap_or_default()).into_owned()
 }
 
+/// How a server answered its first `PING`.
+enum Greeting {
+    /// With a reply or a Redis error other than `-LOADING` (e.g. `-NOAUTH`).
+    Answered,
+    /// `-LOADING`: still reading its data.
+    Loading,
+    /// Not at all: a closed connection, or a TLS-only port that this plain client cannot greet.
+    Failed,
+}
+
 /// A `redis-server` owned by one test. Killed and reaped on drop.
 pub struct RedisServer {
     pub port: u16,
@@ -263,9 +273,22 @@ impl RedisServer {
                 }
                 return Err(StartError::Exited(format!("({status}){stderr}\n{log}")));
             }
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() && self.loaded() {
-                self.child = Some(child);
-                return Ok(());
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                let up = match self.greeting() {
+                    Greeting::Answered => true,
+                    Greeting::Loading => false,
+                    // A server that accepted into its backlog and then exited (a cluster node
+                    // whose bus port was taken, between its listen and its exit) fails the
+                    // greeting too: it is up only if it is still running a moment later.
+                    Greeting::Failed => {
+                        std::thread::sleep(Duration::from_millis(100));
+                        matches!(child.try_wait(), Ok(None))
+                    }
+                };
+                if up {
+                    self.child = Some(child);
+                    return Ok(());
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -279,23 +302,22 @@ impl RedisServer {
         );
     }
 
-    /// Whether the server answers commands: one restarting from RDB or AOF accepts connections
-    /// while it loads, and answers `-LOADING` meanwhile. A server that wants a password counts
-    /// as loaded once it asks for it.
-    /// Anything else (a TLS-only port this plain client cannot greet) counts as loaded.
-    fn loaded(&self) -> bool {
+    /// How the server answers a `PING`: one restarting from RDB or AOF accepts connections
+    /// while it loads, and answers `-LOADING` meanwhile. A server that wants a password has
+    /// answered once it asks for it.
+    fn greeting(&self) -> Greeting {
         let loading = |e: &redis::RedisError| {
             e.code() == Some("LOADING") || e.to_string().contains("LOADING")
         };
-        match self
+        let reply = self
             .client()
             .get_connection_with_timeout(Duration::from_secs(1))
-        {
-            Ok(mut con) => match redis::cmd("PING").query::<String>(&mut con) {
-                Ok(_) => true,
-                Err(e) => !loading(&e),
-            },
-            Err(e) => !loading(&e),
+            .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
+        match reply {
+            Ok(_) => Greeting::Answered,
+            Err(e) if loading(&e) => Greeting::Loading,
+            Err(e) if e.code().is_some() => Greeting::Answered,
+            Err(_) => Greeting::Failed,
         }
     }
 
