@@ -153,6 +153,19 @@ class Daemon:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def histogram(self, name):
+        """A histogram's cumulative buckets `[(le, count)]`, summed over every other label."""
+        import urllib.request
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5).read().decode()
+        buckets = {}
+        for line in text.splitlines():
+            if line.startswith(name + "_bucket{"):
+                labels, value = line.rsplit(" ", 1)
+                le = labels.split('le="', 1)[1].split('"', 1)[0]
+                le = float("inf") if le == "+Inf" else float(le)
+                buckets[le] = buckets.get(le, 0.0) + float(value)
+        return sorted(buckets.items())
+
     def text(self):
         self.log.seek(0)
         return self.log.read().decode(errors="replace")
@@ -176,3 +189,20 @@ class Daemon:
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(10)
+
+
+def lag_summary(buckets):
+    """From a lag histogram's cumulative buckets: how many, the share within 100 ms and 1 s, and
+    the p50 and p99 as the upper bound of the bucket that holds them."""
+    total = buckets[-1][1] if buckets else 0.0
+    if not total:
+        return {"count": 0}
+
+    def within(limit):
+        return max((c for le, c in buckets if le <= limit), default=0.0) / total
+
+    def quantile(q):
+        return next(le for le, c in buckets if c >= q * total)
+
+    return {"count": int(total), "within_100ms": within(0.1), "within_1s": within(1.0),
+            "p50_le": quantile(0.5), "p99_le": quantile(0.99)}

@@ -51,7 +51,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Daemon, Redis, build, free_port, tools, write  # noqa: E402
+from common import Daemon, Redis, build, free_port, lag_summary, tools, write  # noqa: E402
 
 SHIPPED = ""
 FULL_PASSES = '[tracking]\nmax_keys = 0\nnotifications = "off"\n'
@@ -131,6 +131,7 @@ def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, bina
         row["sweeper_rss_mb"] = daemon.rss_mb()
         row["missed_notifications"] = daemon.metric("presence_sweeper_missed_notifications_total")
         row["notifications_in_use"] = daemon.metric("presence_sweeper_notifications_in_use")
+        row["daemon_lag"] = lag_summary(daemon.histogram("presence_sweeper_eviction_lag_seconds"))
         daemon.stop()
     t = report.get("typing") or {}
     own = f", sweeper {cpu['sweeper_core']:.2%}" if daemon else ""
@@ -141,6 +142,11 @@ def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, bina
           f"typing stops {t.get('stops', 0)} (p99 {fmt(lag(t, 'stop_lag_seconds.p99'))}); "
           f"false {report['false_evictions']}, duplicates {report['duplicate_events']}, "
           f"missed {report['missed_zombies']}", flush=True)
+    own_lag = row.get("daemon_lag") or {}
+    if own_lag.get("count"):
+        print(f"    the daemon's own eviction_lag_seconds: {own_lag['count']} evictions, "
+              f"{own_lag['within_100ms']:.1%} within 100 ms, {own_lag['within_1s']:.1%} within 1 s, "
+              f"p50 <= {fmt(own_lag['p50_le'])}, p99 <= {fmt(own_lag['p99_le'])}", flush=True)
     return row
 
 

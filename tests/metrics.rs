@@ -534,4 +534,10 @@ fn every_series_exists_from_start_up_and_the_docs_list_exactly_them() {
             );
         }
     }
+    let window: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.name == "presence_sweeper_check_window")
+        .map(|s| s.value)
+        .collect();
+    assert_eq!(window, [4.0], "the window starts at evict.pipeline_depth");
 }

@@ -104,7 +104,8 @@ impl Evictor {
         let cutoff = Cutoff::new(judge_at, self.config.ttl, self.config.score_unit);
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let guarded = purpose.guarded() && self.guard.enabled();
-        let reads = read::read(node, &refs, first_read(purpose, &cutoff, guarded)).await?;
+        let newest = guarded && self.guard.wants_heartbeats(judge_at);
+        let reads = read::read(node, &refs, first_read(purpose, &cutoff, newest)).await?;
         out.time = reads.time;
         if reads.pttl_refused > 0 {
             self.pttl_refused(ctx.observer);

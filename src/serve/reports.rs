@@ -67,6 +67,7 @@ impl Reports for DaemonReports {
         Box::new(NodeHandle {
             notifications: self.metrics.notifications_gauge(node),
             notices: self.metrics.notices_counter(node),
+            check_window: self.metrics.check_window_gauge(node),
             config_refused: self.metrics.config_refused_gauge(node),
             outages: self.metrics.start_node(node),
             metrics: self.metrics.clone(),
@@ -175,6 +176,7 @@ struct NodeHandle {
     node: NodeId,
     notifications: IntGauge,
     notices: IntCounter,
+    check_window: IntGauge,
     config_refused: IntGauge,
     outages: IntCounter,
     metrics: Arc<Metrics>,
@@ -190,6 +192,10 @@ impl NodeReport for NodeHandle {
     }
     fn notice(&self) {
         self.notices.inc();
+    }
+    fn check_window(&self, depth: usize) {
+        self.check_window
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
     fn config_refused(&self, refused: bool) {
         self.config_refused.set(i64::from(refused));

@@ -12,8 +12,12 @@ pub struct Evict {
     /// `evict.max_members_per_call`: members one transaction or script call removes at most,
     /// over all its keys; bounds each command's time in Redis.
     pub max_members_per_call: usize,
-    /// `evict.pipeline_depth`: batches in flight at once per primary (over all its sweeps).
+    /// `evict.pipeline_depth`: batches in flight at once per primary (over all its sweeps), and
+    /// the least the in-flight window shrinks to.
     pub pipeline_depth: usize,
+    /// `evict.max_pipeline_depth`: the most the in-flight window grows to while due keys wait
+    /// for room; at or below `pipeline_depth`, the window stays at `pipeline_depth`.
+    pub max_pipeline_depth: usize,
 }
 
 impl Evict {
@@ -35,6 +39,14 @@ impl Evict {
             name: "pipeline_depth",
             read: |t, k, e| t.integer(k, 1, 256).map(|n| e.pipeline_depth = n as usize),
             show: |e| Shown::plain(e.pipeline_depth),
+        },
+        Key {
+            name: "max_pipeline_depth",
+            read: |t, k, e| {
+                t.integer(k, 1, 1024)
+                    .map(|n| e.max_pipeline_depth = n as usize)
+            },
+            show: |e| Shown::plain(e.max_pipeline_depth),
         },
     ];
 }

@@ -251,6 +251,11 @@ impl Index {
         self.due.first().map(|&(d, _)| d)
     }
 
+    /// The deadline of the `n`-th key to come due (1: the next), if that many wait.
+    pub fn nth_due(&self, n: usize) -> Option<u64> {
+        self.due.iter().nth(n.checked_sub(1)?).map(|&(d, _)| d)
+    }
+
     /// Hands out up to `max` keys due at or before `now` for a check: `(ticket, id)` pairs are
     /// appended to `out`. They wait for no deadline until [`Index::checked`] gives them back.
     pub fn take_due(&mut self, now: u64, max: usize, out: &mut Vec<(Ticket, Vec<u8>)>) {

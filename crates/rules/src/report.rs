@@ -93,6 +93,8 @@ pub trait NodeReport: Send + Sync {
     /// A notice was read from the subscription (a key created in the database; with keyspace
     /// channels, any write of a presence key, heartbeats included).
     fn notice(&self);
+    /// The deadline checks the loop may have in flight now (its window changed).
+    fn check_window(&self, depth: usize);
     /// Whether the server refuses `CONFIG`.
     fn config_refused(&self, refused: bool);
     /// Redis refuses the daemon's user a command the checks need (`Some`: what it said), or no

@@ -217,6 +217,19 @@ impl StormGuard {
             && (now >= st.calm_until || self.silent_again(&st, now))
     }
 
+    /// Whether checks at `now` should read their keys' newest heartbeats: none was heard yet,
+    /// or the freshest is older than a quarter ttl, so silence (half a ttl) could begin before
+    /// another is read. While one was heard recently, reading every checked key's newest would
+    /// cost Redis a `ZRANGE` per key for nothing: at a million keys that was a third of the
+    /// sweeper's Redis CPU (`benches/busy.py`).
+    pub fn wants_heartbeats(&self, now: f64) -> bool {
+        self.cfg.enabled
+            && self
+                .state()
+                .freshest
+                .is_none_or(|f| now - f > self.ttl / 4.0)
+    }
+
     /// Whether `stale` members may be evicted at `now` (Redis's clock), found by a check of
     /// keys that hold `checked` members. `held_back`: `now` is behind Redis's clock (see the
     /// module's notes); a hold under way still holds, but none starts.
@@ -376,6 +389,17 @@ mod tests {
         g.heartbeat(105.5);
         assert!(!g.suspects_silence(106.0));
         assert_eq!(g.admit(106.0, 10, 0, false), Admit::Evict);
+    }
+
+    #[test]
+    fn checks_read_heartbeats_only_while_the_freshest_is_a_quarter_ttl_old() {
+        let g = guard();
+        assert!(g.wants_heartbeats(100.0), "none heard yet");
+        g.heartbeat(100.0);
+        assert!(!g.wants_heartbeats(102.5), "2.5 s is a quarter of the ttl");
+        assert!(g.wants_heartbeats(102.6));
+        g.heartbeat(102.6);
+        assert!(!g.wants_heartbeats(104.0));
     }
 
     #[test]

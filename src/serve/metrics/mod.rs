@@ -108,6 +108,7 @@ pub struct Metrics {
     redis_failures: IntCounterVec,
     notifications_in_use: IntGaugeVec,
     notices: IntCounterVec,
+    check_window: IntGaugeVec,
     notifications_config_refused: IntGaugeVec,
     notifications_expected: IntGauge,
     outages: IntCounterVec,
@@ -276,6 +277,14 @@ impl Metrics {
                 &["node"],
             )
             .expect("valid metric"),
+            check_window: IntGaugeVec::new(
+                opts(
+                    "check_window",
+                    "Deadline checks this primary's loop may have in flight now: evict.pipeline_depth, grown up to evict.max_pipeline_depth while due keys wait for room. At the maximum for long, Redis's round trips are too slow for the keys coming due.",
+                ),
+                &["node"],
+            )
+            .expect("valid metric"),
             notifications_config_refused: IntGaugeVec::new(
                 opts(
                     "notifications_config_refused",
@@ -389,6 +398,7 @@ impl Metrics {
             Box::new(m.redis_failures.clone()),
             Box::new(m.notifications_in_use.clone()),
             Box::new(m.notices.clone()),
+            Box::new(m.check_window.clone()),
             Box::new(m.notifications_config_refused.clone()),
             Box::new(m.notifications_expected.clone()),
             Box::new(m.outages.clone()),
@@ -495,6 +505,11 @@ impl Metrics {
         self.notices.with_label_values(&[node.to_string()])
     }
 
+    /// The in-flight window of `node`'s loop (set as the loop starts).
+    pub(crate) fn check_window_gauge(&self, node: &NodeId) -> IntGauge {
+        self.check_window.with_label_values(&[node.to_string()])
+    }
+
     /// Whether `node` refuses `CONFIG` (created at 0).
     pub(crate) fn config_refused_gauge(&self, node: &NodeId) -> IntGauge {
         let g = self
@@ -552,6 +567,7 @@ impl Metrics {
             .notifications_config_refused
             .remove_label_values(&[node.as_str()]);
         let _ = self.notices.remove_label_values(&[node.as_str()]);
+        let _ = self.check_window.remove_label_values(&[node.as_str()]);
         let _ = self.outages.remove_label_values(&[node.as_str()]);
         let _ = self.writes_refused.remove_label_values(&[node.as_str()]);
         let _ = self

@@ -116,6 +116,7 @@ impl PrimaryLoop {
             batching: Batching {
                 batch: self.settings.evict.batch_keys,
                 depth: self.settings.evict.pipeline_depth,
+                max_depth: self.settings.evict.max_pipeline_depth,
             },
             keys_per_second: match self.settings.scan.max_keys_per_second {
                 0 => None,

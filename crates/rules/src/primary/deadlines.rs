@@ -28,40 +28,92 @@ pub const WITNESSES: usize = 16;
 /// deadline, but it may vanish without a notification (a restart), and must not stay tracked.
 const PINNED_RECHECK_MS: u64 = 3_600_000;
 
-/// `evict.batch_keys` and `evict.pipeline_depth`: how many keys go in one check, and how many
-/// checks and reads are in flight at once.
+/// `evict.batch_keys`, `evict.pipeline_depth` and `evict.max_pipeline_depth`: how many keys go
+/// in one check, and how many checks and reads are in flight at once (a [`Window`] between the
+/// two depths).
 #[derive(Debug, Clone, Copy)]
 pub struct Batching {
     pub batch: usize,
     pub depth: usize,
+    /// The most the window grows to; below `depth`, the window stays at `depth`.
+    pub max_depth: usize,
 }
 
 impl Batching {
-    /// Whether another future may go in flight, with `in_flight` there already.
-    pub fn room(&self, in_flight: usize) -> bool {
-        in_flight < self.depth
-    }
-
     /// Whether a walk with `queued` keys waiting may ask for another page.
     pub fn room_for_page(&self, queued: usize) -> bool {
         crate::scan::room_for_page(queued, self.batch, self.depth)
     }
 
-    /// Whether a sweep whose next key is due at `next_due` (ms, Redis's clock) has a batch to
-    /// check at `now_ms`: a batch waits for its window, so that keys due close together go
-    /// together.
-    pub fn ripe(next_due: Option<u64>, now_ms: u64) -> bool {
-        next_due.is_some_and(|due| Self::wake_ms(due) <= now_ms)
-    }
-
-    /// When (ms, Redis's clock) a key due at `due` is checked with its batch.
-    pub fn wake_ms(due: u64) -> u64 {
-        due.saturating_add(BATCH_WINDOW_MS)
+    /// When (ms, Redis's clock) a sweep's next batch is checked, given the deadline of its
+    /// earliest key (`first`) and of its `batch`-th (`full`): a batch waits up to its window for
+    /// keys due close together to go together, but a full one goes at once. At a high rate of
+    /// deadlines the window would only add its length to every zombie's lag.
+    pub fn ripe_at(first: Option<u64>, full: Option<u64>) -> Option<u64> {
+        let window = first?.saturating_add(BATCH_WINDOW_MS);
+        Some(full.map_or(window, |full| {
+            window.min(full.saturating_add(DEADLINE_MARGIN_MS))
+        }))
     }
 
     /// Keys due by this (ms, Redis's clock) are taken into a batch at `now_ms`.
     pub fn due_by(now_ms: u64) -> u64 {
         now_ms.saturating_sub(DEADLINE_MARGIN_MS)
+    }
+}
+
+/// How many requests one primary keeps in flight. It starts at `evict.pipeline_depth` and grows
+/// by one for each request that lands while due keys wait for room, up to
+/// `evict.max_pipeline_depth`; it shrinks by one for each that lands with none waiting, and back
+/// to `pipeline_depth` when a check fails. Round trips grow when Redis is busy, and a fixed
+/// window then checks fewer keys a second than come due: the lag grows without bound although
+/// neither Redis nor the sweeper is saturated. Growing by one per landing follows the round
+/// trip within a few of them; it never floods a Redis that is slow because it is saturated,
+/// since then nothing lands sooner for being asked more.
+#[derive(Debug, Clone)]
+pub struct Window {
+    floor: usize,
+    ceiling: usize,
+    depth: usize,
+    /// Due keys wait for room: as a dispatch last found them.
+    waiting: bool,
+}
+
+impl Window {
+    pub fn new(b: &Batching) -> Self {
+        Self {
+            floor: b.depth,
+            ceiling: b.max_depth.max(b.depth),
+            depth: b.depth,
+            waiting: false,
+        }
+    }
+
+    /// Whether another request may go out, with `in_flight` out already.
+    pub fn room(&self, in_flight: usize) -> bool {
+        in_flight < self.depth
+    }
+
+    /// Whether due keys wait for room, as a dispatch of checks leaves them. It holds until the
+    /// next dispatch: landings in between all see the same backlog.
+    pub fn waiting(&mut self, waiting: bool) {
+        self.waiting = waiting;
+    }
+
+    /// A request came back; `failed`: a check that failed (Redis in trouble: ask less of it).
+    pub fn landed(&mut self, failed: bool) {
+        self.depth = if failed {
+            self.floor
+        } else if self.waiting {
+            (self.depth + 1).min(self.ceiling)
+        } else {
+            self.depth.saturating_sub(1).max(self.floor)
+        };
+    }
+
+    /// The requests allowed in flight now.
+    pub fn depth(&self) -> usize {
+        self.depth
     }
 }
 
@@ -228,25 +280,65 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_waits_for_its_window_and_takes_keys_past_the_margin() {
-        assert!(!Batching::ripe(None, NOW));
-        assert!(
-            !Batching::ripe(Some(NOW), NOW),
+    fn a_batch_waits_for_its_window_unless_it_is_full() {
+        assert_eq!(Batching::ripe_at(None, None), None);
+        assert_eq!(
+            Batching::ripe_at(Some(NOW), None),
+            Some(NOW + BATCH_WINDOW_MS),
             "keys due together go together"
         );
-        assert!(Batching::ripe(Some(NOW - BATCH_WINDOW_MS), NOW));
-        assert_eq!(Batching::wake_ms(NOW), NOW + BATCH_WINDOW_MS);
+        assert_eq!(
+            Batching::ripe_at(Some(NOW), Some(NOW + 10)),
+            Some(NOW + 10 + DEADLINE_MARGIN_MS),
+            "a full batch goes once its last key is past the margin"
+        );
+        assert_eq!(
+            Batching::ripe_at(Some(NOW), Some(NOW + 10 * BATCH_WINDOW_MS)),
+            Some(NOW + BATCH_WINDOW_MS)
+        );
         assert_eq!(Batching::due_by(NOW), NOW - DEADLINE_MARGIN_MS);
-        assert_eq!(Batching::wake_ms(u64::MAX), u64::MAX);
+        assert_eq!(
+            Batching::ripe_at(Some(u64::MAX), Some(u64::MAX)),
+            Some(u64::MAX)
+        );
     }
 
     #[test]
-    fn in_flight_and_queued_work_is_bounded() {
+    fn the_window_grows_while_keys_wait_and_shrinks_back() {
+        let b = Batching {
+            batch: 10,
+            depth: 2,
+            max_depth: 4,
+        };
+        let mut w = Window::new(&b);
+        assert!(w.room(1) && !w.room(2));
+        w.waiting(true);
+        for _ in 0..5 {
+            w.landed(false);
+        }
+        assert_eq!(w.depth(), 4, "grows by one a landing, up to max_depth");
+        w.waiting(false);
+        w.landed(false);
+        assert_eq!(w.depth(), 3, "shrinks by one a landing with nothing waiting");
+        w.waiting(true);
+        w.landed(true);
+        w.waiting(false);
+        assert_eq!(w.depth(), 2, "a failed check: back to pipeline_depth");
+        for _ in 0..3 {
+            w.landed(false);
+        }
+        assert_eq!(w.depth(), 2, "never below pipeline_depth");
+        let fixed = Window::new(&Batching { max_depth: 1, ..b });
+        assert_eq!(fixed.depth(), 2, "max_depth below depth: a fixed window");
+    }
+
+    #[test]
+    fn queued_work_is_bounded() {
         let c = Batching {
             batch: 10,
             depth: 2,
+            max_depth: 2,
         };
-        assert!(c.room(1) && !c.room(2));
         assert!(c.room_for_page(19) && !c.room_for_page(20));
     }
 

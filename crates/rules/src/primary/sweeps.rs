@@ -115,6 +115,11 @@ impl<I: Io> Sweeps<I> {
         self.list.iter().filter_map(|t| t.index.next_due()).min()
     }
 
+    /// When (ms, Redis's clock) the next batch of `batch` keys of any sweep is checked.
+    pub fn next_ripe(&self, batch: usize) -> Option<u64> {
+        self.list.iter().filter_map(|t| t.ripe_at(batch)).min()
+    }
+
     /// Writes may have gone unnoticed: the next reconciliation reads every key.
     pub fn set_unnoticed(&mut self) {
         for t in &mut self.list {

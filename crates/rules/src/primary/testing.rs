@@ -93,6 +93,7 @@ impl NodeReport for Said {
         self.push(format!("notifications {in_use}"));
     }
     fn notice(&self) {}
+    fn check_window(&self, _: usize) {}
     fn config_refused(&self, refused: bool) {
         self.push(format!("config_refused {refused}"));
     }

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use super::Io;
 use super::canary::WriteRefusal;
-use super::deadlines::{self, Batching};
+use super::deadlines;
 use super::notifications::{CatchUp, Notifications, Op, Outcome, Pending, Polled, Report, Say};
 use super::standing::{self, ClockStep, Evidence, Seen, Standing, Verdict, Writes};
 use super::walks::{Start, WalkKind, Walks};
@@ -316,8 +316,8 @@ impl<I: Io> Coordinator<I> {
         );
     }
 
-    /// The earliest instant something is due, given the deadline of the next key (`due`, ms
-    /// on Redis's clock; only when a check could go) and the walk in flight (`None`: none is;
+    /// The earliest instant something is due, given when the next batch of keys is ripe
+    /// (`due`, ms on Redis's clock; only when a check could go) and the walk in flight (`None`: none is;
     /// `Some(paced)`: one is, its next page held back until `paced`).
     pub fn next_wake(
         &self,
@@ -332,7 +332,7 @@ impl<I: Io> Coordinator<I> {
             && self.verdict(now, 0.0).is_some()
             && let Some(clock) = self.standing.clock()
         {
-            at(clock.local(Batching::wake_ms(due)));
+            at(clock.local(due));
         }
         // Walks start only when none runs: their timers would only spin meanwhile.
         match walk {
@@ -523,6 +523,11 @@ impl<I: Io> Coordinator<I> {
         self.walks.want_sync(at);
         let report = self.notifications.restart(at);
         self.apply(at, report);
+    }
+
+    /// The loop's in-flight window is `depth` now.
+    pub fn on_window(&self, depth: usize) {
+        self.report.check_window(depth);
     }
 
     /// A notice arrived at `at`: notifications flow.

@@ -500,7 +500,7 @@ fn the_loop_wakes_for_a_deadline_only_while_judging() {
     assert!(wake >= t0 + ms(100), "not judging: no deadline wakes it");
     c.on_probe(t0, evidence(1000.0, 1));
     let wake = c.next_wake(t0, secs(5), Some(due), Some(None));
-    assert_eq!(wake, t0 + ms(250), "the deadline and its batch window");
+    assert_eq!(wake, t0 + ms(200), "when the batch is ripe");
 }
 
 #[test]

@@ -175,11 +175,16 @@ impl<I: Io> Tracked<I> {
     /// A batch of keys to check at `now_ms` (Redis's clock), if one is ripe (see
     /// [`Batching::ripe`]): their tickets and keys.
     pub fn due_batch(&mut self, now_ms: u64, batch: usize) -> Option<(Vec<Ticket>, Vec<Vec<u8>>)> {
-        if !Batching::ripe(self.index.next_due(), now_ms) {
+        if self.ripe_at(batch).is_none_or(|at| at > now_ms) {
             return None;
         }
         let (tickets, keys) = self.take_due(Batching::due_by(now_ms), batch);
         (!keys.is_empty()).then_some((tickets, keys))
+    }
+
+    /// When (ms, Redis's clock) this sweep's next batch of `batch` keys is checked.
+    pub fn ripe_at(&self, batch: usize) -> Option<u64> {
+        Batching::ripe_at(self.index.next_due(), self.index.nth_due(batch))
     }
 
     /// The keys due by `due_by` (ms, Redis's clock), up to `batch`: their tickets and keys.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 pub use task::{Batch, Now, Task, Walked};
 
 use super::coordinator::{Action, Coordinator, Refreshed, Turn};
-use super::deadlines::{self, Batching, WITNESSES};
+use super::deadlines::{self, Batching, WITNESSES, Window};
 use super::notifications::{Op, Outcome, Pending, Polled};
 use super::standing::Evidence;
 use super::sweeps::Sweeps;
@@ -32,7 +32,7 @@ use crate::report::Beat;
 /// The daemon-wide settings the work goes by.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
-    /// `evict.batch_keys` and `evict.pipeline_depth`.
+    /// `evict.batch_keys`, `evict.pipeline_depth` and `evict.max_pipeline_depth`.
     pub batching: Batching,
     /// `scan.max_keys_per_second`; `None`: walks are not paced.
     pub keys_per_second: Option<f64>,
@@ -52,6 +52,8 @@ pub struct Work<I: Io> {
     walk: Option<Walk<I::Error>>,
     /// Requests handed out whose results have not come back.
     in_flight: usize,
+    /// How many may be.
+    window: Window,
     /// Shutdown is under way: nothing new goes out, what is out comes back.
     stopping: bool,
     tasks: Vec<Task<I>>,
@@ -64,6 +66,7 @@ impl<I: Io> Work<I> {
         settings: Settings,
         beat: Arc<dyn Beat>,
     ) -> Self {
+        coord.on_window(settings.batching.depth);
         Self {
             coord,
             sweeps,
@@ -71,6 +74,7 @@ impl<I: Io> Work<I> {
             beat,
             walk: None,
             in_flight: 0,
+            window: Window::new(&settings.batching),
             stopping: false,
             tasks: Vec::new(),
         }
@@ -134,7 +138,7 @@ impl<I: Io> Work<I> {
 
     /// Whether another request may go out.
     fn room(&self) -> bool {
-        self.settings.batching.room(self.in_flight)
+        self.window.room(self.in_flight)
     }
 
     /// Hands due keys to checks, a batch per sweep in turn, while there is room in flight and
@@ -154,10 +158,14 @@ impl<I: Io> Work<I> {
             any = false;
             for i in 0..self.sweeps.len() {
                 let ttl = self.sweeps.get_mut(i).job.ttl().as_secs_f64();
-                let room = self.room();
-                let Some(verdict) = self.coord.verdict(now, ttl).filter(|_| room) else {
+                let Some(verdict) = self.coord.verdict(now, ttl) else {
                     return;
                 };
+                if !self.room() {
+                    let waiting = self.sweeps.next_ripe(batch).is_some_and(|at| at <= now_ms);
+                    self.window.waiting(waiting);
+                    return;
+                }
                 let t = self.sweeps.get_mut(i);
                 let Some((tickets, keys)) = t.due_batch(now_ms, batch) else {
                     continue;
@@ -172,6 +180,7 @@ impl<I: Io> Work<I> {
                 });
             }
         }
+        self.window.waiting(false);
     }
 
     /// The sweeps to run here from now on: a reload changed them, or a lease was won or lost.
@@ -230,21 +239,21 @@ impl<I: Io> Work<I> {
 
     /// The probe came back.
     pub fn on_probe(&mut self, now: Now, probe: Result<Evidence, I::Error>) {
-        self.landed();
+        self.landed(false);
         self.coord.on_probe(now.at, probe);
         self.finish_walk_if_done(now);
     }
 
     /// The proof of the permissions came back.
     pub fn on_permitted(&mut self, now: Now, permitted: Result<(), I::Error>) {
-        self.landed();
+        self.landed(false);
         self.coord.on_permitted(now.at, permitted);
         self.finish_walk_if_done(now);
     }
 
     /// The look at the primary came back.
     pub fn on_refreshed(&mut self, now: Now, refreshed: Refreshed<I::Error>) {
-        self.landed();
+        self.landed(false);
         self.coord.on_refreshed(now.at, refreshed);
         self.finish_walk_if_done(now);
     }
@@ -259,7 +268,7 @@ impl<I: Io> Work<I> {
         tickets: Vec<Ticket>,
         checked: Checked<I::Error>,
     ) {
-        self.landed();
+        self.landed(checked.error.is_some());
         let at = now.at;
         self.coord
             .on_check(sent, at, checked.time, checked.error.is_some());
@@ -276,9 +285,14 @@ impl<I: Io> Work<I> {
         self.finish_walk_if_done(now);
     }
 
-    /// A request came back.
-    fn landed(&mut self) {
+    /// A request came back; `failed`: a check that failed.
+    fn landed(&mut self, failed: bool) {
         self.in_flight = self.in_flight.saturating_sub(1);
+        let before = self.window.depth();
+        self.window.landed(failed);
+        if self.window.depth() != before {
+            self.coord.on_window(self.window.depth());
+        }
         self.beat.progress();
     }
 
@@ -308,7 +322,10 @@ impl<I: Io> Work<I> {
     /// deadline (with room for its check), the walk's pace, the parts' timers, and
     /// [`Settings::alive_every`].
     pub fn next_wake(&self, now: Instant) -> Instant {
-        let due = self.sweeps.next_due().filter(|_| self.room());
+        let due = self
+            .sweeps
+            .next_ripe(self.settings.batching.batch)
+            .filter(|_| self.room());
         let walk = self.walk.as_ref().map(|w| w.paced_until(now));
         self.coord
             .next_wake(now, self.settings.alive_every, due, walk)
@@ -334,6 +351,11 @@ impl<I: Io> Work<I> {
     /// Requests out whose results have not come back.
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Requests allowed in flight now.
+    pub fn window(&self) -> usize {
+        self.window.depth()
     }
 }
 

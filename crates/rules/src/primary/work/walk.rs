@@ -147,7 +147,7 @@ impl<I: Io> Work<I> {
     /// A request of the walk in flight came back for the sweep of `epoch`: what it found goes
     /// to that sweep, and a failure fails the walk (it ends once its other requests are back).
     pub fn on_walked(&mut self, now: Now, epoch: u64, walked: Walked<I::Error>) {
-        self.landed();
+        self.landed(false);
         let at = now.at;
         let node = self.sweeps.node().clone();
         let error = match walked {

@@ -67,6 +67,34 @@ fn requests_in_flight_stay_within_the_pipeline_depth() {
 }
 
 #[test]
+fn the_window_grows_while_due_keys_wait_and_shrinks_when_none_do() {
+    let t0 = crate::testing::now();
+    let shape = Shape {
+        max_depth: 3,
+        ..Shape::batching(1, 1)
+    };
+    let (mut w, _) = walked(t0, shape, &["a", "b", "c", "d"]);
+    let t1 = window(t0);
+    let tasks = turn_tasks(&mut w, t1);
+    assert_eq!(lines(&tasks), ["check online a"]);
+    assert_eq!(w.window(), 1);
+    let (epoch, tickets, _) = checks(tasks).remove(0);
+    w.on_checked(at(t1), t1, epoch, tickets, live(1, REDIS_T0 + 0.05, REDIS_T0));
+    assert_eq!(w.window(), 2, "keys waited for room: one more in flight");
+    let tasks = turn_tasks(&mut w, t1);
+    assert_eq!(lines(&tasks), ["check online b", "check online c"]);
+    for (epoch, tickets, _) in checks(tasks) {
+        w.on_checked(at(t1), t1, epoch, tickets, live(1, REDIS_T0 + 0.05, REDIS_T0));
+    }
+    assert_eq!(w.window(), 3, "d waited through both landings: up to max_depth");
+    let tasks = turn_tasks(&mut w, t1);
+    assert_eq!(lines(&tasks), ["check online d"]);
+    let (epoch, tickets, _) = checks(tasks).remove(0);
+    w.on_checked(at(t1), t1, epoch, tickets, live(1, REDIS_T0 + 0.05, REDIS_T0));
+    assert_eq!(w.window(), 2, "nothing waits: one less");
+}
+
+#[test]
 fn sweeps_take_turns_for_the_room_in_flight() {
     let t0 = crate::testing::now();
     let shape = Shape::batching(1, 3);

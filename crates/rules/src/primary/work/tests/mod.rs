@@ -42,6 +42,8 @@ fn at(t: Instant) -> Now {
 struct Shape {
     batch: usize,
     depth: usize,
+    /// The window's ceiling; the shapes below keep it at `depth` (a fixed window).
+    max_depth: usize,
     /// Keys every index together may track.
     capacity: usize,
     keys_per_second: Option<f64>,
@@ -52,6 +54,7 @@ impl Default for Shape {
         Self {
             batch: 10,
             depth: 4,
+            max_depth: 4,
             capacity: 100,
             keys_per_second: None,
         }
@@ -64,6 +67,7 @@ impl Shape {
         Self {
             batch,
             depth,
+            max_depth: depth,
             ..Self::default()
         }
     }
@@ -90,6 +94,7 @@ fn work(t0: Instant, shape: Shape, names: &[&str]) -> (W, Vec<Arc<SweepLog>>) {
         batching: Batching {
             batch: shape.batch,
             depth: shape.depth,
+            max_depth: shape.max_depth,
         },
         keys_per_second: shape.keys_per_second,
         max_keys: shape.capacity,

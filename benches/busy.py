@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""A slow hour: scenario `live` (1,000,000 conversations, one user each heartbeating every 20 s,
+ttl 45 s, 1 % vanishing) with Redis held busy at `--busy` of a core (default 0.85) by the apps'
+own traffic, and how late zombies leave. Phases, in one run, on one Redis, with the same traffic:
+
+  traffic alone   no sweeper. A filler adds work to the heartbeats until Redis's main thread is
+                  at --busy of a core; its rate is then fixed for every later phase.
+  fixed           this build with evict.max_pipeline_depth = evict.pipeline_depth (4): the
+                  in-flight window of earlier builds.
+  adaptive        this build as shipped: the window grows while due keys wait.
+  limited         as shipped, the daemon held to --cpu of a core (default 0.2: 200m) by a cgroup,
+                  as benches/burst.py does (needs root and a cgroup cpu controller; skipped
+                  without them).
+  before          with --before BINARY, an earlier build as shipped.
+
+The filler stands for the rest of an app's Redis traffic: `EVALSHA` of a script that spins for
+--spin iterations (about 50 us), at the rate that reaches --busy. Each phase prints Redis's CPU,
+the sweeper's, the simulator's lag figures (p99 of zombies in known and in brand-new keys; 0
+false, duplicate or missed is the bar) and the daemon's own presence_sweeper_eviction_lag_seconds.
+
+usage: python3 benches/busy.py [--conversations N] [--busy 0.85] [--cpu 0.2] [--phases
+                               fixed,adaptive,limited] [--before BINARY] [--skip-build] [--json FILE]
+needs: redis-server and redis-cli on PATH; cargo; root for the limited phase.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import BIN, Redis, build  # noqa: E402
+from steady import run_phase  # noqa: E402
+
+SPIN = "local x = 0 for i = 1, tonumber(ARGV[1]) do x = x + i end return x"
+
+
+def resp(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Filler:
+    """Sends the spin script at `rate` calls a second, every 5 ms a share; with `target`, steers
+    the rate each 2 s so that Redis's main thread stays at `target` of a core."""
+
+    def __init__(self, redis, spin):
+        self.redis = redis
+        self.sha = redis.cli("SCRIPT", "LOAD", SPIN)
+        self.call = resp("EVALSHA", self.sha, "0", spin)
+        self.rate = 0.0
+        self.target = None
+        self.cost = None
+        self.sent = 0
+        self.stopping = False
+        self.sock = socket.create_connection(("127.0.0.1", redis.port))
+        threading.Thread(target=self._drain, daemon=True).start()
+        threading.Thread(target=self._send, daemon=True).start()
+        threading.Thread(target=self._steer, daemon=True).start()
+
+    def _drain(self):
+        while not self.stopping:
+            if not self.sock.recv(1 << 16):
+                return
+
+    def _send(self):
+        owed, last = 0.0, time.time()
+        while not self.stopping:
+            time.sleep(0.005)
+            now = time.time()
+            owed += self.rate * (now - last)
+            last = now
+            n = int(owed)
+            if n:
+                owed -= n
+                self.sock.sendall(self.call * n)
+                self.sent += n
+
+    def _steer(self):
+        c0, n0, t0 = self.redis.cpu(), self.sent, time.time()
+        while not self.stopping:
+            time.sleep(2)
+            c1, n1, t1 = self.redis.cpu(), self.sent, time.time()
+            busy = (c1 - c0) / (t1 - t0)
+            sent = (n1 - n0) / (t1 - t0)
+            c0, n0, t0 = c1, n1, t1
+            if self.target is not None and self.cost:
+                # What is not the filler's stays; the filler makes up the rest, in half steps so
+                # that noise does not make it swing, and never far past what it could send.
+                others = busy - self.cost * sent
+                want = max(10.0, (self.target - others) / self.cost)
+                self.rate = min(self.rate + 0.5 * (want - self.rate), 2 * sent + 100)
+
+    def calibrate(self):
+        """The CPU of one call, from a burst of calls on an otherwise idle Redis."""
+        n = 2000
+        c0 = self.redis.cpu()
+        before = self.sent
+        self.sock.sendall(self.call * n)
+        self.sent += n
+        time.sleep(1.0 + n * 200e-6)
+        self.cost = (self.redis.cpu() - c0) / (self.sent - before)
+        return self.cost
+
+    def stop(self):
+        self.stopping = True
+        self.sock.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--conversations", type=int, default=1_000_000)
+    ap.add_argument("--busy", type=float, default=0.85, help="Redis's main thread, in cores, from the apps")
+    ap.add_argument("--spin", type=int, default=3000, help="iterations of the filler's script per call")
+    ap.add_argument("--cpu", type=float, default=0.2, help="the limited phase's CPU, in cores")
+    ap.add_argument("--phases", default="fixed,adaptive,limited")
+    ap.add_argument("--duration", type=int, default=150)
+    ap.add_argument("--window", type=int, default=60)
+    ap.add_argument("--before", help="an earlier build of presence-sweeper, run as one more phase")
+    ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if not args.skip_build:
+        build()
+    work = tempfile.mkdtemp(prefix="presence-sweeper-busy-")
+    redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", "En"])
+    sweeps = "[sweeps.typing]\nenabled = false\n"
+    sim = ["--conversations", str(args.conversations), "--users", "1", "--heartbeat", "20s",
+           "--vanish-rate", "0.01", "--grace", "60s"]
+    filler = Filler(redis, args.spin)
+    cost = filler.calibrate()
+    print(f"filler: {cost * 1e6:.1f} us of Redis CPU per call", flush=True)
+    rows = {"redis": redis.version(), "busy_target": args.busy, "filler_us_per_call": cost * 1e6}
+    limit = None
+    try:
+        phase = lambda label, mode, binary=None: run_phase(  # noqa: E731
+            f"busy-{label}", work, redis, sweeps, mode, sim, args.duration, args.window,
+            binary=binary, warmup=60.0)
+        filler.target = args.busy
+        rows["traffic alone"] = phase("traffic-alone", None)
+        rates = filler.rate
+        filler.target = None
+        filler.rate = rates
+        rows["filler_calls_per_s"] = rates
+        print(f"  the filler stays at {rates:.0f} calls/s", flush=True)
+        wanted = args.phases.split(",")
+        if "fixed" in wanted:
+            rows["fixed"] = phase("fixed", "[evict]\nmax_pipeline_depth = 4\n")
+        if "adaptive" in wanted:
+            rows["adaptive"] = phase("adaptive", "")
+        if "limited" in wanted:
+            try:
+                from burst import CpuLimit
+                limit = CpuLimit(args.cpu)
+                rows["limited"] = phase(f"limited-{args.cpu}", "", binary=limit.wrapper(BIN, work))
+            except (OSError, SystemExit) as e:
+                print(f"  limited: skipped ({e})", flush=True)
+        if args.before:
+            rows["before"] = phase("before", "", binary=args.before)
+        base = rows["traffic alone"]["redis_core"]
+        for row in rows.values():
+            if isinstance(row, dict) and "report" in row and row is not rows["traffic alone"]:
+                row["sweeper_redis_core"] = row["redis_core"] - base
+    finally:
+        filler.stop()
+        redis.stop()
+        if limit:
+            limit.remove()
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2, default=str)
+
+
+if __name__ == "__main__":
+    main()
