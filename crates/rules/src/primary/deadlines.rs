@@ -319,7 +319,11 @@ mod tests {
         assert_eq!(w.depth(), 4, "grows by one a landing, up to max_depth");
         w.waiting(false);
         w.landed(false);
-        assert_eq!(w.depth(), 3, "shrinks by one a landing with nothing waiting");
+        assert_eq!(
+            w.depth(),
+            3,
+            "shrinks by one a landing with nothing waiting"
+        );
         w.waiting(true);
         w.landed(true);
         w.waiting(false);

@@ -79,18 +79,40 @@ fn the_window_grows_while_due_keys_wait_and_shrinks_when_none_do() {
     assert_eq!(lines(&tasks), ["check online a"]);
     assert_eq!(w.window(), 1);
     let (epoch, tickets, _) = checks(tasks).remove(0);
-    w.on_checked(at(t1), t1, epoch, tickets, live(1, REDIS_T0 + 0.05, REDIS_T0));
+    w.on_checked(
+        at(t1),
+        t1,
+        epoch,
+        tickets,
+        live(1, REDIS_T0 + 0.05, REDIS_T0),
+    );
     assert_eq!(w.window(), 2, "keys waited for room: one more in flight");
     let tasks = turn_tasks(&mut w, t1);
     assert_eq!(lines(&tasks), ["check online b", "check online c"]);
     for (epoch, tickets, _) in checks(tasks) {
-        w.on_checked(at(t1), t1, epoch, tickets, live(1, REDIS_T0 + 0.05, REDIS_T0));
+        w.on_checked(
+            at(t1),
+            t1,
+            epoch,
+            tickets,
+            live(1, REDIS_T0 + 0.05, REDIS_T0),
+        );
     }
-    assert_eq!(w.window(), 3, "d waited through both landings: up to max_depth");
+    assert_eq!(
+        w.window(),
+        3,
+        "d waited through both landings: up to max_depth"
+    );
     let tasks = turn_tasks(&mut w, t1);
     assert_eq!(lines(&tasks), ["check online d"]);
     let (epoch, tickets, _) = checks(tasks).remove(0);
-    w.on_checked(at(t1), t1, epoch, tickets, live(1, REDIS_T0 + 0.05, REDIS_T0));
+    w.on_checked(
+        at(t1),
+        t1,
+        epoch,
+        tickets,
+        live(1, REDIS_T0 + 0.05, REDIS_T0),
+    );
     assert_eq!(w.window(), 2, "nothing waits: one less");
 }
 
