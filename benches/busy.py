@@ -115,6 +115,28 @@ class Filler:
         self.sock.close()
 
 
+def commandstats(redis, after, seconds, out):
+    """`INFO commandstats` over `seconds` starting `after` seconds from now: calls and usec per
+    second by command, into `out`."""
+    time.sleep(after)
+
+    def read():
+        stats = {}
+        for line in redis.cli("INFO", "commandstats").splitlines():
+            if line.startswith("cmdstat_"):
+                name, fields = line[len("cmdstat_"):].split(":", 1)
+                f = dict(kv.split("=") for kv in fields.split(","))
+                stats[name] = (int(f["calls"]), int(f["usec"]))
+        return stats
+
+    a, t0 = read(), time.time()
+    time.sleep(seconds)
+    b, t1 = read(), time.time()
+    for name, (calls, usec) in b.items():
+        c0, u0 = a.get(name, (0, 0))
+        out[name] = {"calls_per_s": (calls - c0) / (t1 - t0), "usec_per_s": (usec - u0) / (t1 - t0)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conversations", type=int, default=1_000_000)
@@ -141,9 +163,18 @@ def main():
     rows = {"redis": redis.version(), "busy_target": args.busy, "filler_us_per_call": cost * 1e6}
     limit = None
     try:
-        phase = lambda label, mode, binary=None: run_phase(  # noqa: E731
-            f"busy-{label}", work, redis, sweeps, mode, sim, args.duration, args.window,
-            binary=binary, warmup=60.0)
+        def phase(label, mode, binary=None):
+            stats = {}
+            threading.Thread(target=commandstats, args=(redis, 75, 30, stats), daemon=True).start()
+            row = run_phase(f"busy-{label}", work, redis, sweeps, mode, sim, args.duration,
+                            args.window, binary=binary, warmup=60.0)
+            row["commandstats"] = stats
+            top = sorted(stats.items(), key=lambda kv: -kv[1]["usec_per_s"])[:6]
+            print("    Redis per second: " + ", ".join(
+                f"{name} {v['calls_per_s']:.0f} calls {v['usec_per_s'] / 1e4:.1f} %" for name, v in top)
+                + f"; in commands {sum(v['usec_per_s'] for v in stats.values()) / 1e4:.1f} % of a core "
+                f"(the rest is reading, parsing and replying)", flush=True)
+            return row
         filler.target = args.busy
         rows["traffic alone"] = phase("traffic-alone", None)
         rates = filler.rate

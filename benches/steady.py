@@ -292,6 +292,8 @@ def main():
     ap.add_argument("--writes", type=int, default=2_000_000)
     ap.add_argument("--live", type=int, default=1_000_000, help="conversations of scenario live")
     ap.add_argument("--before", help="an earlier build of presence-sweeper, run as one more phase of A, B, C, live")
+    ap.add_argument("--before-flags", default="KEA",
+                    help="notify-keyspace-events for --before in live (default KEA; En for a build that knows new keys)")
     ap.add_argument("--skip-build", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -330,7 +332,7 @@ def main():
                                         "--vanish-rate", "0.01", "--grace", "60s"],
                                        150, 60, before=args.before, warmup=60.0,
                                        flags={"traffic alone": "", "deadlines": "En", "full passes": "",
-                                              "before": "KEA"})
+                                              "before": args.before_flags})
         if "big" in wanted:
             results["big"] = big(work, args.big)
         if "cost" in wanted:
