@@ -34,18 +34,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BIN, Redis, build  # noqa: E402
+from common import BIN, Redis, build, resp  # noqa: E402
 from steady import run_phase  # noqa: E402
 
 SPIN = "local x = 0 for i = 1, tonumber(ARGV[1]) do x = x + i end return x"
-
-
-def resp(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 class Filler:

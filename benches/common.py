@@ -97,6 +97,15 @@ class Redis:
         self.proc.wait(10)
 
 
+def resp(*args):
+    """One command in RESP, for scripts that talk to Redis over a bare socket."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
 def write(path, text):
     with open(path, "w") as f:
         f.write(text)

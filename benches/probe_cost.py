@@ -17,7 +17,7 @@ import os
 import subprocess
 import tempfile
 
-from common import Redis
+from common import Redis, resp
 
 SEED = """
 for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
@@ -28,14 +28,6 @@ for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
   redis.call('EXPIRE', key, 3600)
 end
 """
-
-
-def resp(*args):
-    out = [f"*{len(args)}\r\n".encode()]
-    for a in args:
-        a = a.encode() if isinstance(a, str) else a
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
 
 
 def pipeline_file(work, keys, pttl):
