@@ -1,7 +1,7 @@
 //! What one primary's loop does next, with no I/O. [`Work`] owns the primary's parts (the
 //! coordinator, the sweeps, the walk in flight) and the one decision none of them can make
 //! alone: what goes out now. Which keys are checked (a batch per sweep, once its window has
-//! passed, within `evict.pipeline_depth` requests in flight, and only while Redis's standing
+//! passed or it is full, within the in-flight window, and only while Redis's standing
 //! allows a verdict), when a walk starts, reads its next page and ends, and when the loop must
 //! wake. The loop hands in what happened and applies the [`Task`]s that come back, as ntpd-rs's
 //! source loop applies its source's actions.
