@@ -104,7 +104,11 @@ impl Evictor {
         let cutoff = Cutoff::new(judge_at, self.config.ttl, self.config.score_unit);
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let guarded = purpose.guarded() && self.guard.enabled();
-        let newest = guarded && self.guard.wants_heartbeats(judge_at);
+        // Deadline checks are of tracked keys, so witnesses stand by should silence be
+        // suspected; a walk's checks may have none, and read every key's newest as before.
+        let newest = guarded
+            && (!matches!(purpose, Purpose::Deadline { .. })
+                || self.guard.wants_heartbeats(judge_at));
         let reads = read::read(node, &refs, first_read(purpose, &cutoff, newest)).await?;
         out.time = reads.time;
         if reads.pttl_refused > 0 {

@@ -253,6 +253,9 @@ impl Index {
 
     /// The deadline of the `n`-th key to come due (1: the next), if that many wait.
     pub fn nth_due(&self, n: usize) -> Option<u64> {
+        if self.due.len() < n {
+            return None;
+        }
         self.due.iter().nth(n.checked_sub(1)?).map(|&(d, _)| d)
     }
 

@@ -280,7 +280,7 @@ impl Metrics {
             check_window: IntGaugeVec::new(
                 opts(
                     "check_window",
-                    "Deadline checks this primary's loop may have in flight now: evict.pipeline_depth, grown up to evict.max_pipeline_depth while due keys wait for room. At the maximum for long, Redis's round trips are too slow for the keys coming due.",
+                    "Requests (deadline checks, walk pages, probes) this primary's loop may have in flight now: evict.pipeline_depth, grown up to evict.max_pipeline_depth while due keys wait for room. At the maximum for long, Redis's round trips are too slow for the keys coming due.",
                 ),
                 &["node"],
             )

@@ -173,7 +173,7 @@ impl<I: Io> Tracked<I> {
     }
 
     /// A batch of keys to check at `now_ms` (Redis's clock), if one is ripe (see
-    /// [`Batching::ripe`]): their tickets and keys.
+    /// [`Batching::ripe_at`]): their tickets and keys.
     pub fn due_batch(&mut self, now_ms: u64, batch: usize) -> Option<(Vec<Ticket>, Vec<Vec<u8>>)> {
         if self.ripe_at(batch).is_none_or(|at| at > now_ms) {
             return None;

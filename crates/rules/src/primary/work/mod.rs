@@ -144,6 +144,8 @@ impl<I: Io> Work<I> {
     /// Hands due keys to checks, a batch per sweep in turn, while there is room in flight and
     /// Redis's standing allows a verdict.
     fn dispatch_checks(&mut self, now: Instant) {
+        // Keys that wait for a verdict rather than for room do not grow the window.
+        self.window.waiting(false);
         let Some(clock) = self.coord.clock() else {
             return;
         };
@@ -180,7 +182,6 @@ impl<I: Io> Work<I> {
                 });
             }
         }
-        self.window.waiting(false);
     }
 
     /// The sweeps to run here from now on: a reload changed them, or a lease was won or lost.
@@ -318,8 +319,8 @@ impl<I: Io> Work<I> {
         self.coord.forget();
     }
 
-    /// When the loop must wake at the latest, if nothing happens before: the next key's
-    /// deadline (with room for its check), the walk's pace, the parts' timers, and
+    /// When the loop must wake at the latest, if nothing happens before: when the next batch
+    /// of due keys is ripe (with room for its check), the walk's pace, the parts' timers, and
     /// [`Settings::alive_every`].
     pub fn next_wake(&self, now: Instant) -> Instant {
         let due = self
