@@ -66,6 +66,13 @@ fn requests_in_flight_stay_within_the_pipeline_depth() {
     assert_eq!(turn(&mut w, t1), ["check online c"]);
 }
 
+/// Every check among `tasks` comes back at `t`, its key live.
+fn land_live(w: &mut W, t: Instant, tasks: Vec<Task<TestIo>>) {
+    for (epoch, tickets, _) in checks(tasks) {
+        w.on_checked(at(t), t, epoch, tickets, live(1, REDIS_T0 + 0.05, REDIS_T0));
+    }
+}
+
 #[test]
 fn the_window_grows_while_due_keys_wait_and_shrinks_when_none_do() {
     let t0 = crate::testing::now();
@@ -78,26 +85,11 @@ fn the_window_grows_while_due_keys_wait_and_shrinks_when_none_do() {
     let tasks = turn_tasks(&mut w, t1);
     assert_eq!(lines(&tasks), ["check online a"]);
     assert_eq!(w.window(), 1);
-    let (epoch, tickets, _) = checks(tasks).remove(0);
-    w.on_checked(
-        at(t1),
-        t1,
-        epoch,
-        tickets,
-        live(1, REDIS_T0 + 0.05, REDIS_T0),
-    );
+    land_live(&mut w, t1, tasks);
     assert_eq!(w.window(), 2, "keys waited for room: one more in flight");
     let tasks = turn_tasks(&mut w, t1);
     assert_eq!(lines(&tasks), ["check online b", "check online c"]);
-    for (epoch, tickets, _) in checks(tasks) {
-        w.on_checked(
-            at(t1),
-            t1,
-            epoch,
-            tickets,
-            live(1, REDIS_T0 + 0.05, REDIS_T0),
-        );
-    }
+    land_live(&mut w, t1, tasks);
     assert_eq!(
         w.window(),
         3,
@@ -105,14 +97,7 @@ fn the_window_grows_while_due_keys_wait_and_shrinks_when_none_do() {
     );
     let tasks = turn_tasks(&mut w, t1);
     assert_eq!(lines(&tasks), ["check online d"]);
-    let (epoch, tickets, _) = checks(tasks).remove(0);
-    w.on_checked(
-        at(t1),
-        t1,
-        epoch,
-        tickets,
-        live(1, REDIS_T0 + 0.05, REDIS_T0),
-    );
+    land_live(&mut w, t1, tasks);
     assert_eq!(w.window(), 2, "nothing waits: one less");
 }
 
