@@ -97,6 +97,64 @@ class Redis:
         self.proc.wait(10)
 
 
+class Cluster:
+    """A Redis Cluster of our own: `primaries` nodes on free ports (under 55536, for their bus
+    ports), no replicas, every slot assigned; stopped by `stop()`."""
+
+    def __init__(self, workdir, primaries=3, extra=()):
+        self.nodes = []
+        for i in range(primaries):
+            d = os.path.join(workdir, f"node{i}")
+            os.makedirs(d, exist_ok=True)
+            if os.path.exists(os.path.join(d, "nodes.conf")):
+                os.remove(os.path.join(d, "nodes.conf"))
+            self.nodes.append(Redis(d, port=free_port(below=55536),
+                                    extra=("--cluster-enabled", "yes", "--cluster-config-file",
+                                           os.path.join(d, "nodes.conf"), *extra)))
+        subprocess.run(["redis-cli", "--cluster", "create",
+                        *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                        "--cluster-replicas", "0", "--cluster-yes"],
+                       check=True, capture_output=True)
+        for _ in range(200):
+            if all(n.info("cluster").get("cluster_state") == "ok" or
+                   "cluster_state:ok" in n.cli("CLUSTER", "INFO") for n in self.nodes):
+                return
+            time.sleep(0.1)
+        raise SystemExit("the cluster did not come up")
+
+    url = None
+
+    @property
+    def toml(self):
+        """The `[redis]` table of a config file for this cluster."""
+        return f'[redis]\nmode = "cluster"\nnodes = {self.nodes_toml}\n'
+
+    @property
+    def nodes_toml(self):
+        """`redis.nodes` for a config file."""
+        return "[" + ", ".join(f'"redis://127.0.0.1:{n.port}"' for n in self.nodes) + "]"
+
+    def cpu(self):
+        """CPU seconds of every node's main thread so far."""
+        return sum(n.cpu() for n in self.nodes)
+
+    def commandstats(self):
+        """calls per command, summed over the nodes."""
+        out = {}
+        for n in self.nodes:
+            for k, v in n.info("commandstats").items():
+                calls = int(v.split(",")[0].split("=")[1])
+                out[k.removeprefix("cmdstat_")] = out.get(k.removeprefix("cmdstat_"), 0) + calls
+        return out
+
+    def cli(self, *args, check=True):
+        return [n.cli(*args, check=check) for n in self.nodes]
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()
+
+
 def resp(*args):
     """One command in RESP, for scripts that talk to Redis over a bare socket."""
     out = [b"*%d\r\n" % len(args)]
@@ -112,13 +170,18 @@ def write(path, text):
     return path
 
 
+def _url(redis):
+    """`--redis-url` for one server; a cluster's nodes are in the config file (`redis.nodes`)."""
+    return ["--redis-url", redis.url] if redis.url else []
+
+
 def sweeper(config, redis, *args):
-    return [BIN, "--config", config, "--redis-url", redis.url, *args]
+    return [BIN, "--config", config, *_url(redis), *args]
 
 
 def tools(config, redis, *args):
     """A `presence-sweeper-tools` command line (`seed`, `simulate`) with the same configuration."""
-    return [TOOLS, "--config", config, "--redis-url", redis.url, *args]
+    return [TOOLS, "--config", config, *_url(redis), *args]
 
 
 class Daemon:

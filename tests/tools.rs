@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::support::cluster::RedisCluster;
 use crate::support::{Binary, RedisServer, redis_now, run_binary, run_tools, write_file};
 use redis::Commands;
 
@@ -533,6 +534,91 @@ fn simulate_against_a_running_sweeper_is_clean() {
 
     // It deleted what it wrote.
     assert_eq!(dbsize(&mut server.con()), 0);
+}
+
+/// On a 3-primary cluster (the capacity benchmarks' topology): the run's conversations land on
+/// every primary, the daemon sweeps them all, every zombie is announced once, and the run
+/// deletes its keys from every node.
+#[test]
+fn simulate_against_a_sweeper_on_a_cluster_is_clean() {
+    let cluster = RedisCluster::start(3, 0);
+    let toml = format!("{}{SIM_TOML}", cluster.redis_toml());
+    let daemon = Binary::spawn(&toml, &["run"], &[]);
+    daemon.wait_ready(Duration::from_secs(20));
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(dir.path(), "c.toml", &toml);
+    let (code, stdout, stderr) = run_tools(
+        &[
+            "--config",
+            file.to_str().unwrap(),
+            "simulate",
+            "--sweep",
+            "sim",
+            "--conversations",
+            "60",
+            "--users",
+            "3",
+            "--heartbeat",
+            "500ms",
+            "--vanish-rate",
+            "1",
+            "--duration",
+            "8s",
+            "--json",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}\n{}", daemon.log());
+    let r: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(r["ok"], true, "{r:#}");
+    let vanished = r["users_vanished"].as_u64().unwrap();
+    assert!(vanished >= 10, "{r:#}");
+    assert_eq!(r["evictions"], vanished, "every zombie announced: {r:#}");
+    assert_eq!(r["false_evictions"], 0);
+    assert_eq!(r["duplicate_events"], 0);
+    assert_eq!(r["missed_zombies"], 0);
+    assert_eq!(r["failed_heartbeat_calls"], 0, "{r:#}");
+    assert_eq!(r["keys_deleted"], true, "{r:#}");
+    // 60 conversations spread over the slots: every primary held some, and none is left.
+    for node in &cluster.nodes {
+        let mut con = node.con();
+        assert_eq!(dbsize(&mut con), 0, "node {}", node.port);
+        let calls: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut con)
+            .unwrap();
+        assert!(
+            calls.contains("cmdstat_evalsha") || calls.contains("cmdstat_eval:"),
+            "node {}: {calls}",
+            node.port
+        );
+    }
+    // `seed` fills one server only; a cluster node off this machine is refused by name.
+    let (code, _, stderr) = run_tools(&["--config", file.to_str().unwrap(), "seed"], &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("redis.mode = \"cluster\""), "{stderr}");
+    let remote = write_file(
+        dir.path(),
+        "remote.toml",
+        &format!(
+            "[redis]\nmode = \"cluster\"\nnodes = [\"redis://127.0.0.1:1\", \"redis://10.255.255.1:7000\"]\n{SIM_TOML}"
+        ),
+    );
+    let (code, _, stderr) = run_tools(
+        &[
+            "--config",
+            remote.to_str().unwrap(),
+            "simulate",
+            "--sweep",
+            "sim",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("refusing to write synthetic data to redis://10.255.255.1:7000"),
+        "{stderr}"
+    );
 }
 
 #[test]

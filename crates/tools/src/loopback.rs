@@ -1,5 +1,7 @@
 //! The guard of the tools that write synthetic data (`seed`, `simulate`): they only ever run
 //! against a Redis on this machine, so a mistyped URL cannot fill a shared or production Redis.
+//! `simulate` also runs against a cluster whose every node is on this machine (the capacity
+//! benchmarks need one); `seed` fills one server.
 
 use presence_sweeper_config as config;
 use std::net::IpAddr;
@@ -20,30 +22,74 @@ pub(crate) enum NotLoopback {
         /// The URL, password redacted.
         url: String,
     },
-    /// A cluster or Sentinel topology; the tools write to one server.
+    /// A topology this tool does not write to.
     #[error(
-        "refusing to write synthetic data in redis.mode = \"{mode}\": the tools write to one \
-         standalone Redis on this machine"
+        "refusing to write synthetic data in redis.mode = \"{mode}\": this tool writes to {allowed}"
     )]
     NotStandalone {
         /// The configured mode.
         mode: &'static str,
+        /// What the tool writes to.
+        allowed: &'static str,
+    },
+    /// A cluster node that announced an address off this machine.
+    #[error(
+        "refusing to write synthetic data to the cluster: its node {node} is not on this machine"
+    )]
+    RemoteNode {
+        /// The node's address as the cluster announced it.
+        node: String,
     },
 }
 
-/// Accepts `cfg` only if it is one standalone server whose URL names a loopback address,
-/// `localhost` or a unix socket.
-pub(crate) fn require(cfg: &config::Redis) -> Result<(), NotLoopback> {
-    match cfg.mode {
-        RedisMode::Standalone => {}
-        RedisMode::Cluster => return Err(NotLoopback::NotStandalone { mode: "cluster" }),
-        RedisMode::Sentinel => return Err(NotLoopback::NotStandalone { mode: "sentinel" }),
+/// Which topologies a tool writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Topologies {
+    /// One standalone server (`seed`).
+    Standalone,
+    /// One standalone server, or a cluster whose every node is on this machine (`simulate`).
+    StandaloneOrCluster,
+}
+
+/// Accepts `cfg` only if it is a topology of `allowed` whose every URL names a loopback
+/// address, `localhost` or a unix socket. A cluster's nodes as it announces them are checked
+/// once connected ([`require_node`]).
+pub(crate) fn require(cfg: &config::Redis, allowed: Topologies) -> Result<(), NotLoopback> {
+    let what = match allowed {
+        Topologies::Standalone => "one standalone Redis on this machine",
+        Topologies::StandaloneOrCluster => "one standalone Redis or a cluster, all on this machine",
+    };
+    let refuse = |mode| NotLoopback::NotStandalone {
+        mode,
+        allowed: what,
+    };
+    let urls: Vec<&String> = match cfg.mode {
+        RedisMode::Standalone => vec![&cfg.url],
+        RedisMode::Cluster if allowed == Topologies::StandaloneOrCluster => {
+            if cfg.nodes.is_empty() {
+                vec![&cfg.url]
+            } else {
+                cfg.nodes.iter().collect()
+            }
+        }
+        RedisMode::Cluster => return Err(refuse("cluster")),
+        RedisMode::Sentinel => return Err(refuse("sentinel")),
+    };
+    match urls.into_iter().find(|url| !is_loopback(url)) {
+        None => Ok(()),
+        Some(url) => Err(NotLoopback::Remote {
+            url: redact_url(url),
+        }),
     }
-    if is_loopback(&cfg.url) {
+}
+
+/// Accepts a cluster node's announced `host:port` only if it is on this machine.
+pub(crate) fn require_node(server: &str) -> Result<(), NotLoopback> {
+    if is_loopback(&format!("redis://{server}")) {
         Ok(())
     } else {
-        Err(NotLoopback::Remote {
-            url: redact_url(&cfg.url),
+        Err(NotLoopback::RemoteNode {
+            node: server.to_owned(),
         })
     }
 }
@@ -113,7 +159,9 @@ mod tests {
         let cfg = presence_sweeper_config::Config::load(&sources)
             .unwrap()
             .redis;
-        let msg = require(&cfg).unwrap_err().to_string();
+        let msg = require(&cfg, Topologies::Standalone)
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("redis://u:***@10.1.2.3:6379/0"), "{msg}");
         assert!(!msg.contains("hunter2"));
     }

@@ -158,7 +158,7 @@ pub(crate) fn plan(config: &Config, opts: &SeedOptions) -> Result<Layout, SeedEr
     } else {
         None
     };
-    loopback::require(&config.redis)?;
+    loopback::require(&config.redis, loopback::Topologies::Standalone)?;
     Ok(Layout {
         conversations: opts.conversations,
         main: key_set(main, opts.members, opts.stale_fraction),

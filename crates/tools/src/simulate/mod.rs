@@ -81,7 +81,7 @@ pub(crate) async fn run_narrated(
     cancel: &CancellationToken,
     narrator: Option<Narrator>,
 ) -> Result<SimulateReport, Error> {
-    let store = Store::connect_as(redis, Opener::Tool("simulate")).await?;
+    let store = connect(redis).await?;
     let script = redis::Script::new(include_str!("heartbeat.lua"));
     script.load_async(&mut store.connection()).await?;
 
@@ -187,6 +187,22 @@ pub(crate) async fn run_narrated(
         "simulation finished"
     );
     Ok(report)
+}
+
+/// Connects; in a cluster, only if every primary it announces is on this machine.
+async fn connect(redis: &config::Redis) -> Result<Store, Error> {
+    let store = Store::connect_as(redis, Opener::Tool("simulate")).await?;
+    if store.is_cluster() {
+        for node in store.nodes().await? {
+            crate::loopback::require_node(node.server()).map_err(refused)?;
+        }
+    }
+    Ok(store)
+}
+
+/// A refusal found once connected, as the run's error.
+fn refused(why: crate::loopback::NotLoopback) -> Error {
+    redis::RedisError::from((redis::ErrorKind::Client, "refused", why.to_string())).into()
 }
 
 /// How the run went, beside the verdicts.
@@ -397,22 +413,36 @@ async fn delete_keys(plan: &Scenario, shared: &Board, store: &Store) -> Result<(
             .map(move |s| s.pattern.key(id.as_bytes()))
             .collect::<Vec<_>>()
     });
+    // In a cluster the keys of one DEL must share a slot: there, one DEL per key, pipelined.
+    let per_key = store.is_cluster();
     let mut batch = Vec::with_capacity(DELETE_BATCH);
     for key in keys {
         batch.push(key);
         if batch.len() == DELETE_BATCH {
-            redis::cmd("DEL")
-                .arg(&batch)
-                .query_async::<()>(&mut con)
-                .await?;
+            delete(&mut con, &batch, per_key).await?;
             batch.clear();
         }
     }
     if !batch.is_empty() {
-        redis::cmd("DEL")
-            .arg(&batch)
-            .query_async::<()>(&mut con)
-            .await?;
+        delete(&mut con, &batch, per_key).await?;
+    }
+    Ok(())
+}
+
+async fn delete(
+    con: &mut presence_sweeper_redis::Conn,
+    keys: &[Vec<u8>],
+    per_key: bool,
+) -> Result<(), Error> {
+    if per_key {
+        // A cluster refuses a pipeline whose keys span slots: the DELs go on their own, at once.
+        futures_util::future::try_join_all(keys.iter().map(|key| {
+            let mut con = con.clone();
+            async move { redis::cmd("DEL").arg(key).query_async::<()>(&mut con).await }
+        }))
+        .await?;
+    } else {
+        redis::cmd("DEL").arg(keys).query_async::<()>(con).await?;
     }
     Ok(())
 }
@@ -434,7 +464,7 @@ impl Listener {
     /// Subscribes to every pattern, and waits until Redis confirmed each: events published
     /// from then on are heard. Listener that come before the last confirmation are judged.
     async fn subscribe(&self) -> Result<Subscriber, Error> {
-        // The tools write to one standalone server: the one node.
+        // The one server, or in a cluster the first primary: PUBLISH reaches every node.
         let node = self
             .store
             .nodes()

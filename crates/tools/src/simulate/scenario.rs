@@ -147,7 +147,18 @@ pub(crate) fn plan(config: &Config, opts: &SimulateOptions) -> Result<Scenario, 
         .ok_or_else(|| {
             SimulateError::Invalid("the `typing` sweep's schedule never runs again".into())
         })?;
-    loopback::require(&config.redis)?;
+    loopback::require(&config.redis, loopback::Topologies::StandaloneOrCluster)?;
+    if config.redis.mode == presence_sweeper_config::RedisMode::Cluster
+        && config.redis.sharded_pubsub
+    {
+        // Events published with SPUBLISH reach only the subscribers of their own channel on
+        // their shard; the run listens with one PSUBSCRIBE, which hears cluster-wide PUBLISH.
+        return Err(SimulateError::Invalid(
+            "redis.sharded_pubsub = true in a cluster: simulate hears events published with \
+             PUBLISH only"
+                .into(),
+        ));
+    }
     Ok(Scenario {
         sweep,
         typing,

@@ -58,17 +58,25 @@ impl Watch {
 }
 
 /// Asks Redis for `TIME` and its `run_id` every [`WATCH_EVERY`], until `stop`.
+///
+/// In a cluster it asks the first primary, the one the run subscribes on (a cluster routes
+/// `INFO` to every node): restarts of the other primaries are not told apart from misses.
 pub(super) async fn watch_redis(store: Store, watch: Arc<Watch>, stop: CancellationToken) {
-    let mut con = store.connection();
+    let mut con = Watched::new(store);
     loop {
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME").cmd("INFO").arg("server");
         let asked = Instant::now();
-        let reply = tokio::time::timeout(WATCH_EVERY * 4, pipe.query_async(&mut con))
+        let reply = tokio::time::timeout(WATCH_EVERY * 4, con.ask())
             .await
-            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
-            .map_err(Error::from)
+            .unwrap_or_else(|_| {
+                Err(
+                    redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+                        .into(),
+                )
+            })
             .and_then(|(t, info): (Value, String)| Ok((time(Some(&t))?, info)));
+        if reply.is_err() {
+            con.lost();
+        }
         {
             let mut st = watch.state();
             match reply {
@@ -108,6 +116,40 @@ pub(super) async fn watch_redis(store: Store, watch: Arc<Watch>, stop: Cancellat
             () = stop.cancelled() => return,
             () = tokio::time::sleep(WATCH_EVERY) => {}
         }
+    }
+}
+
+/// The server the watcher asks: the one server, or a cluster's first primary over a connection
+/// of its own, opened again after a failure.
+struct Watched {
+    store: Store,
+    node: Option<redis::aio::MultiplexedConnection>,
+}
+
+impl Watched {
+    fn new(store: Store) -> Self {
+        Self { store, node: None }
+    }
+
+    async fn ask(&mut self) -> Result<(Value, String), Error> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME").cmd("INFO").arg("server");
+        if !self.store.is_cluster() {
+            return Ok(pipe.query_async(&mut self.store.connection()).await?);
+        }
+        if self.node.is_none() {
+            let first = self.store.nodes().await?.into_iter().next();
+            let first = first.ok_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::Client, "the cluster has no primary"))
+            })?;
+            self.node = Some(self.store.dedicated(&first).await?);
+        }
+        let con = self.node.as_mut().expect("opened above");
+        Ok(pipe.query_async(con).await?)
+    }
+
+    fn lost(&mut self) {
+        self.node = None;
     }
 }
 

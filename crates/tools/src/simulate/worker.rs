@@ -120,6 +120,9 @@ pub(super) struct Worker {
     slots: u64,
     tick: Duration,
     con: Conn,
+    /// A cluster refuses a pipeline whose keys span slots: there each call goes on its own,
+    /// all at once (the cluster connection pipelines them per node).
+    cluster: bool,
     script: redis::Script,
     shared: Arc<Board>,
     rng: Rng,
@@ -189,6 +192,7 @@ impl Worker {
             slots,
             tick,
             con: store.connection(),
+            cluster: store.is_cluster(),
             script: script.clone(),
             shared,
             rng: Rng::new(),
@@ -397,7 +401,7 @@ impl Worker {
         now: Instant,
         counts: &mut Wrote,
     ) -> Result<(), Error> {
-        let mut pipe = redis::pipe();
+        let mut calls = Vec::new();
         let mut sent = Vec::new();
         let unit = unit_arg(self.unit);
         for (ci, c) in self.conversations.iter_mut().enumerate() {
@@ -407,7 +411,7 @@ impl Worker {
                 for l in &c.live {
                     call.arg(&l.member);
                 }
-                pipe.invoke_script(&call);
+                calls.push(call);
                 sent.push(Sent::Online(ci));
             }
             if let (Some(b), Some(key), Some((typing_unit, ttl))) =
@@ -419,7 +423,7 @@ impl Worker {
                     .arg(ttl)
                     .arg(unit_arg(typing_unit))
                     .arg(&b.member);
-                pipe.invoke_script(&call);
+                calls.push(call);
                 sent.push(Sent::Typing(ci));
                 b.next += KEYSTROKE;
             }
@@ -427,14 +431,28 @@ impl Worker {
         if sent.is_empty() {
             return Ok(());
         }
-        let scores: Vec<f64> = match pipe.query_async(&mut self.con).await {
-            Ok(s) => s,
-            Err(_) => {
-                // Most likely NOSCRIPT from a restarted Redis, or a connection being
-                // re-established: load the script and try once more (heartbeats are idempotent:
-                // ZADD GT and EXPIRE).
-                self.script.load_async(&mut self.con).await?;
-                pipe.query_async(&mut self.con).await?
+        let scores: Vec<f64> = if self.cluster {
+            // Each call loads the script where its node lacks it.
+            let con = &self.con;
+            futures_util::future::try_join_all(calls.iter().map(|call| {
+                let mut con = con.clone();
+                async move { call.invoke_async::<f64>(&mut con).await }
+            }))
+            .await?
+        } else {
+            let mut pipe = redis::pipe();
+            for call in &calls {
+                pipe.invoke_script(call);
+            }
+            match pipe.query_async(&mut self.con).await {
+                Ok(s) => s,
+                Err(_) => {
+                    // Most likely NOSCRIPT from a restarted Redis, or a connection being
+                    // re-established: load the script and try once more (heartbeats are
+                    // idempotent: ZADD GT and EXPIRE).
+                    self.script.load_async(&mut self.con).await?;
+                    pipe.query_async(&mut self.con).await?
+                }
             }
         };
         for (what, score) in sent.into_iter().zip(scores) {
