@@ -59,6 +59,15 @@ class CpuLimit:
         os.chmod(path, 0o755)
         return path
 
+    def throttled(self):
+        """(periods throttled, periods) from the group's cpu.stat: proof the limit bound."""
+        try:
+            with open(os.path.join(self.path, "cpu.stat")) as f:
+                stat = dict(line.split() for line in f if line.strip())
+            return int(stat.get("nr_throttled", 0)), int(stat.get("nr_periods", 0))
+        except OSError:
+            return None
+
     def remove(self):
         try:
             os.rmdir(self.path)

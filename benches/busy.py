@@ -10,7 +10,8 @@ own traffic, and how late zombies leave. Phases, in one run, on one Redis, with 
   adaptive        this build as shipped: the window grows while due keys wait.
   limited         as shipped, the daemon held to --cpu of a core (default 0.2: 200m) by a cgroup,
                   as benches/burst.py does (needs root and a cgroup cpu controller; skipped
-                  without them).
+                  without them). Several limits (--cpu 0.2,0.03) run one phase each; a limit
+                  below what the daemon needs shows how it falls behind.
   before          with --before BINARY, an earlier build as shipped.
 
 The filler stands for the rest of an app's Redis traffic: `EVALSHA` of a script that spins for
@@ -18,7 +19,7 @@ The filler stands for the rest of an app's Redis traffic: `EVALSHA` of a script 
 the sweeper's, the simulator's lag figures (p99 of zombies in known and in brand-new keys; 0
 false, duplicate or missed is the bar) and the daemon's own presence_sweeper_eviction_lag_seconds.
 
-usage: python3 benches/busy.py [--conversations N] [--busy 0.85] [--cpu 0.2] [--phases
+usage: python3 benches/busy.py [--conversations N] [--busy 0.85] [--cpu 0.2[,0.03]] [--phases
                                fixed,adaptive,limited] [--before BINARY] [--skip-build] [--json FILE]
 needs: redis-server and redis-cli on PATH; cargo; root for the limited phase.
 """
@@ -134,7 +135,8 @@ def main():
     ap.add_argument("--conversations", type=int, default=1_000_000)
     ap.add_argument("--busy", type=float, default=0.85, help="Redis's main thread, in cores, from the apps")
     ap.add_argument("--spin", type=int, default=3000, help="iterations of the filler's script per call")
-    ap.add_argument("--cpu", type=float, default=0.2, help="the limited phase's CPU, in cores")
+    ap.add_argument("--cpu", default="0.2",
+                    help="the limited phases' CPU, in cores, comma-separated: one phase each")
     ap.add_argument("--phases", default="fixed,adaptive,limited")
     ap.add_argument("--duration", type=int, default=150)
     ap.add_argument("--window", type=int, default=60)
@@ -180,12 +182,21 @@ def main():
         if "adaptive" in wanted:
             rows["adaptive"] = phase("adaptive", "")
         if "limited" in wanted:
-            try:
-                from burst import CpuLimit
-                limit = CpuLimit(args.cpu)
-                rows["limited"] = phase(f"limited-{args.cpu}", "", binary=limit.wrapper(BIN, work))
-            except (OSError, SystemExit) as e:
-                print(f"  limited: skipped ({e})", flush=True)
+            for cpu in (float(c) for c in args.cpu.split(",")):
+                try:
+                    from burst import CpuLimit
+                    limit = CpuLimit(cpu)
+                    row = phase(f"limited-{cpu:g}", "", binary=limit.wrapper(BIN, work))
+                    row["throttled_periods"] = limit.throttled()
+                    print(f"    the cgroup throttled the daemon in {row['throttled_periods']} "
+                          f"(throttled, periods) of 100 ms", flush=True)
+                    rows[f"limited {cpu:g}"] = row
+                except (OSError, SystemExit) as e:
+                    print(f"  limited to {cpu:g}: skipped ({e})", flush=True)
+                finally:
+                    if limit:
+                        limit.remove()
+                        limit = None
         if args.before:
             rows["before"] = phase("before", "", binary=args.before)
         base = rows["traffic alone"]["redis_core"]

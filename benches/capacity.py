@@ -5,7 +5,7 @@ points on a Redis Cluster of this machine.
 
   model     prints the model for one deployment
   table     prints it from 100k to 100M conversations, the other numbers fixed
-  validate  measures it: calibrates the constants on a small point, then predicts larger points
+  validate  measures it: calibrates the constants on two points, then predicts three others
             on the same cluster and measures them (the apps' traffic alone, then with one
             sweeper), and, at the largest point, runs --replicas sweepers that share the
             primaries (coordination.lease = true). Prints predicted against measured, each
@@ -19,9 +19,10 @@ users vanishing per minute, P primaries, R replicas):
                    age of its oldest heartbeat at its deadline: T mod h for one member (whose
                    heartbeats keep their phase), h x M / (M + 1) for several on their own phases
   evictions        E = N x M x v / 60
-  Redis CPU        P x idle + W x heartbeat + C x check + E x evict (+ W x notify with KEA;
-                   En publishes only new keys, nothing measurable), spread over the P primaries
-  sweeper CPU      C x sweeper_check (+ W x sweeper_notice with KEA) + idle per working replica,
+  Redis CPU        P x apps_fixed + W x heartbeat (the apps); P x sweeper_fixed + C x check
+                   + E x evict (the sweeper; its commands' time, a lower bound); + W x notify with
+                   KEA (En publishes only new keys, nothing measurable); spread over the P primaries
+  sweeper CPU      P x sweeper_fixed_cpu + C x sweeper_check (+ W x sweeper_notice with KEA),
                    shared by min(R, P) replicas, each holding about P / R primaries (the busiest
                    holds ceil(P / R))
   sweeper memory   base + index_bytes per tracked key it holds
@@ -31,7 +32,7 @@ usage:
                                     [--ttl 45] [--vanish 0.01] [--primaries 3] [--replicas 3]
                                     [--notify En|KEA|off]
   python3 benches/capacity.py table [the same, but --conversations]
-  python3 benches/capacity.py validate [--calibrate 50000] [--points 100000,300000,600000]
+  python3 benches/capacity.py validate [--calibrate 50000,200000] [--points 100000,300000,600000]
                                        [--primaries 3] [--replicas 3] [--skip-build] [--json FILE]
 needs (validate): redis-server and redis-cli on PATH; cargo.
 """
@@ -43,34 +44,40 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# Measured on this machine (2 cores) by `validate`'s calibration: 50,000 conversations x 1 user
-# on a 3-primary cluster, heartbeat 20 s, ttl 45 s, En. See docs/capacity.md for the run.
+# Measured on this machine (2 cores) by `validate`'s calibration on a 3-primary cluster: two
+# points, 50,000 and 200,000 conversations x 1 user, heartbeat 20 s, ttl 45 s, En. Each cost is a
+# fixed part per primary (what it costs at any rate: the cron, the wake-ups of both sides' ticks
+# and batches) plus a part per operation, fitted through the two points. See docs/capacity.md.
 CONSTANTS = {
-    # Redis CPU per heartbeat (heartbeat.lua: TIME, ZADD GT, EXPIRE; one member), us.
-    "heartbeat_us": 9.0,
-    # Redis CPU per deadline check, us (the sweeper's share over its checks).
-    "check_us": 3.0,
+    # Redis CPU per primary with the apps' traffic but no sweeper, beyond what scales with the
+    # heartbeats, in cores; and per heartbeat (heartbeat.lua: TIME, ZADD GT, EXPIRE; one
+    # member, sent one call at a time as a cluster needs), us.
+    "apps_fixed_core": 0.0103,
+    "heartbeat_us": 16.2,
+    # The sweeper's commands' execution time in Redis (INFO commandstats), fixed per primary in
+    # cores and per deadline check in us: what the model counts as the sweeper's Redis CPU, a
+    # lower bound (reading, parsing and replying are not in it). Redis's whole CPU with the
+    # sweeper minus without it drifted by more than the sweeper's share here (docs/capacity.md).
+    "sweeper_fixed_command_core": 0.00033,
+    "check_command_us": 3.5,
     # Redis CPU per evicted member with its event, us (benches/bench.py: 7.3 us per evicting key).
     "evict_us": 7.3,
     # Redis CPU per write to publish its keyspace event with KEA and the sweeper subscribed, us
     # (steady.py --scenarios cost: +0.94 us).
     "notify_us": 0.94,
-    # The sweeper's own CPU per deadline check, us.
-    "sweeper_check_us": 2.5,
-    # The sweeper's own CPU per keyspace notice heard (KEA), us (steady.py live before En).
+    # The sweeper's own CPU per primary it holds, at any rate, in cores; and per deadline check, us.
+    "sweeper_fixed_core": 0.0029,
+    "sweeper_check_us": 3.03,
+    # The sweeper's own CPU per keyspace notice heard (KEA), us (steady.py live, before En).
     "sweeper_notice_us": 2.0,
-    # Redis CPU of an idle primary (its cron), what an idle sweeper adds to it (its canary,
-    # leases, pings), and the sweeper's own CPU with nothing to check; in cores.
-    "idle_primary_core": 0.003,
-    "sweeper_idle_redis_core": 0.001,
-    "sweeper_idle_core": 0.002,
     # The sweeper's RSS with nothing tracked, MB, and its index per tracked key, bytes
     # (steady.py --scenarios big: 104 bytes at most).
-    "base_mb": 18.0,
+    "base_mb": 20.7,
     "index_bytes": 104.0,
 }
 
@@ -90,24 +97,25 @@ def model(n, members, heartbeat, ttl, vanish, primaries, replicas, notify, c=CON
     evictions = n * members * vanish / 60
     kea = notify.upper() == "KEA"
     redis = {
-        "idle": primaries * c["idle_primary_core"],
+        "apps_fixed": primaries * c["apps_fixed_core"],
         "apps": writes * c["heartbeat_us"] / 1e6,
         "notifications": writes * c["notify_us"] / 1e6 if kea else 0.0,
-        "checks": checks * c["check_us"] / 1e6,
+        "sweeper_fixed": primaries * c["sweeper_fixed_command_core"],
+        "checks": checks * c["check_command_us"] / 1e6,
         "evictions": evictions * c["evict_us"] / 1e6,
-        "sweeper_idle": primaries * c["sweeper_idle_redis_core"],
     }
     working = max(1, min(replicas, primaries))
-    sweeper = (checks * c["sweeper_check_us"] / 1e6 + (writes * c["sweeper_notice_us"] / 1e6 if kea else 0.0)
-               + working * c["sweeper_idle_core"])
+    sweeper = (primaries * c["sweeper_fixed_core"] + checks * c["sweeper_check_us"] / 1e6
+               + (writes * c["sweeper_notice_us"] / 1e6 if kea else 0.0))
     busiest = math.ceil(primaries / working) / primaries
     return {
         "writes_per_s": writes, "checks_per_s": checks, "evictions_per_s": evictions,
         "redis_core_total": sum(redis.values()),
         "redis_core_per_primary": {k: v / primaries for k, v in redis.items()},
-        "sweeper_share_core_total": (redis["notifications"] + redis["checks"] + redis["evictions"]
-                                     + redis["sweeper_idle"]),
-        "apps_core_total": redis["idle"] + redis["apps"],
+        "apps_core_total": redis["apps_fixed"] + redis["apps"],
+        "sweeper_share_core_total": (redis["notifications"] + redis["sweeper_fixed"] + redis["checks"]
+                                     + redis["evictions"]),
+        "sweeper_command_core_total": redis["sweeper_fixed"] + redis["checks"],
         "sweeper_core_total": sweeper,
         "sweeper_core_busiest_replica": sweeper * busiest,
         "sweeper_rss_mb_busiest_replica": c["base_mb"] + n * busiest * c["index_bytes"] / 1e6,
@@ -128,9 +136,9 @@ def print_model(args):
           f"{args.replicas} replicas, notify-keyspace-events {args.notify}")
     print(f"  per second: {m['writes_per_s']:,.0f} heartbeats, {m['checks_per_s']:,.0f} deadline checks, "
           f"{m['evictions_per_s']:,.1f} evictions")
-    print(f"  Redis CPU per primary: {pct(sum(p.values()))} of a core: idle {pct(p['idle'])}, apps {pct(p['apps'])}, "
-          f"notifications {pct(p['notifications'])}, checks {pct(p['checks'])}, evictions {pct(p['evictions'])}, "
-          f"the sweeper's upkeep {pct(p['sweeper_idle'])}")
+    print(f"  Redis CPU per primary: {pct(sum(p.values()))} of a core: the apps {pct(p['apps_fixed'] + p['apps'])}, "
+          f"notifications {pct(p['notifications'])}, the sweeper's fixed part {pct(p['sweeper_fixed'])}, "
+          f"checks {pct(p['checks'])}, evictions {pct(p['evictions'])}")
     print(f"  sweeper: {pct(m['sweeper_core_total'])} of a core in all; the busiest replica "
           f"{pct(m['sweeper_core_busiest_replica'])} and {m['sweeper_rss_mb_busiest_replica']:,.0f} MB")
     if m["idle_replicas"]:
@@ -142,18 +150,36 @@ def print_model(args):
 
 def print_table(args):
     print(f"{args.members} members, heartbeat {args.heartbeat:g} s, ttl {args.ttl:g} s, {args.vanish:.1%} "
-          f"vanishing a minute, notify-keyspace-events {args.notify}")
-    print("| conversations | primaries | replicas | heartbeats/s | checks/s | Redis per primary "
-          "(apps + sweeper) | sweeper's share per primary | busiest replica CPU | busiest replica RSS |")
+          f"vanishing a minute, notify-keyspace-events {args.notify}; primaries so that the apps stay "
+          f"under {APPS_PER_PRIMARY:.0%} of a core each, replicas so that each needs under "
+          f"{SWEEPER_PER_REPLICA:.0%} of a core (2 at least, for a standby)")
+    print("| conversations | primaries | replicas | heartbeats/s | checks/s | Redis per primary: the apps | "
+          "the sweeper | the busiest replica: CPU | RSS |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for n, primaries in [(100_000, 1), (1_000_000, 1), (1_000_000, 3), (10_000_000, 10),
-                         (30_000_000, 30), (100_000_000, 100)]:
-        replicas = min(primaries, 3) if primaries < 10 else primaries // 5
+    for n in (100_000, 300_000, 1_000_000, 3_000_000, 10_000_000, 30_000_000, 100_000_000):
+        primaries, replicas = sizing(n, args)
         m = model(n, args.members, args.heartbeat, args.ttl, args.vanish, primaries, replicas, args.notify)
-        p = m["redis_core_per_primary"]
         print(f"| {n:,} | {primaries} | {replicas} | {m['writes_per_s']:,.0f} | {m['checks_per_s']:,.0f} | "
-              f"{pct(sum(p.values()))} | {pct(m['sweeper_share_core_total'] / primaries)} | "
+              f"{pct(m['apps_core_total'] / primaries)} | {pct(m['sweeper_share_core_total'] / primaries)} | "
               f"{pct(m['sweeper_core_busiest_replica'])} | {m['sweeper_rss_mb_busiest_replica']:,.0f} MB |")
+
+
+# The table's sizing: the apps' share of each primary, and each replica's CPU, at most.
+APPS_PER_PRIMARY = 0.5
+SWEEPER_PER_REPLICA = 0.5
+
+
+def sizing(n, args):
+    """Primaries and replicas for `n` conversations under the table's bounds."""
+    primaries = 1
+    while model(n, args.members, args.heartbeat, args.ttl, args.vanish, primaries, 1,
+                args.notify)["apps_core_total"] / primaries > APPS_PER_PRIMARY:
+        primaries += 1
+    replicas = 2
+    while replicas < primaries and model(n, args.members, args.heartbeat, args.ttl, args.vanish, primaries,
+                                         replicas, args.notify)["sweeper_core_busiest_replica"] > SWEEPER_PER_REPLICA:
+        replicas += 1
+    return primaries, replicas
 
 
 # ---- validation -------------------------------------------------------------------------------
@@ -178,19 +204,55 @@ class Replicas:
         return sum(d.metric(name) for d in self.daemons)
 
 
+# The apps' and the simulator's commands, the heartbeat script's inner ones too (Redis counts
+# them on their own as well as in EVALSHA's time), and TIME, which both send (the sweeper's
+# costs nothing to speak of); every other is the sweeper's.
+APPS_COMMANDS = {"evalsha", "eval", "zadd", "ttl", "expire", "script|load", "script", "zscore", "info", "time",
+                 "del", "psubscribe",
+                 "client|setname", "client", "ping", "cluster|slots", "cluster", "hello", "config|set", "config",
+                 "command", "command|docs", "readonly"}
+
+
+def commandstats(cluster, after, seconds, out):
+    """INFO commandstats summed over the nodes, over `seconds` starting `after` seconds from
+    now: calls and usec per second by command, into `out`."""
+    time.sleep(after)
+
+    def read():
+        stats = {}
+        for text in cluster.cli("INFO", "commandstats"):
+            for line in text.splitlines():
+                if line.startswith("cmdstat_"):
+                    name, fields = line[len("cmdstat_"):].split(":", 1)
+                    f = dict(kv.split("=") for kv in fields.split(","))
+                    calls, usec = stats.get(name, (0, 0))
+                    stats[name] = (calls + int(f["calls"]), usec + int(f["usec"]))
+        return stats
+
+    a, t0 = read(), time.time()
+    time.sleep(seconds)
+    b, t1 = read(), time.time()
+    for name, (calls, usec) in b.items():
+        c0, u0 = a.get(name, (0, 0))
+        out[name] = {"calls_per_s": (calls - c0) / (t1 - t0), "usec_per_s": (usec - u0) / (t1 - t0)}
+
+
 def sim_args(n):
     return ["--conversations", str(n), "--users", "1", "--heartbeat", f"{HEARTBEAT:g}s",
             "--vanish-rate", str(VANISH), "--grace", GRACE]
 
 
-def measure_point(work, cluster, n, replicas=1):
-    """The apps alone, then with `replicas` sweepers (En): Redis's CPU, the sweepers' own, their
-    checks, RSS, and the simulator's verdicts."""
+def measure_point(work, cluster, n, replicas=1, alone=None):
+    """The apps alone (unless given, from an earlier phase), then with `replicas` sweepers (En):
+    Redis's CPU, the sweepers' own, their checks, RSS, and the simulator's verdicts."""
     from common import Daemon, free_port
     from steady import Window, config, run_phase, simulate
     sweeps = cluster.toml + SWEEPS
-    alone = run_phase(f"{n}-alone", work, cluster, sweeps, None, sim_args(n), DURATION, WINDOW, warmup=WARMUP,
-                      flags="")
+    if alone is None:
+        alone = run_phase(f"{n}-alone", work, cluster, sweeps, None, sim_args(n), DURATION, WINDOW, warmup=WARMUP,
+                          flags="")
+    stats = {}
+    threading.Thread(target=commandstats, args=(cluster, WARMUP, WINDOW, stats), daemon=True).start()
     if replicas == 1:
         swept = run_phase(f"{n}-swept", work, cluster, sweeps, "", sim_args(n), DURATION, WINDOW, warmup=WARMUP,
                           flags="En")
@@ -222,6 +284,10 @@ def measure_point(work, cluster, n, replicas=1):
               f"{report['false_evictions']}, duplicates {report['duplicate_events']}, missed "
               f"{report['missed_zombies']}", flush=True)
     swept["sweeper_redis_core"] = swept["redis_core"] - alone["redis_core"]
+    swept["commandstats"] = stats
+    swept["sweeper_command_core"], swept["sweeper_calls_per_check"] = sweeper_commands(swept)
+    print(f"    the sweeper's commands: {swept['sweeper_command_core']:.2%} of a core in Redis's command time, "
+          f"{swept['sweeper_calls_per_check']:.2f} calls per check", flush=True)
     return {"conversations": n, "alone": alone, "swept": swept}
 
 
@@ -251,23 +317,29 @@ def measure_idle(work, cluster):
     return idle
 
 
-def constants_from(idle, point, primaries):
-    """The constants the idle cluster and a calibration point give (the others stay as measured
-    elsewhere, and say where)."""
+def fit(x1, y1, x2, y2):
+    """(intercept, slope) of the line through two points."""
+    slope = (y2 - y1) / (x2 - x1)
+    return y1 - slope * x1, slope
+
+
+def constants_from(idle, low, high, primaries):
+    """The constants two calibration points give, each cost a fixed part plus a part per
+    operation (the others stay as measured elsewhere, and say where)."""
     c = dict(CONSTANTS)
-    c["idle_primary_core"] = idle["redis_core"] / primaries
-    c["sweeper_idle_redis_core"] = max(0.0, idle["redis_core_with_sweeper"] - idle["redis_core"]) / primaries
-    c["sweeper_idle_core"] = idle["sweeper_core"]
     c["base_mb"] = idle["sweeper_rss_mb"]
-    n = point["conversations"]
-    writes = n / HEARTBEAT
-    alone, swept = point["alone"], point["swept"]
-    c["heartbeat_us"] = max(0.0, alone["redis_core"] - idle["redis_core"]) / writes * 1e6
-    checks = swept["checks_per_s"] or 1.0
-    evictions = n * VANISH / 60
-    share = swept["redis_core"] - alone["redis_core"] - c["sweeper_idle_redis_core"] * primaries
-    c["check_us"] = max(0.0, share - evictions * c["evict_us"] / 1e6) / checks * 1e6
-    c["sweeper_check_us"] = max(0.0, swept["sweeper_core"] - idle["sweeper_core"]) / checks * 1e6
+
+    def line(point_x, point_y):
+        return fit(point_x(low), point_y(low), point_x(high), point_y(high))
+
+    writes = lambda p: p["conversations"] / HEARTBEAT  # noqa: E731
+    checks = lambda p: p["swept"]["checks_per_s"]  # noqa: E731
+    fixed, per = line(writes, lambda p: p["alone"]["redis_core"])
+    c["apps_fixed_core"], c["heartbeat_us"] = fixed / primaries, per * 1e6
+    fixed, per = line(checks, lambda p: p["swept"]["sweeper_command_core"])
+    c["sweeper_fixed_command_core"], c["check_command_us"] = fixed / primaries, per * 1e6
+    fixed, per = line(checks, lambda p: p["swept"]["sweeper_core"])
+    c["sweeper_fixed_core"], c["sweeper_check_us"] = fixed / primaries, per * 1e6
     return c
 
 
@@ -278,7 +350,8 @@ def compare(point, c, primaries, replicas=1):
     pairs = [
         ("Redis CPU, apps alone (all primaries)", m["apps_core_total"], point["alone"]["redis_core"]),
         ("Redis CPU with the sweeper (all primaries)", m["redis_core_total"], swept["redis_core"]),
-        ("the sweeper's Redis share", m["sweeper_share_core_total"], swept["sweeper_redis_core"]),
+        ("the sweeper's Redis share, by difference", m["sweeper_share_core_total"], swept["sweeper_redis_core"]),
+        ("the sweeper's commands' time in Redis", m["sweeper_command_core_total"], swept["sweeper_command_core"]),
         ("deadline checks/s", m["checks_per_s"], swept["checks_per_s"]),
         ("the sweeper's own CPU (all replicas)", m["sweeper_core_total"], swept["sweeper_core"]),
         ("the busiest replica's RSS, MB", m["sweeper_rss_mb_busiest_replica"], swept.get("sweeper_rss_mb", 0.0)),
@@ -301,45 +374,73 @@ def show(value, what):
 def validate(args):
     from common import Cluster, build
     global DURATION, WARMUP, WINDOW
+    if args.replay:
+        with open(args.replay) as f:
+            report(json.load(f))
+        return
     if args.duration != DURATION:
         DURATION, WARMUP, WINDOW = args.duration, args.duration / 2, int(args.duration * 0.4)
+    cal_points = [int(p) for p in args.calibrate.split(",")]
+    if len(cal_points) != 2:
+        raise SystemExit("--calibrate takes two numbers of conversations")
     if not args.skip_build:
         build()
     work = tempfile.mkdtemp(prefix="capacity-")
-    points = [int(p) for p in args.points.split(",")]
-    results = {"primaries": args.primaries, "points": []}
+    results = {"primaries": args.primaries, "replica_count": args.replicas, "points": []}
     try:
         cluster = Cluster(work, primaries=args.primaries)
         try:
-            print(f"calibration: {args.calibrate:,} conversations on {args.primaries} primaries", flush=True)
-            idle = measure_idle(work, cluster)
-            cal = measure_point(work, cluster, args.calibrate)
-            c = constants_from(idle, cal, args.primaries)
-            results["idle"] = idle
-            results["calibration"] = cal
-            results["constants"] = c
-            print("  constants: " + ", ".join(f"{k} {v:.3g}" for k, v in c.items()), flush=True)
-            for n in points:
+            print(f"calibration: {cal_points[0]:,} and {cal_points[1]:,} conversations on {args.primaries} "
+                  f"primaries", flush=True)
+            results["idle"] = measure_idle(work, cluster)
+            results["calibration"] = [measure_point(work, cluster, n) for n in cal_points]
+            for n in (int(p) for p in args.points.split(",")):
                 print(f"point: {n:,} conversations", flush=True)
-                point = measure_point(work, cluster, n)
-                point["rows"] = compare(point, c, args.primaries)
-                results["points"].append(point)
-                for r in point["rows"]:
-                    print(f"    {r['what']}: model {show(r['model'], r['what'])}, measured "
-                          f"{show(r['measured'], r['what'])} ({r['error']:+.0%})", flush=True)
+                results["points"].append(measure_point(work, cluster, n))
             if args.replicas > 1:
-                n = points[-1]
+                n = results["points"][-1]["conversations"]
                 print(f"replicas: {n:,} conversations, {args.replicas} sweepers sharing the primaries", flush=True)
-                shared = measure_point(work, cluster, n, replicas=args.replicas)
-                results["replicas"] = shared
+                results["replicas"] = measure_point(work, cluster, n, replicas=args.replicas,
+                                                    alone=results["points"][-1]["alone"])
         finally:
             cluster.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    report(results)
+
+
+def sweeper_commands(swept):
+    """The sweeper's commands' execution time in Redis (cores) and calls per check, from a
+    phase's commandstats."""
+    stats = swept.get("commandstats") or {}
+    ours = {k: v for k, v in stats.items() if k not in APPS_COMMANDS}
+    core = sum(v["usec_per_s"] for v in ours.values()) / 1e6
+    return core, sum(v["calls_per_s"] for v in ours.values()) / (swept["checks_per_s"] or 1.0)
+
+
+def report(results):
+    """Fits the constants to the calibration points and compares the model with every other
+    point; prints both as tables."""
+    primaries = results["primaries"]
+    for point in [*results["calibration"], *results["points"], *([results["replicas"]] if "replicas" in results
+                                                                   else [])]:
+        swept = point["swept"]
+        swept["sweeper_command_core"], swept["sweeper_calls_per_check"] = sweeper_commands(swept)
+    c = constants_from(results["idle"], *results["calibration"], primaries)
+    results["constants"] = c
+    print()
+    print("| constant | value |")
+    print("|---|---|")
+    for k, v in c.items():
+        print(f"| `{k}` | {v:.4g} |")
     print()
     print("| conversations | what | model | measured | error |")
     print("|---|---|---|---|---|")
     for point in results["points"]:
+        point["rows"] = compare(point, c, primaries)
         for r in point["rows"]:
             print(f"| {point['conversations']:,} | {r['what']} | {show(r['model'], r['what'])} | "
                   f"{show(r['measured'], r['what'])} | {r['error']:+.0%} |")
@@ -347,17 +448,16 @@ def validate(args):
         one = results["points"][-1]["swept"]
         many = results["replicas"]["swept"]
         print()
-        print("| sweepers | their CPU in all | Redis share | checks/s | lag p99 | false / duplicate / missed |")
-        print("|---|---|---|---|---|---|")
-        for label, s in (("1", one), (str(args.replicas), many)):
+        print("| sweepers | their CPU in all | Redis share | the sweeper's commands in Redis | checks/s | "
+              "lag p99 | false / duplicate / missed |")
+        print("|---|---|---|---|---|---|---|")
+        for label, s in (("1", one), (str(results.get("replica_count", "several")), many)):
             r = s["report"]
             p99 = (r.get("eviction_lag_seconds") or {}).get("p99")
-            print(f"| {label} | {s['sweeper_core']:.2%} | {s['sweeper_redis_core']:.2%} | {s['checks_per_s']:,.0f} | "
+            print(f"| {label} | {s['sweeper_core']:.2%} | {s['sweeper_redis_core']:.2%} | "
+                  f"{s['sweeper_command_core']:.2%} | {s['checks_per_s']:,.0f} | "
                   f"{'-' if p99 is None else f'{p99 * 1000:.0f} ms'} | {r['false_evictions']} / "
                   f"{r['duplicate_events']} / {r['missed_zombies']} |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
 
 
 def main():
@@ -375,7 +475,7 @@ def main():
         p.add_argument("--replicas", type=int, default=1)
         p.add_argument("--notify", default="En", choices=["En", "KEA", "off"])
     v = sub.add_parser("validate")
-    v.add_argument("--calibrate", type=int, default=50_000)
+    v.add_argument("--calibrate", default="50000,200000", help="two numbers of conversations")
     v.add_argument("--points", default="100000,300000,600000")
     v.add_argument("--primaries", type=int, default=3)
     v.add_argument("--replicas", type=int, default=3)
@@ -383,7 +483,8 @@ def main():
                    help="seconds per phase before the grace (a shorter one is a smoke test: "
                         "under 60 s the window holds no deadline checks)")
     v.add_argument("--skip-build", action="store_true")
-    v.add_argument("--json")
+    v.add_argument("--json", help="write every measurement here")
+    v.add_argument("--replay", help="fit and compare again from a --json file, measuring nothing")
     args = ap.parse_args()
     for name in ("conversations", "members", "primaries", "replicas"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:

@@ -138,15 +138,6 @@ class Cluster:
         """CPU seconds of every node's main thread so far."""
         return sum(n.cpu() for n in self.nodes)
 
-    def commandstats(self):
-        """calls per command, summed over the nodes."""
-        out = {}
-        for n in self.nodes:
-            for k, v in n.info("commandstats").items():
-                calls = int(v.split(",")[0].split("=")[1])
-                out[k.removeprefix("cmdstat_")] = out.get(k.removeprefix("cmdstat_"), 0) + calls
-        return out
-
     def cli(self, *args, check=True):
         return [n.cli(*args, check=check) for n in self.nodes]
 
