@@ -9,7 +9,7 @@ points on a Redis Cluster of this machine.
             on the same cluster and measures them (the apps' traffic alone, then with one
             sweeper), and, at the largest point, runs --replicas sweepers that share the
             primaries (coordination.lease = true). Prints predicted against measured, each
-            with its error. Takes about 3 minutes per phase (25 to 30 minutes in all).
+            with its error. Takes about 3 minutes per phase (about 35 minutes in all).
 
 The model (per second; N conversations, M members each, heartbeat period h, ttl T, a share v of
 users vanishing per minute, P primaries, R replicas):
@@ -29,11 +29,13 @@ users vanishing per minute, P primaries, R replicas):
 
 usage:
   python3 benches/capacity.py model --conversations 1000000 [--members 1] [--heartbeat 20]
-                                    [--ttl 45] [--vanish 0.01] [--primaries 3] [--replicas 3]
-                                    [--notify En|KEA|off]
-  python3 benches/capacity.py table [the same, but --conversations]
-  python3 benches/capacity.py validate [--calibrate 50000,200000] [--points 100000,300000,600000]
+                                    [--ttl 45] [--vanish 0.01] [--primaries 1] [--replicas 1]
+                                    [--notify En|KEA]
+  python3 benches/capacity.py table [the same, but --conversations, --primaries, --replicas:
+                                    the table sizes those]
+  python3 benches/capacity.py validate [--calibrate 50000,200000] [--points 100000,300000,500000]
                                        [--primaries 3] [--replicas 3] [--skip-build] [--json FILE]
+                                       [--replay FILE]
 needs (validate): redis-server and redis-cli on PATH; cargo.
 """
 
@@ -319,6 +321,9 @@ def measure_idle(work, cluster):
 
 def fit(x1, y1, x2, y2):
     """(intercept, slope) of the line through two points."""
+    if x1 == x2:
+        raise SystemExit("the two calibration points measured the same rate: give two different numbers of "
+                         "conversations, and a --duration over 90 s so that the window holds deadline checks")
     slope = (y2 - y1) / (x2 - x1)
     return y1 - slope * x1, slope
 
@@ -473,10 +478,11 @@ def main():
         p.add_argument("--vanish", type=float, default=0.01, help="share of users vanishing a minute")
         p.add_argument("--primaries", type=int, default=1)
         p.add_argument("--replicas", type=int, default=1)
-        p.add_argument("--notify", default="En", choices=["En", "KEA", "off"])
+        # Without notifications the sweeper walks every key on each schedule: not modelled.
+        p.add_argument("--notify", default="En", choices=["En", "KEA"])
     v = sub.add_parser("validate")
     v.add_argument("--calibrate", default="50000,200000", help="two numbers of conversations")
-    v.add_argument("--points", default="100000,300000,600000")
+    v.add_argument("--points", default="100000,300000,500000")
     v.add_argument("--primaries", type=int, default=3)
     v.add_argument("--replicas", type=int, default=3)
     v.add_argument("--duration", type=int, default=DURATION,
@@ -487,10 +493,17 @@ def main():
     v.add_argument("--replay", help="fit and compare again from a --json file, measuring nothing")
     args = ap.parse_args()
     for name in ("conversations", "members", "primaries", "replicas"):
-        if getattr(args, name, 1) is not None and getattr(args, name, 1) < 1:
+        if getattr(args, name, 1) < 1:
             ap.error(f"--{name} must be at least 1")
     if getattr(args, "heartbeat", 1) <= 0 or getattr(args, "ttl", 1) <= 0:
         ap.error("--heartbeat and --ttl must be positive")
+    if not 0 <= getattr(args, "vanish", 0) <= 1:
+        ap.error("--vanish is a share of users a minute, from 0 to 1")
+    if args.command == "validate" and args.primaries < 3:
+        ap.error("--primaries: a Redis Cluster needs 3 at least")
+    if args.command != "validate" and args.heartbeat >= args.ttl:
+        print("warning: the heartbeat period is not shorter than the ttl: live users would be evicted",
+              file=sys.stderr)
     {"model": print_model, "table": print_table, "validate": validate}[args.command](args)
 
 

@@ -111,15 +111,18 @@ class Cluster:
             self.nodes.append(Redis(d, port=free_port(below=55536),
                                     extra=("--cluster-enabled", "yes", "--cluster-config-file",
                                            os.path.join(d, "nodes.conf"), *extra)))
-        subprocess.run(["redis-cli", "--cluster", "create",
-                        *[f"127.0.0.1:{n.port}" for n in self.nodes],
-                        "--cluster-replicas", "0", "--cluster-yes"],
-                       check=True, capture_output=True)
+        made = subprocess.run(["redis-cli", "--cluster", "create",
+                               *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                               "--cluster-replicas", "0", "--cluster-yes"],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            self.stop()
+            raise SystemExit(f"redis-cli --cluster create failed: {made.stdout[-1000:]}{made.stderr[-1000:]}")
         for _ in range(200):
-            if all(n.info("cluster").get("cluster_state") == "ok" or
-                   "cluster_state:ok" in n.cli("CLUSTER", "INFO") for n in self.nodes):
+            if all("cluster_state:ok" in n.cli("CLUSTER", "INFO") for n in self.nodes):
                 return
             time.sleep(0.1)
+        self.stop()
         raise SystemExit("the cluster did not come up")
 
     url = None

@@ -83,13 +83,14 @@ pub(crate) fn require(cfg: &config::Redis, allowed: Topologies) -> Result<(), No
     }
 }
 
-/// Accepts a cluster node's announced `host:port` only if it is on this machine.
-pub(crate) fn require_node(server: &str) -> Result<(), NotLoopback> {
-    if is_loopback(&format!("redis://{server}")) {
+/// Accepts a cluster primary's announced address only if it is on this machine. Only a loopback
+/// address or `localhost` is: a node announces no unix socket.
+pub(crate) fn require_node(host: &str, port: u16) -> Result<(), NotLoopback> {
+    if loopback_host(host) {
         Ok(())
     } else {
         Err(NotLoopback::RemoteNode {
-            node: server.to_owned(),
+            node: format!("{host}:{port}"),
         })
     }
 }
@@ -143,6 +144,20 @@ mod tests {
             "not a url",
         ] {
             assert!(!is_loopback(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn cluster_nodes_on_this_machine_only() {
+        for host in ["127.0.0.1", "localhost", "::1", "[::1]"] {
+            assert!(require_node(host, 7000).is_ok(), "{host}");
+        }
+        for host in ["10.0.0.1", "redis-0.internal", "2001:db8::1", ""] {
+            let e = require_node(host, 7000).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("node {host}:7000 is not on this machine")),
+                "{e}"
+            );
         }
     }
 

@@ -151,9 +151,11 @@ async fn simulate(
     };
     let cancel = CancellationToken::new();
     signals::install(cancel.clone(), EXIT_DEADLINE)?;
-    let report = simulate::run(&plan, &config.redis, &cancel)
-        .await
-        .map_err(|e| anyhow::anyhow!("simulate failed: {e}"))?;
+    let report = match simulate::run(&plan, &config.redis, &cancel).await {
+        Ok(r) => r,
+        Err(e @ simulate::RunError::Refused(_)) => return Ok(refused(e)),
+        Err(e) => anyhow::bail!("simulate failed: {e}"),
+    };
     if json {
         out(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
     } else {

@@ -6,7 +6,8 @@
 //! `ZADD GT`, key TTL refreshed), one script call per conversation with all its users, spread
 //! evenly over the heartbeat period by a few worker tasks that each own a share of the
 //! conversations. Each tick, a worker first lets users vanish (they just stop heartbeating), then
-//! sends the heartbeats that are due in one pipeline and waits for it: a worker never has a call
+//! sends the heartbeats that are due in one pipeline (in a cluster, as calls of their own) and
+//! waits for them: a worker never has a call
 //! in flight for a conversation it is changing, so the last score of a vanished user is exact.
 //!
 //! Before the first heartbeat the simulator PSUBSCRIBEs to the sweep's channel and judges every
@@ -49,6 +50,8 @@ use presence_sweeper_config::CONVERSATION_ID;
 use presence_sweeper_redis::subscriber::{Push, Subscriber};
 use presence_sweeper_redis::{Error, Opener, Store};
 
+use crate::loopback::{self, NotLoopback};
+
 /// Worker tasks at most.
 const WORKERS: usize = 4;
 /// How long after the end the subscriber keeps listening for events already published.
@@ -70,7 +73,7 @@ pub(crate) async fn run(
     plan: &Scenario,
     redis: &config::Redis,
     cancel: &CancellationToken,
-) -> Result<SimulateReport, Error> {
+) -> Result<SimulateReport, RunError> {
     run_narrated(plan, redis, cancel, None).await
 }
 
@@ -80,10 +83,8 @@ pub(crate) async fn run_narrated(
     redis: &config::Redis,
     cancel: &CancellationToken,
     narrator: Option<Narrator>,
-) -> Result<SimulateReport, Error> {
-    let store = connect(redis).await?;
-    let script = redis::Script::new(include_str!("heartbeat.lua"));
-    script.load_async(&mut store.connection()).await?;
+) -> Result<SimulateReport, RunError> {
+    let (store, script) = connect(redis).await?;
 
     let prefix = plan.prefix();
     let mut patterns = vec![channel_pattern(&plan.sweep.channel.to_string(), &prefix)];
@@ -189,20 +190,33 @@ pub(crate) async fn run_narrated(
     Ok(report)
 }
 
-/// Connects; in a cluster, only if every primary it announces is on this machine.
-async fn connect(redis: &config::Redis) -> Result<Store, Error> {
+/// Why a run did not start.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RunError {
+    /// Redis could not be reached, or refused the script.
+    #[error(transparent)]
+    Redis(#[from] Error),
+    /// A cluster announced a primary off this machine.
+    #[error(transparent)]
+    Refused(#[from] NotLoopback),
+}
+
+/// Connects, and loads the heartbeat script; in a cluster, only if every primary it announces
+/// is on this machine (its seeds were checked with the configuration).
+async fn connect(redis: &config::Redis) -> Result<(Store, redis::Script), RunError> {
     let store = Store::connect_as(redis, Opener::Tool("simulate")).await?;
     if store.is_cluster() {
         for node in store.nodes().await? {
-            crate::loopback::require_node(node.server()).map_err(refused)?;
+            let (host, port) = node.host_port().unwrap_or((node.server(), 0));
+            loopback::require_node(host, port)?;
         }
     }
-    Ok(store)
-}
-
-/// A refusal found once connected, as the run's error.
-fn refused(why: crate::loopback::NotLoopback) -> Error {
-    redis::RedisError::from((redis::ErrorKind::Client, "refused", why.to_string())).into()
+    let script = redis::Script::new(include_str!("heartbeat.lua"));
+    script
+        .load_async(&mut store.connection())
+        .await
+        .map_err(Error::from)?;
+    Ok((store, script))
 }
 
 /// How the run went, beside the verdicts.
@@ -413,7 +427,7 @@ async fn delete_keys(plan: &Scenario, shared: &Board, store: &Store) -> Result<(
             .map(move |s| s.pattern.key(id.as_bytes()))
             .collect::<Vec<_>>()
     });
-    // In a cluster the keys of one DEL must share a slot: there, one DEL per key, pipelined.
+    // In a cluster, one DEL per key, each routed to its slot's primary.
     let per_key = store.is_cluster();
     let mut batch = Vec::with_capacity(DELETE_BATCH);
     for key in keys {
@@ -429,13 +443,13 @@ async fn delete_keys(plan: &Scenario, shared: &Board, store: &Store) -> Result<(
     Ok(())
 }
 
+/// Deletes one batch of keys: one `DEL` for them all, or in a cluster one per key, sent at once.
 async fn delete(
     con: &mut presence_sweeper_redis::Conn,
     keys: &[Vec<u8>],
     per_key: bool,
 ) -> Result<(), Error> {
     if per_key {
-        // A cluster refuses a pipeline whose keys span slots: the DELs go on their own, at once.
         futures_util::future::try_join_all(keys.iter().map(|key| {
             let mut con = con.clone();
             async move { redis::cmd("DEL").arg(key).query_async::<()>(&mut con).await }

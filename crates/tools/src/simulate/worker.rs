@@ -1,5 +1,6 @@
 //! The simulator's workers: each owns a share of the conversations and, tick by tick, lets users
-//! vanish, starts and ends typing bursts, and sends the heartbeats that are due in one pipeline.
+//! vanish, starts and ends typing bursts, and sends the heartbeats that are due in one pipeline
+//! (in a cluster, as calls of their own, all at once).
 //!
 //! A worker waits for its pipeline before it changes its conversations again, so a vanished
 //! user's last score is exactly the one Redis holds.
@@ -49,7 +50,7 @@ pub(super) struct Wrote {
     pub(super) calls: u64,
     /// Typing keystrokes written.
     pub(super) keystrokes: u64,
-    /// Pipelines of heartbeats that failed (Redis away).
+    /// Heartbeat pipelines that failed (Redis away); in a cluster, heartbeat calls.
     pub(super) failed_calls: u64,
 }
 
@@ -120,8 +121,8 @@ pub(super) struct Worker {
     slots: u64,
     tick: Duration,
     con: Conn,
-    /// A cluster refuses a pipeline whose keys span slots: there each call goes on its own,
-    /// all at once (the cluster connection pipelines them per node).
+    /// The cluster client refuses a pipeline whose keys span slots: there each call goes on
+    /// its own, all at once (the cluster connection still batches them per node).
     cluster: bool,
     script: redis::Script,
     shared: Arc<Board>,
@@ -394,7 +395,8 @@ impl Worker {
         }
     }
 
-    /// Sends the heartbeats of `slot` and the keystrokes due, in one pipeline, and waits for it.
+    /// Sends the heartbeats of `slot` and the keystrokes due, in one pipeline (in a cluster, as
+    /// calls of their own), and waits for them.
     async fn heartbeat(
         &mut self,
         slot: u64,
@@ -431,20 +433,28 @@ impl Worker {
         if sent.is_empty() {
             return Ok(());
         }
-        let scores: Vec<f64> = if self.cluster {
-            // Each call loads the script where its node lacks it.
+        let scores: Vec<Option<f64>> = if self.cluster {
+            // Each call loads the script where its node lacks it. Every call is waited for, so
+            // none is still running in Redis when the worker changes its conversations again,
+            // and the scores of those that succeeded are kept.
             let con = &self.con;
-            futures_util::future::try_join_all(calls.iter().map(|call| {
+            let replies = futures_util::future::join_all(calls.iter().map(|call| {
                 let mut con = con.clone();
                 async move { call.invoke_async::<f64>(&mut con).await }
             }))
-            .await?
+            .await;
+            let failed = replies.iter().filter(|r| r.is_err()).count();
+            if let Some(Err(e)) = replies.iter().find(|r| r.is_err()) {
+                counts.failed_calls += failed as u64;
+                tracing::debug!(worker = self.index, failed, error = %e, "heartbeat calls failed");
+            }
+            replies.into_iter().map(Result::ok).collect()
         } else {
             let mut pipe = redis::pipe();
             for call in &calls {
                 pipe.invoke_script(call);
             }
-            match pipe.query_async(&mut self.con).await {
+            let scores: Vec<f64> = match pipe.query_async(&mut self.con).await {
                 Ok(s) => s,
                 Err(_) => {
                     // Most likely NOSCRIPT from a restarted Redis, or a connection being
@@ -453,9 +463,11 @@ impl Worker {
                     self.script.load_async(&mut self.con).await?;
                     pipe.query_async(&mut self.con).await?
                 }
-            }
+            };
+            scores.into_iter().map(Some).collect()
         };
         for (what, score) in sent.into_iter().zip(scores) {
+            let Some(score) = score else { continue };
             match what {
                 Sent::Online(ci) => {
                     let c = &mut self.conversations[ci];
