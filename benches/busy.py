@@ -35,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BIN, Redis, build, resp  # noqa: E402
+from common import BIN, Redis, build, commandstats, resp  # noqa: E402
 from steady import run_phase  # noqa: E402
 
 SPIN = "local x = 0 for i = 1, tonumber(ARGV[1]) do x = x + i end return x"
@@ -108,28 +108,6 @@ class Filler:
         self.sock.close()
 
 
-def commandstats(redis, after, seconds, out):
-    """`INFO commandstats` over `seconds` starting `after` seconds from now: calls and usec per
-    second by command, into `out`."""
-    time.sleep(after)
-
-    def read():
-        stats = {}
-        for line in redis.cli("INFO", "commandstats").splitlines():
-            if line.startswith("cmdstat_"):
-                name, fields = line[len("cmdstat_"):].split(":", 1)
-                f = dict(kv.split("=") for kv in fields.split(","))
-                stats[name] = (int(f["calls"]), int(f["usec"]))
-        return stats
-
-    a, t0 = read(), time.time()
-    time.sleep(seconds)
-    b, t1 = read(), time.time()
-    for name, (calls, usec) in b.items():
-        c0, u0 = a.get(name, (0, 0))
-        out[name] = {"calls_per_s": (calls - c0) / (t1 - t0), "usec_per_s": (usec - u0) / (t1 - t0)}
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--conversations", type=int, default=1_000_000)
@@ -159,7 +137,7 @@ def main():
     try:
         def phase(label, mode, binary=None):
             stats = {}
-            threading.Thread(target=commandstats, args=(redis, 75, 30, stats), daemon=True).start()
+            threading.Thread(target=commandstats, args=([redis], 75, 30, stats), daemon=True).start()
             row = run_phase(f"busy-{label}", work, redis, sweeps, mode, sim, args.duration,
                             args.window, binary=binary, warmup=60.0)
             row["commandstats"] = stats

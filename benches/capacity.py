@@ -215,30 +215,6 @@ APPS_COMMANDS = {"evalsha", "eval", "zadd", "ttl", "expire", "script|load", "scr
                  "command", "command|docs", "readonly"}
 
 
-def commandstats(cluster, after, seconds, out):
-    """INFO commandstats summed over the nodes, over `seconds` starting `after` seconds from
-    now: calls and usec per second by command, into `out`."""
-    time.sleep(after)
-
-    def read():
-        stats = {}
-        for text in cluster.cli("INFO", "commandstats"):
-            for line in text.splitlines():
-                if line.startswith("cmdstat_"):
-                    name, fields = line[len("cmdstat_"):].split(":", 1)
-                    f = dict(kv.split("=") for kv in fields.split(","))
-                    calls, usec = stats.get(name, (0, 0))
-                    stats[name] = (calls + int(f["calls"]), usec + int(f["usec"]))
-        return stats
-
-    a, t0 = read(), time.time()
-    time.sleep(seconds)
-    b, t1 = read(), time.time()
-    for name, (calls, usec) in b.items():
-        c0, u0 = a.get(name, (0, 0))
-        out[name] = {"calls_per_s": (calls - c0) / (t1 - t0), "usec_per_s": (usec - u0) / (t1 - t0)}
-
-
 def sim_args(n):
     return ["--conversations", str(n), "--users", "1", "--heartbeat", f"{HEARTBEAT:g}s",
             "--vanish-rate", str(VANISH), "--grace", GRACE]
@@ -247,14 +223,14 @@ def sim_args(n):
 def measure_point(work, cluster, n, replicas=1, alone=None):
     """The apps alone (unless given, from an earlier phase), then with `replicas` sweepers (En):
     Redis's CPU, the sweepers' own, their checks, RSS, and the simulator's verdicts."""
-    from common import Daemon, free_port
+    from common import Daemon, commandstats, free_port
     from steady import Window, config, run_phase, simulate
     sweeps = cluster.toml + SWEEPS
     if alone is None:
         alone = run_phase(f"{n}-alone", work, cluster, sweeps, None, sim_args(n), DURATION, WINDOW, warmup=WARMUP,
                           flags="")
     stats = {}
-    threading.Thread(target=commandstats, args=(cluster, WARMUP, WINDOW, stats), daemon=True).start()
+    threading.Thread(target=commandstats, args=(cluster.nodes, WARMUP, WINDOW, stats), daemon=True).start()
     if replicas == 1:
         swept = run_phase(f"{n}-swept", work, cluster, sweeps, "", sim_args(n), DURATION, WINDOW, warmup=WARMUP,
                           flags="En")

@@ -149,6 +149,31 @@ class Cluster:
             n.stop()
 
 
+def commandstats(servers, after, seconds, out):
+    """`INFO commandstats` summed over `servers` (one Redis, or a cluster's nodes), over
+    `seconds` starting `after` seconds from now: calls and usec per second by command, into
+    `out`. Run it in a thread beside a phase."""
+    time.sleep(after)
+
+    def read():
+        stats = {}
+        for server in servers:
+            for line in server.cli("INFO", "commandstats").splitlines():
+                if line.startswith("cmdstat_"):
+                    name, fields = line[len("cmdstat_"):].split(":", 1)
+                    f = dict(kv.split("=") for kv in fields.split(","))
+                    calls, usec = stats.get(name, (0, 0))
+                    stats[name] = (calls + int(f["calls"]), usec + int(f["usec"]))
+        return stats
+
+    a, t0 = read(), time.time()
+    time.sleep(seconds)
+    b, t1 = read(), time.time()
+    for name, (calls, usec) in b.items():
+        c0, u0 = a.get(name, (0, 0))
+        out[name] = {"calls_per_s": (calls - c0) / (t1 - t0), "usec_per_s": (usec - u0) / (t1 - t0)}
+
+
 def resp(*args):
     """One command in RESP, for scripts that talk to Redis over a bare socket."""
     out = [b"*%d\r\n" % len(args)]
