@@ -488,6 +488,19 @@ fn simulate(url: &str, args: &[&str]) -> (i32, String, String) {
     run_tools(&all, &[])
 }
 
+/// `simulate --sweep sim` with the configuration file `config` and more `args`.
+fn simulate_sim(config: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec![
+        "--config",
+        config.to_str().unwrap(),
+        "simulate",
+        "--sweep",
+        "sim",
+    ];
+    all.extend(args);
+    run_tools(&all, &[])
+}
+
 /// Keys in the database, but for the daemon's own canary.
 fn dbsize(con: &mut redis::Connection) -> u64 {
     crate::support::keys_but_the_canary(con)
@@ -547,13 +560,9 @@ fn simulate_against_a_sweeper_on_a_cluster_is_clean() {
     daemon.wait_ready(Duration::from_secs(20));
     let dir = tempfile::tempdir().unwrap();
     let file = write_file(dir.path(), "c.toml", &toml);
-    let (code, stdout, stderr) = run_tools(
+    let (code, stdout, stderr) = simulate_sim(
+        &file,
         &[
-            "--config",
-            file.to_str().unwrap(),
-            "simulate",
-            "--sweep",
-            "sim",
             "--conversations",
             "60",
             "--users",
@@ -566,7 +575,6 @@ fn simulate_against_a_sweeper_on_a_cluster_is_clean() {
             "8s",
             "--json",
         ],
-        &[],
     );
     assert_eq!(code, 0, "{stdout}\n{stderr}\n{}", daemon.log());
     let r: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
@@ -604,16 +612,7 @@ fn simulate_against_a_sweeper_on_a_cluster_is_clean() {
             "[redis]\nmode = \"cluster\"\nnodes = [\"redis://127.0.0.1:1\", \"redis://10.255.255.1:7000\"]\n{SIM_TOML}"
         ),
     );
-    let (code, _, stderr) = run_tools(
-        &[
-            "--config",
-            remote.to_str().unwrap(),
-            "simulate",
-            "--sweep",
-            "sim",
-        ],
-        &[],
-    );
+    let (code, _, stderr) = simulate_sim(&remote, &[]);
     assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("refusing to write synthetic data to redis://10.255.255.1:7000"),
