@@ -74,7 +74,11 @@ class Filler:
             n = int(owed)
             if n:
                 owed -= n
-                self.sock.sendall(self.call * n)
+                try:
+                    self.sock.sendall(self.call * n)
+                except OSError:
+                    # stop() closed the socket under this thread.
+                    return
                 self.sent += n
 
     def _steer(self):

@@ -276,6 +276,21 @@ impl Index {
         }
     }
 
+    /// Whether `ticket`'s check is the first of its key since it was tracked (or found gone
+    /// while it was written anew).
+    pub fn first_check(&self, ticket: Ticket) -> bool {
+        self.slots[ticket.slot as usize].card == 0
+    }
+
+    /// A fraction in [0, 1) that stays the same for a key while it is tracked, and is spread
+    /// evenly over keys: from the hash of its id.
+    pub fn spread(&self, ticket: Ticket) -> f64 {
+        let hash = self
+            .hasher
+            .hash_one(self.slots[ticket.slot as usize].id.as_slice());
+        (hash >> 11) as f64 / (1u64 << 53) as f64
+    }
+
     /// A check of `ticket` came back: the key is due again at `next` (milliseconds on Redis's
     /// clock, [`NEVER`] for no deadline) with `card` members, or gone (`None`) and forgotten.
     /// `written_by` is as in [`Index::written`]: a write noticed while the check ran may have

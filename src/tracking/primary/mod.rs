@@ -124,6 +124,7 @@ impl PrimaryLoop {
             },
             max_keys: self.settings.tracking.max_keys,
             alive_every: self.settings.alive_every,
+            spread_first: true,
         };
         let coord = Coordinator::new(now, setup, self.report, self.shared);
         let sweeps = Sweeps::new(id, self.node.db(), self.capacity, self.beat.clone());

@@ -196,6 +196,34 @@ pub fn next_look(
     }
 }
 
+/// When a key first checked at `now_ms` is looked at again, given its deadline `next` (its
+/// oldest score + `ttl_ms`) and its own fraction `spread` in [0, 1): that fraction of a ttl
+/// after its oldest score, if that is still to come, else at its deadline.
+///
+/// A live key is checked every few heartbeat periods at a phase its first check sets: with a
+/// heartbeat of 20 s and a ttl of 45 s, its oldest heartbeat is 5 s old at its deadline, and
+/// its next deadline is 40 s later. Keys first checked together (a walk at start or after a
+/// takeover, every client reconnecting at once) would stay together: a million keys first
+/// checked within 20 s would be checked in the same 20 s of every 40, at twice the average
+/// rate, with the other 20 s idle. On a Redis the apps keep busy, the twice is what saturates
+/// it and makes zombies wait (`benches/busy.py`). A look before the deadline finds the
+/// heartbeats since, and sets the key's phase anew. Looks spread evenly over the ttl after the
+/// oldest score find each of the heartbeats within it equally often, whatever the heartbeat
+/// period, so the phases spread evenly too. It costs one check at most per key tracked; a look
+/// that finds no new heartbeat leaves the key's deadline as it was.
+pub fn spread_first(now_ms: u64, next: u64, ttl_ms: u64, spread: f64) -> u64 {
+    if next == NEVER {
+        return next;
+    }
+    let early = (ttl_ms as f64 * (1.0 - spread.clamp(0.0, 1.0))) as u64;
+    let look = next.saturating_sub(early);
+    if look < now_ms.saturating_add(MIN_RECHECK_MS) {
+        next
+    } else {
+        look
+    }
+}
+
 /// Until when (ms, Redis's clock) the members of a check are spared: an outage's credit for a
 /// sweep of window `ttl_ms`, or the storm guard's hold (`hold_until`, seconds), whichever is
 /// later, if still ahead of `now_ms`.

@@ -201,6 +201,8 @@ impl<I: Io> Tracked<I> {
     /// A check of keys this sweep's index handed out came back: each key is looked at again at
     /// its new deadline, retried, or forgotten. `credit_until`: the credit of the last outage
     /// or reset (Redis's clock, seconds), which spares every member until then.
+    /// `spread_first`: a key's first check is followed by a look before its deadline
+    /// ([`deadlines::spread_first`]).
     pub fn checked(
         &mut self,
         node: &NodeId,
@@ -208,6 +210,7 @@ impl<I: Io> Tracked<I> {
         checked: &Checked<I::Error>,
         now_ms: u64,
         credit_until: Option<f64>,
+        spread_first: bool,
     ) {
         let ttl_ms = ttl_ms(&*self.job);
         // Members an outage kept from heartbeating are looked at again when their credit ends;
@@ -219,6 +222,13 @@ impl<I: Io> Tracked<I> {
             match deadlines::next_look(state, now_ms, ttl_ms, spared_until, expires_in) {
                 Look::Forget => self.index.checked(ticket, None, written_by),
                 Look::At { next, card } => {
+                    let next = match spared_until {
+                        None if spread_first && self.index.first_check(ticket) => {
+                            let spread = self.index.spread(ticket);
+                            deadlines::spread_first(now_ms, next, ttl_ms, spread)
+                        }
+                        _ => next,
+                    };
                     self.index.checked(ticket, Some((next, card)), written_by)
                 }
                 Look::Retry(at) => self.index.retry(ticket, at),

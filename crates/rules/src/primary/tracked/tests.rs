@@ -167,6 +167,7 @@ fn a_checked_key_is_looked_at_again_at_its_deadline() {
         &checked(vec![live(NOW_S - 5.0)]),
         NOW,
         None,
+        false,
     );
     assert_eq!(t.index.next_due(), Some(NOW - 5_000 + TTL_MS));
     assert_eq!(t.index.members(), 2);
@@ -179,7 +180,7 @@ fn a_key_found_gone_is_forgotten_and_one_not_read_is_tried_again() {
     let (mut t, _) = synced(&["c1", "c2"]);
     let (tickets, _) = take(&mut t, NOW);
     let states = vec![KeyState::Gone, KeyState::Unknown];
-    t.checked(&node(), tickets, &checked(states), NOW, None);
+    t.checked(&node(), tickets, &checked(states), NOW, None, false);
     assert_eq!(t.index.len(), 1);
     assert_eq!(t.index.next_due(), Some(NOW + 1_000), "a retry after RETRY");
 }
@@ -190,7 +191,14 @@ fn members_a_credit_spares_come_due_when_it_ends() {
     let (tickets, _) = take(&mut t, NOW);
     let overdue = live(NOW_S - 60.0);
     let credit_until = Some(NOW_S + 30.0);
-    t.checked(&node(), tickets, &checked(vec![overdue]), NOW, credit_until);
+    t.checked(
+        &node(),
+        tickets,
+        &checked(vec![overdue]),
+        NOW,
+        credit_until,
+        false,
+    );
     assert_eq!(t.index.next_due(), Some(NOW + 30_000 + 3));
 }
 
@@ -200,7 +208,7 @@ fn a_failed_check_is_counted_as_such() {
     let (tickets, _) = take(&mut t, NOW);
     let mut c = checked(vec![KeyState::Unknown]);
     c.error = Some(TestError(Trouble::Other));
-    t.checked(&node(), tickets, &c, NOW, None);
+    t.checked(&node(), tickets, &c, NOW, None, false);
     assert_eq!(log.said.take(), ["checks 1 true"]);
 }
 
@@ -210,7 +218,14 @@ fn a_noticed_write_tracks_a_new_key_due_a_ttl_from_now() {
     assert!(!t.notice(&node(), b"c9", Change::Written, Some(NOW_S)));
     assert_eq!(t.index.next_due(), Some(NOW), "a new key is read at once");
     let (tickets, _) = take(&mut t, NOW);
-    t.checked(&node(), tickets, &checked(vec![live(NOW_S)]), NOW, None);
+    t.checked(
+        &node(),
+        tickets,
+        &checked(vec![live(NOW_S)]),
+        NOW,
+        None,
+        false,
+    );
     assert!(!t.notice(&node(), b"c9", Change::Written, Some(NOW_S)));
     assert_eq!(t.index.next_due(), Some(NOW + TTL_MS));
     t.notice(&node(), b"c9", Change::Deleted, Some(NOW_S));
@@ -273,7 +288,14 @@ fn a_walk_checks_directly_what_the_index_cannot_take_but_only_with_a_verdict() {
 fn a_reconciliation_reads_keys_written_since_their_checks_then_what_it_did_not_see() {
     let (mut t, _) = synced(&["c1", "c2"]);
     let (tickets, _) = take(&mut t, NOW);
-    t.checked(&node(), tickets, &checked(vec![live(NOW_S); 2]), NOW, None);
+    t.checked(
+        &node(),
+        tickets,
+        &checked(vec![live(NOW_S); 2]),
+        NOW,
+        None,
+        false,
+    );
     t.notice(&node(), b"c1", Change::Written, Some(NOW_S));
     t.walk_started();
     t.found(&key("c1"), b"c1", NOW_S, WalkKind::Reconcile, false, NOW);
@@ -297,7 +319,14 @@ fn a_reconciliation_reads_keys_written_since_their_checks_then_what_it_did_not_s
 fn reads_after_a_walk_forget_what_is_gone_and_move_deadlines_earlier() {
     let (mut t, _) = synced(&["c1", "c2", "c3"]);
     let (tickets, _) = take(&mut t, NOW);
-    t.checked(&node(), tickets, &checked(vec![live(NOW_S); 3]), NOW, None);
+    t.checked(
+        &node(),
+        tickets,
+        &checked(vec![live(NOW_S); 3]),
+        NOW,
+        None,
+        false,
+    );
     t.walk_started();
     let set = |oldest: Option<f64>, card| {
         KeyStatus::Set(KeyRead {
@@ -379,4 +408,84 @@ fn pages_and_notices_go_to_the_sweeps_whose_keys_they_are() {
     let sizes: Vec<usize> = s.iter().map(|t| t.index.len()).collect();
     assert_eq!(sizes, [1, 2]);
     assert_eq!(s.next_due(), Some(NOW));
+}
+
+/// Keys that one walk tracked, each heartbeated every `period_ms` on a phase of its own, checked
+/// by the index for `seconds` with every check answered at once: the keys checked in each
+/// second.
+fn checks_per_second(keys: usize, period_ms: u64, seconds: u64, spread: bool) -> Vec<usize> {
+    let (mut t, _) = tracked(keys);
+    t.walk_started();
+    for i in 0..keys {
+        let id = format!("k{i}");
+        t.found(
+            &key(&id),
+            id.as_bytes(),
+            NOW_S,
+            WalkKind::Discover,
+            false,
+            NOW,
+        );
+    }
+    let phase = |i: usize| i as u64 * period_ms / keys as u64;
+    // The latest heartbeat of key `i` at `now` (ms).
+    let last_beat = |i: usize, now: u64| {
+        let since = now - NOW + 10 * period_ms - phase(i);
+        now - since % period_ms
+    };
+    let mut per_second = vec![0; seconds as usize];
+    let mut now = NOW;
+    while now < NOW + seconds * 1000 {
+        while let Some((tickets, keys)) = t.due_batch(now, 100) {
+            per_second[((now - NOW) / 1000) as usize] += keys.len();
+            let states = keys
+                .iter()
+                .map(|k| {
+                    let id = &k[b"presence:k".len()..k.len() - b":online".len()];
+                    let i: usize = std::str::from_utf8(id).unwrap().parse().unwrap();
+                    live(last_beat(i, now) as f64 / 1000.0)
+                })
+                .collect();
+            let mut reply = checked(states);
+            reply.time = Some(now as f64 / 1000.0);
+            t.checked(&node(), tickets, &reply, now, None, spread);
+        }
+        now += 10;
+    }
+    per_second
+}
+
+/// The fewest and the most keys checked in any 5 s of `per_second[from..]`, and all of them.
+fn spread_of(per_second: &[usize], from: usize) -> (usize, usize, usize) {
+    let fives: Vec<usize> = per_second[from..]
+        .chunks(5)
+        .map(|c| c.iter().sum())
+        .collect();
+    let (least, most) = (fives.iter().min().unwrap(), fives.iter().max().unwrap());
+    (*least, *most, fives.iter().sum())
+}
+
+#[test]
+fn keys_a_walk_checked_together_are_spread_for_one_check_each() {
+    // 4,000 keys heartbeated every 20 s, ttl 45 s: each is checked every 40 s, 8,000 checks in
+    // 80 s, 500 in each 5 s at an even rate.
+    let together = checks_per_second(4000, 20_000, 200, false);
+    let (least, most, total) = spread_of(&together, 120);
+    assert_eq!(
+        (least, most, total),
+        (0, 1000, 8000),
+        "half the time idle, half at twice"
+    );
+    let spread = checks_per_second(4000, 20_000, 200, true);
+    let (least, most, total) = spread_of(&spread, 120);
+    assert!(
+        total <= 8000 * 102 / 100,
+        "{total} checks in 80 s: none added after the first"
+    );
+    assert!(
+        most <= 700 && least >= 300,
+        "{least} to {most} in 5 s, against 500 on average"
+    );
+    let first: usize = spread[..120].iter().sum::<usize>() - together[..120].iter().sum::<usize>();
+    assert!(first <= 4000, "at most one look more per key: {first}");
 }

@@ -41,6 +41,10 @@ pub struct Settings {
     /// The loop wakes at least this often, idle or not: its turning is what the watchdog
     /// watches.
     pub alive_every: Duration,
+    /// A key's first check is followed by a look before its deadline, so that keys first
+    /// checked together are not checked together ever after ([`deadlines::spread_first`]).
+    /// Off in tests that follow one key's deadlines.
+    pub spread_first: bool,
 }
 
 /// One primary's work: its parts, the walk in flight, and how many requests are out.
@@ -277,7 +281,14 @@ impl<I: Io> Work<I> {
         let node = self.sweeps.node().clone();
         if let Some(t) = self.sweeps.by_epoch(epoch) {
             let credit_until = self.coord.credit_until(t.job.ttl().as_secs_f64());
-            t.checked(&node, tickets, &checked, now_ms, credit_until);
+            t.checked(
+                &node,
+                tickets,
+                &checked,
+                now_ms,
+                credit_until,
+                self.settings.spread_first,
+            );
         }
         if let Some(e) = checked.error {
             self.coord

@@ -99,6 +99,7 @@ fn work(t0: Instant, shape: Shape, names: &[&str]) -> (W, Vec<Arc<SweepLog>>) {
         keys_per_second: shape.keys_per_second,
         max_keys: shape.capacity,
         alive_every: secs(5),
+        spread_first: false,
     };
     let mut w = W::new(coord, sweeps, settings, Arc::new(NoBeat));
     let (jobs, logs): (Vec<_>, Vec<_>) = names.iter().map(|n| job(n)).unzip();
