@@ -6,13 +6,14 @@ own traffic, and how late zombies leave. Phases, in one run, on one Redis, with 
   traffic alone   no sweeper. A filler adds work to the heartbeats until Redis's main thread is
                   at --busy of a core; its rate is then fixed for every later phase.
   fixed           this build with evict.max_pipeline_depth = evict.pipeline_depth (4): the
-                  in-flight window of earlier builds.
+                  in-flight window of earlier builds. fixed:200 also sets evict.batch_keys.
   adaptive        this build as shipped: the window grows while due keys wait.
   limited         as shipped, the daemon held to --cpu of a core (default 0.2: 200m) by a cgroup,
                   as benches/burst.py does (needs root and a cgroup cpu controller; skipped
                   without them). Several limits (--cpu 0.2,0.03) run one phase each; a limit
                   below what the daemon needs shows how it falls behind.
-  before          with --before BINARY, an earlier build as shipped.
+  before          with --before BINARY, an earlier build as shipped (last, unless --phases
+                  names it elsewhere: --phases before,fixed).
 
 The filler stands for the rest of an app's Redis traffic: `EVALSHA` of a script that spins for
 --spin iterations (about 50 us), at the rate that reaches --busy. Each phase prints Redis's CPU,
@@ -159,28 +160,43 @@ def main():
         rows["filler_calls_per_s"] = rates
         print(f"  the filler stays at {rates:.0f} calls/s", flush=True)
         wanted = args.phases.split(",")
-        if "fixed" in wanted:
-            rows["fixed"] = phase("fixed", "[evict]\nmax_pipeline_depth = 4\n")
-        if "adaptive" in wanted:
-            rows["adaptive"] = phase("adaptive", "")
-        if "limited" in wanted:
-            for cpu in (float(c) for c in args.cpu.split(",")):
-                try:
-                    from burst import CpuLimit
-                    limit = CpuLimit(cpu)
-                    row = phase(f"limited-{cpu:g}", "", binary=limit.wrapper(BIN, work))
-                    row["throttled_periods"] = limit.throttled()
-                    print(f"    the cgroup throttled the daemon in {row['throttled_periods']} "
-                          f"(throttled, periods) of 100 ms", flush=True)
-                    rows[f"limited {cpu:g}"] = row
-                except (OSError, SystemExit) as e:
-                    print(f"  limited to {cpu:g}: skipped ({e})", flush=True)
-                finally:
-                    if limit:
-                        limit.remove()
-                        limit = None
-        if args.before:
-            rows["before"] = phase("before", "", binary=args.before)
+        if args.before and "before" not in wanted:
+            wanted.append("before")
+        def keep(label, row):
+            """A phase named twice (--phases before,fixed,before,fixed) keeps each row."""
+            key, n = label, 2
+            while key in rows:
+                key, n = f"{label} {n}", n + 1
+            rows[key] = row
+
+        for name in wanted:
+            if name.split(":")[0] == "fixed":
+                # fixed:200 is the fixed window with evict.batch_keys = 200.
+                batch = name.split(":")[1] if ":" in name else None
+                extra = f"batch_keys = {int(batch)}\n" if batch else ""
+                keep(name, phase(name.replace(":", "-batch-"), "[evict]\nmax_pipeline_depth = 4\n" + extra))
+            elif name == "adaptive":
+                keep("adaptive", phase("adaptive", ""))
+            elif name == "limited":
+                for cpu in (float(c) for c in args.cpu.split(",")):
+                    try:
+                        from burst import CpuLimit
+                        limit = CpuLimit(cpu)
+                        row = phase(f"limited-{cpu:g}", "", binary=limit.wrapper(BIN, work))
+                        row["throttled_periods"] = limit.throttled()
+                        print(f"    the cgroup throttled the daemon in {row['throttled_periods']} "
+                              f"(throttled, periods) of 100 ms", flush=True)
+                        keep(f"limited {cpu:g}", row)
+                    except (OSError, SystemExit) as e:
+                        print(f"  limited to {cpu:g}: skipped ({e})", flush=True)
+                    finally:
+                        if limit:
+                            limit.remove()
+                            limit = None
+            elif name == "before" and args.before:
+                keep("before", phase("before", "", binary=args.before))
+            else:
+                sys.exit(f"busy.py: unknown phase {name!r} (fixed, adaptive, limited, before with --before)")
         base = rows["traffic alone"]["redis_core"]
         for row in rows.values():
             if isinstance(row, dict) and "report" in row and row is not rows["traffic alone"]:
