@@ -276,19 +276,15 @@ impl Index {
         }
     }
 
-    /// Whether `ticket`'s check is the first of its key since it was tracked (or found gone
-    /// while it was written anew).
-    pub fn first_check(&self, ticket: Ticket) -> bool {
-        self.slots[ticket.slot as usize].card == 0
-    }
-
-    /// A fraction in [0, 1) that stays the same for a key while it is tracked, and is spread
-    /// evenly over keys: from the hash of its id.
-    pub fn spread(&self, ticket: Ticket) -> f64 {
-        let hash = self
-            .hasher
-            .hash_one(self.slots[ticket.slot as usize].id.as_slice());
-        (hash >> 11) as f64 / (1u64 << 53) as f64
+    /// For a check that is the first of its key since it was tracked (or found gone while it
+    /// was written anew): a fraction in [0, 1) from the hash of its id, the same for the key
+    /// while it is tracked and spread evenly over keys. `None` for any later check.
+    pub fn first_check_spread(&self, ticket: Ticket) -> Option<f64> {
+        let slot = &self.slots[ticket.slot as usize];
+        (slot.card == 0).then(|| {
+            let hash = self.hasher.hash_one(slot.id.as_slice());
+            (hash >> 11) as f64 / (1u64 << 53) as f64
+        })
     }
 
     /// A check of `ticket` came back: the key is due again at `next` (milliseconds on Redis's

@@ -222,13 +222,13 @@ impl<I: Io> Tracked<I> {
             match deadlines::next_look(state, now_ms, ttl_ms, spared_until, expires_in) {
                 Look::Forget => self.index.checked(ticket, None, written_by),
                 Look::At { next, card } => {
-                    let next = match spared_until {
-                        None if spread_first && self.index.first_check(ticket) => {
-                            let spread = self.index.spread(ticket);
-                            deadlines::spread_first(now_ms, next, ttl_ms, spread)
-                        }
-                        _ => next,
+                    let spread = match (spared_until, spread_first) {
+                        (None, true) => self.index.first_check_spread(ticket),
+                        _ => None,
                     };
+                    let next = spread.map_or(next, |spread| {
+                        deadlines::spread_first(now_ms, next, ttl_ms, spread)
+                    });
                     self.index.checked(ticket, Some((next, card)), written_by)
                 }
                 Look::Retry(at) => self.index.retry(ticket, at),
