@@ -180,7 +180,7 @@ impl Index {
         self.table.is_empty()
     }
 
-    /// Members of the tracked keys, as of their last checks.
+    /// Members of the tracked keys, as of their last checks or reconciliation reads.
     pub fn members(&self) -> u64 {
         self.members
     }
@@ -420,9 +420,14 @@ impl Index {
         }
     }
 
-    /// Reconciliation read `id`'s lowest score: due at `deadline` if that is earlier than the
-    /// deadline it waits for (a score written in the past). Returns whether it moved.
-    pub fn due_by(&mut self, id: &[u8], deadline: u64) -> bool {
+    /// Reconciliation read `id`: it holds `card` members, and is due at `deadline` (its
+    /// lowest score's) if that is earlier than the deadline it waits for (a score written in
+    /// the past). Returns whether the deadline moved.
+    ///
+    /// The roster size follows the read too: a key written since its check (a member joined,
+    /// or the key was flushed and written anew) may hold more or fewer members than the check
+    /// counted, and its next check can be a ttl away.
+    pub fn due_by(&mut self, id: &[u8], deadline: u64, card: u64) -> bool {
         let Some(s) = self.find(id) else {
             return false;
         };
@@ -431,6 +436,9 @@ impl Index {
             return false;
         }
         slot.written = false;
+        let card = u32::try_from(card).unwrap_or(u32::MAX);
+        self.members = self.members + u64::from(card) - u64::from(slot.card);
+        slot.card = card;
         if slot.deadline <= deadline {
             return false;
         }
@@ -603,10 +611,10 @@ mod tests {
     fn reconciliation_only_moves_deadlines_earlier() {
         let mut i = index(10);
         i.track(b"c1", 500);
-        assert!(!i.due_by(b"c1", 600));
-        assert!(i.due_by(b"c1", 400));
+        assert!(!i.due_by(b"c1", 600, 1));
+        assert!(i.due_by(b"c1", 400, 1));
         assert_eq!(i.next_due(), Some(400));
-        assert!(!i.due_by(b"unknown", 0));
+        assert!(!i.due_by(b"unknown", 0, 1));
     }
 
     #[test]
@@ -622,7 +630,7 @@ mod tests {
         assert_eq!(i.found(b"quiet"), Some(false));
         assert!(i.written(b"busy", NEVER));
         assert_eq!(i.found(b"busy"), Some(true));
-        i.due_by(b"busy", 2000);
+        i.due_by(b"busy", 2000, 1);
         assert_eq!(i.found(b"busy"), Some(false), "read, it is up to date");
         assert_eq!(i.found(b"unknown"), None);
         // Written while its check ran: the check may not have seen the write.

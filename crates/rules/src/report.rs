@@ -128,7 +128,7 @@ pub trait Beat: Send + Sync {
 pub struct NodeFigures {
     /// Keys found by its last walk.
     pub keys: u64,
-    /// Members of its keys, as of their last checks.
+    /// Members of its keys, as of their last checks or reconciliation reads.
     pub members: u64,
     /// Keys in its index.
     pub tracked: u64,

@@ -190,7 +190,7 @@ impl Metrics {
             ),
             members: gauge(
                 "members",
-                "Members of the sweep's keys (the roster size), as of their last checks.",
+                "Members of the sweep's keys (the roster size), as of their last checks or reconciliation reads.",
             ),
             tracked: gauge(
                 "tracked_keys",

@@ -39,7 +39,8 @@ pub enum Read<'c> {
         /// `ZRANGE key -1 -1 WITHSCORES` too: the newest heartbeat, for the storm guard.
         newest: bool,
     },
-    /// `ZRANGE key 0 0 WITHSCORES`: the lowest score alone (reconciliation of a tracked key).
+    /// `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: the lowest score and the members
+    /// (reconciliation of a tracked key: its roster may have changed since its check).
     Oldest,
 }
 
@@ -48,7 +49,7 @@ impl Read<'_> {
         match self {
             Self::Probe { newest: false, .. } => 3,
             Self::Probe { newest: true, .. } => 4,
-            Self::StaleNewest(_) => 2,
+            Self::StaleNewest(_) | Self::Oldest => 2,
             Self::Summary(_) => 3,
             _ => 1,
         }
@@ -59,7 +60,9 @@ impl Read<'_> {
         match (self, i) {
             (Self::Stale(_), _) | (Self::StaleNewest(_), 0) | (Self::Summary(_), 1) => "ZCOUNT",
             (Self::Probe { .. }, 2) => "PTTL",
-            (Self::Members, _) | (Self::Probe { .. }, 1) | (Self::Summary(_), 0) => "ZCARD",
+            (Self::Members, _) | (Self::Probe { .. } | Self::Oldest, 1) | (Self::Summary(_), 0) => {
+                "ZCARD"
+            }
             (
                 Self::Probe { .. }
                 | Self::Oldest
@@ -124,7 +127,9 @@ where
                 }
             }
             Read::Oldest => {
-                batch.command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"]);
+                batch
+                    .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"])
+                    .command(&[b"ZCARD", key]);
             }
         }
     }
@@ -213,9 +218,10 @@ fn key_read(
             read.oldest = single_score(oldest)?;
         }
         (Read::Members, [card]) => read.card = count(card)?,
-        (Read::Oldest, [oldest]) => {
+        (Read::Oldest, [oldest, card]) => {
             read.oldest = single_score(oldest)?;
             read.id_bytes = id_bytes(oldest);
+            read.card = count(card)?;
         }
         (Read::Probe { .. }, [oldest, card, pttl, newest @ ..]) => {
             read.oldest = single_score(oldest)?;

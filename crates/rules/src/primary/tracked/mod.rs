@@ -383,10 +383,11 @@ impl<I: Io> Tracked<I> {
             match read.set() {
                 Some(KeyRead {
                     oldest: Some(oldest),
+                    card,
                     ..
                 }) => {
                     let deadline = deadlines::deadline_ms(unit.to_seconds(oldest), ttl_ms);
-                    self.index.due_by(id, deadline);
+                    self.index.due_by(id, deadline, card);
                 }
                 // Gone since it was tracked (a restart, a DEL nobody told us of).
                 _ => self.index.deleted(id),
