@@ -149,6 +149,10 @@ impl SendPacked for Node {
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<resp::Value>> {
         self.send_with(batch, Wait::Reply)
     }
+
+    fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>> {
+        self.send_raw_with(batch, Wait::Reply)
+    }
 }
 
 impl Node {

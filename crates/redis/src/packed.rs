@@ -124,6 +124,10 @@ impl Packed {
 pub trait SendPacked {
     /// Sends `batch` and returns one reply per command.
     fn send_packed(&mut self, batch: Packed) -> RedisFuture<'_, Vec<Value>>;
+
+    /// Sends `batch` and returns its replies as RESP bytes, one whole reply per command, to
+    /// read in place with [`Reader`](crate::resp::Reader).
+    fn send_packed_raw(&mut self, batch: Packed) -> RedisFuture<'_, Vec<u8>>;
 }
 
 #[cfg(test)]

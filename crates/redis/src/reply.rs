@@ -40,6 +40,12 @@ pub fn time(reply: Option<&Value>) -> Result<f64, ReplyError> {
     }
 }
 
+/// A `TIME` reply read in place, as Unix seconds.
+pub fn read_time(r: &mut crate::resp::Reader<'_>) -> Result<f64, crate::Error> {
+    let reply = r.value().map_err(redis::RedisError::from)?;
+    Ok(time(reply.as_ref())?)
+}
+
 /// The error for a `TIME` reply of another shape.
 pub fn not_a_time() -> ReplyError {
     ReplyError::new("TIME is not a time")

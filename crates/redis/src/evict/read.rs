@@ -14,9 +14,9 @@ use std::num::NonZeroU64;
 use presence_sweeper_rules::read::{KeyRead, KeyStatus, Reads};
 use presence_sweeper_rules::score::Cutoff;
 
-use crate::Error;
-use crate::reply::{ReplyError, int, is_moved, refusal, single_score};
-use crate::{Packed, SendPacked, Value};
+use crate::reply::{ReplyError, is_moved, number};
+use crate::resp::{ErrorLine, Item, Reader};
+use crate::{Error, Packed, SendPacked, refusal_reason};
 
 /// What [`read`] asks of each key.
 #[derive(Debug, Clone, Copy)]
@@ -44,33 +44,41 @@ pub enum Read<'c> {
     Oldest,
 }
 
-impl Read<'_> {
-    fn commands(self) -> usize {
+/// What one of a key's replies carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Stale,
+    Card,
+    Pttl,
+    Oldest,
+    Newest,
+}
+
+impl Field {
+    /// The command that asks for it.
+    fn command(self) -> &'static str {
         match self {
-            Self::Probe { newest: false, .. } => 3,
-            Self::Probe { newest: true, .. } => 4,
-            Self::StaleNewest(_) | Self::Oldest => 2,
-            Self::Summary(_) => 3,
-            _ => 1,
+            Self::Stale => "ZCOUNT",
+            Self::Card => "ZCARD",
+            Self::Pttl => "PTTL",
+            Self::Oldest | Self::Newest => "ZRANGE",
         }
     }
+}
 
-    /// The name of the `i`th command sent per key.
-    fn command(self, i: usize) -> &'static str {
-        match (self, i) {
-            (Self::Stale(_), _) | (Self::StaleNewest(_), 0) | (Self::Summary(_), 1) => "ZCOUNT",
-            (Self::Probe { .. }, 2) => "PTTL",
-            (Self::Members, _) | (Self::Probe { .. } | Self::Oldest, 1) | (Self::Summary(_), 0) => {
-                "ZCARD"
-            }
-            (
-                Self::Probe { .. }
-                | Self::Oldest
-                | Self::StaleNewest(_)
-                | Self::Newest
-                | Self::Summary(_),
-                _,
-            ) => "ZRANGE",
+impl Read<'_> {
+    /// The fields of each key's replies, in the order its commands are sent.
+    fn fields(self) -> &'static [Field] {
+        use Field::*;
+        match self {
+            Self::Stale(_) => &[Stale],
+            Self::StaleNewest(_) => &[Stale, Newest],
+            Self::Newest => &[Newest],
+            Self::Summary(_) => &[Card, Stale, Oldest],
+            Self::Members => &[Card],
+            Self::Probe { newest: false, .. } => &[Oldest, Card, Pttl],
+            Self::Probe { newest: true, .. } => &[Oldest, Card, Pttl, Newest],
+            Self::Oldest => &[Oldest, Card],
         }
     }
 }
@@ -90,66 +98,42 @@ where
         });
     }
     let timed = matches!(what, Read::Probe { time: true, .. });
-    let size: usize = keys.iter().map(|k| what.commands() * (k.len() + 64)).sum();
+    let fields = what.fields();
+    let size: usize = keys.iter().map(|k| fields.len() * (k.len() + 64)).sum();
     let mut batch = Packed::with_capacity(size + 16);
     if timed {
         batch.command(&[b"TIME"]);
     }
+    // Only the reads with a cutoff count the stale: the others never use it.
+    let below = match what {
+        Read::Stale(cutoff) | Read::StaleNewest(cutoff) | Read::Summary(cutoff) => {
+            cutoff.below.as_bytes()
+        }
+        _ => b"-inf",
+    };
     for key in keys {
-        match what {
-            Read::Stale(cutoff) => {
-                batch.command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()]);
-            }
-            Read::StaleNewest(cutoff) => {
-                batch
-                    .command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()])
-                    .command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]);
-            }
-            Read::Newest => {
-                batch.command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]);
-            }
-            Read::Summary(cutoff) => {
-                batch
-                    .command(&[b"ZCARD", key])
-                    .command(&[b"ZCOUNT", key, b"-inf", cutoff.below.as_bytes()])
-                    .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"]);
-            }
-            Read::Members => {
-                batch.command(&[b"ZCARD", key]);
-            }
-            Read::Probe { newest, .. } => {
-                batch
-                    .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"])
-                    .command(&[b"ZCARD", key])
-                    .command(&[b"PTTL", key]);
-                if newest {
-                    batch.command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]);
-                }
-            }
-            Read::Oldest => {
-                batch
-                    .command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"])
-                    .command(&[b"ZCARD", key]);
-            }
+        for field in fields {
+            match field {
+                Field::Stale => batch.command(&[b"ZCOUNT", key, b"-inf", below]),
+                Field::Card => batch.command(&[b"ZCARD", key]),
+                Field::Pttl => batch.command(&[b"PTTL", key]),
+                Field::Oldest => batch.command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"]),
+                Field::Newest => batch.command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]),
+            };
         }
     }
-    let expected = batch.len();
-    let replies = con.send_packed(batch).await?;
-    if replies.len() != expected {
-        return Err(
-            ReplyError::new(format!("{} replies for {expected} commands", replies.len())).into(),
-        );
-    }
-    // Each key's replies are read in place (moving them out cost 10 instructions a key), in
-    // a loop: collecting into a `Result` cost 100 more (callgrind).
-    let (time, replies) = match timed {
-        true => (Some(crate::reply::time(replies.first())?), &replies[1..]),
-        false => (None, &replies[..]),
+    // The replies are read in place: building a value of each (an array and two strings per
+    // `ZRANGE`) took a sixth of the daemon's CPU in scenario `live` (perf, deadline checks).
+    let raw = con.send_packed_raw(batch).await?;
+    let mut r = Reader::new(&raw);
+    let time = match timed {
+        true => Some(crate::reply::read_time(&mut r)?),
+        false => None,
     };
     let mut out = Vec::with_capacity(keys.len());
     let mut pttl_refused = 0;
-    for (key, replies) in keys.iter().zip(replies.chunks_exact(what.commands())) {
-        out.push(key_read(key, replies, what, &mut pttl_refused)?);
+    for key in keys {
+        out.push(key_read(&mut r, key, fields, &mut pttl_refused)?);
     }
     Ok(Reads {
         keys: out,
@@ -158,106 +142,142 @@ where
     })
 }
 
-/// The length of the member of a `ZRANGE … WITHSCORES` reply of one.
-fn id_bytes(v: &Value) -> usize {
-    match v {
-        Value::Array(pair) => match pair.first() {
-            Some(Value::BulkString(id)) => id.len(),
-            _ => 0,
-        },
-        _ => 0,
-    }
-}
-
 /// What a refused read names as its target; a sweep names its keys' pattern instead.
 pub const KEY_TARGET: &str = "a key it checks";
 
-/// One key's replies; a refused `PTTL` counts in `pttl_refused`.
+/// One key's replies, one per field of `fields`; a refused `PTTL` counts in `pttl_refused`.
+/// The first refusal of the others decides what the key reads as; the rest of its replies are
+/// skipped.
 fn key_read(
+    r: &mut Reader<'_>,
     key: &[u8],
-    replies: &[Value],
-    what: Read<'_>,
+    fields: &[Field],
     pttl_refused: &mut u32,
 ) -> Result<KeyStatus, Error> {
-    for (i, reply) in replies.iter().enumerate() {
-        match reply {
+    let mut read = KeyRead::default();
+    let mut refused: Option<Result<KeyStatus, Error>> = None;
+    for &field in fields {
+        let item = r.item()?;
+        if refused.is_some() {
+            r.skip_rest(&item)?;
+            continue;
+        }
+        match item {
             // `PTTL` came with the gauges that follow key expiry, after the README's ACL had
             // been deployed: without it a key is only forgotten later (its next check, or a
             // reconciliation), so a user who may not run it still sweeps; the check says so.
-            Value::ServerError(e) if e.code() == "NOPERM" && what.command(i) == "PTTL" => {
+            Item::Error(e) if e.code() == "NOPERM" && field == Field::Pttl => {
                 *pttl_refused += 1;
             }
-            Value::ServerError(e) if e.code() == "WRONGTYPE" => return Ok(KeyStatus::NotZset),
-            Value::ServerError(e) if is_moved(e.code()) => return Ok(KeyStatus::Moved),
-            Value::ServerError(e) if e.code() == "NOPERM" => {
-                tracing::debug!(key = %presence_sweeper_rules::redact::Id(key), "the ACL refused a read of this key");
-                return Err(Error::Permission {
-                    command: what.command(i).into(),
-                    // Not the key: error logs and /readyz show this, and it holds an id.
-                    target: KEY_TARGET.into(),
-                    detail: refusal(reply).unwrap_or_default(),
-                });
-            }
-            Value::ServerError(e) => return Err(redis::RedisError::from(e.clone()).into()),
-            _ => {}
+            Item::Error(e) => refused = Some(refusal_of(e, key, field)),
+            item => read_field(r, item, field, &mut read)?,
         }
     }
-    let count = |v: &Value| int(v).ok_or_else(|| ReplyError::new("a count is not an integer"));
-    let mut read = KeyRead::default();
-    match (what, replies) {
-        (Read::Stale(_), [stale]) => read.stale = count(stale)?,
-        (Read::StaleNewest(_), [stale, newest]) => {
-            read.stale = count(stale)?;
-            read.newest = single_score(newest)?;
-            read.id_bytes = id_bytes(newest);
+    refused.unwrap_or(Ok(KeyStatus::Set(read)))
+}
+
+/// What an error reply to the command of `field` makes of its key.
+fn refusal_of(e: ErrorLine<'_>, key: &[u8], field: Field) -> Result<KeyStatus, Error> {
+    match e.code() {
+        "WRONGTYPE" => Ok(KeyStatus::NotZset),
+        code if is_moved(code) => Ok(KeyStatus::Moved),
+        "NOPERM" => {
+            let e = e.owned();
+            tracing::debug!(key = %presence_sweeper_rules::redact::Id(key), "the ACL refused a read of this key");
+            Err(Error::Permission {
+                command: field.command().into(),
+                // Not the key: error logs and /readyz show this, and it holds an id.
+                target: KEY_TARGET.into(),
+                detail: refusal_reason(e.details().unwrap_or_default()),
+            })
         }
-        (Read::Newest, [newest]) => read.newest = single_score(newest)?,
-        (Read::Summary(_), [card, stale, oldest]) => {
-            read.card = count(card)?;
-            read.stale = count(stale)?;
-            read.oldest = single_score(oldest)?;
-        }
-        (Read::Members, [card]) => read.card = count(card)?,
-        (Read::Oldest, [oldest, card]) => {
-            read.oldest = single_score(oldest)?;
-            read.id_bytes = id_bytes(oldest);
-            read.card = count(card)?;
-        }
-        (Read::Probe { .. }, [oldest, card, pttl, newest @ ..]) => {
-            read.oldest = single_score(oldest)?;
-            read.id_bytes = id_bytes(oldest);
-            read.card = count(card)?;
-            // -1 (no TTL), -2 (no key) and a refusal all read as no expiry; 0 (expiring now)
-            // as 1 ms.
-            read.expires_in = int(pttl).and_then(|ms| NonZeroU64::new(ms.max(1)));
-            if let [newest] = newest {
-                read.newest = single_score(newest)?;
-                read.id_bytes = read.id_bytes.max(id_bytes(newest));
+        _ => Err(redis::RedisError::from(e).into()),
+    }
+}
+
+/// One reply whose head is `item` into `read`.
+fn read_field(
+    r: &mut Reader<'_>,
+    item: Item<'_>,
+    field: Field,
+    read: &mut KeyRead,
+) -> Result<(), Error> {
+    let count = |item: Item<'_>| match item {
+        Item::Int(n) => u64::try_from(n).ok(),
+        Item::Bulk(b) | Item::Status(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    };
+    let count = |item| count(item).ok_or_else(|| ReplyError::new("a count is not an integer"));
+    match field {
+        Field::Stale => read.stale = count(item)?,
+        Field::Card => read.card = count(item)?,
+        // -1 (no TTL) and -2 (no key) read as no expiry; 0 (expiring now) as 1 ms.
+        Field::Pttl => {
+            read.expires_in = match item {
+                Item::Int(ms) => u64::try_from(ms)
+                    .ok()
+                    .and_then(|ms| NonZeroU64::new(ms.max(1))),
+                _ => None,
             }
         }
-        _ => return Err(ReplyError::new("a read without its replies").into()),
+        Field::Oldest => {
+            let (id_bytes, oldest) = lowest(r, item)?;
+            read.oldest = oldest;
+            read.id_bytes = read.id_bytes.max(id_bytes);
+        }
+        Field::Newest => {
+            let (id_bytes, newest) = lowest(r, item)?;
+            read.newest = newest;
+            read.id_bytes = read.id_bytes.max(id_bytes);
+        }
     }
-    Ok(KeyStatus::Set(read))
+    Ok(())
+}
+
+/// A `ZRANGE … WITHSCORES` reply of at most one member whose head is `item`: the member's
+/// length and its score, or `(0, None)` for an empty (or missing) set.
+fn lowest(r: &mut Reader<'_>, item: Item<'_>) -> Result<(usize, Option<f64>), Error> {
+    match item {
+        Item::Array(0) => Ok((0, None)),
+        Item::Array(2) => match (r.item()?, r.item()?) {
+            (Item::Bulk(member), Item::Bulk(score)) => {
+                let score =
+                    number(score).ok_or_else(|| ReplyError::new("a score is not a number"))?;
+                Ok((member.len(), Some(score)))
+            }
+            _ => Err(ReplyError::new("the lowest member is not a pair").into()),
+        },
+        item => {
+            r.skip_rest(&item)?;
+            Err(ReplyError::new("the lowest member is not a pair").into())
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const PROBE: Read<'static> = Read::Probe {
+        time: false,
+        newest: false,
+    };
+
+    /// The key reads of `raw`, the replies to `what` of `keys` keys, read as [`read`] does.
+    fn reads(raw: &[u8], keys: usize, what: Read<'_>) -> (Vec<Result<KeyStatus, Error>>, u32) {
+        let mut r = Reader::new(raw);
+        let mut refused = 0;
+        let out = (0..keys)
+            .map(|_| key_read(&mut r, b"k", what.fields(), &mut refused))
+            .collect();
+        assert_eq!(r.position(), raw.len(), "every reply read");
+        (out, refused)
+    }
+
     fn probe(pttl: i64) -> KeyRead {
-        let oldest = Value::Array(vec![
-            Value::BulkString(b"u1".to_vec()),
-            Value::BulkString(b"1764460000.5".to_vec()),
-        ]);
-        let replies = [oldest, Value::Int(3), Value::Int(pttl)];
-        let what = Read::Probe {
-            time: false,
-            newest: false,
-        };
-        key_read(b"k", &replies, what, &mut 0)
-            .unwrap()
-            .set()
-            .unwrap()
+        let raw = format!("*2\r\n$2\r\nu1\r\n$12\r\n1764460000.5\r\n:3\r\n:{pttl}\r\n");
+        let (mut out, _) = reads(raw.as_bytes(), 1, PROBE);
+        out.remove(0).unwrap().set().unwrap()
     }
 
     #[test]
@@ -273,6 +293,72 @@ mod tests {
             Some(1),
             "expiring now is looked at again at once"
         );
+    }
+
+    #[test]
+    fn each_key_answers_for_itself_and_the_replies_after_a_refusal_are_skipped() {
+        let raw = concat!(
+            // An empty set: no lowest score, no members.
+            "*0\r\n:0\r\n:-2\r\n",
+            // Of another type: every command refused.
+            "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            // Moved in a cluster.
+            "-MOVED 3999 127.0.0.1:6381\r\n-MOVED 3999 127.0.0.1:6381\r\n",
+            "-MOVED 3999 127.0.0.1:6381\r\n",
+            // PTTL refused by the ACL: the rest is read, the refusal counted.
+            "*2\r\n$3\r\nabc\r\n$2\r\n17\r\n:1\r\n",
+            "-NOPERM User sweeper has no permissions to run the 'pttl' command\r\n",
+        );
+        let (out, refused) = reads(raw.as_bytes(), 4, PROBE);
+        let set = out[0].as_ref().unwrap().set().unwrap();
+        assert_eq!((set.oldest, set.card, set.expires_in), (None, 0, None));
+        assert!(matches!(out[1], Ok(KeyStatus::NotZset)));
+        assert!(matches!(out[2], Ok(KeyStatus::Moved)));
+        let set = out[3].as_ref().unwrap().set().unwrap();
+        assert_eq!((set.oldest, set.card, set.id_bytes), (Some(17.0), 1, 3));
+        assert_eq!(refused, 1);
+    }
+
+    #[test]
+    fn a_refused_read_names_the_command_not_the_key() {
+        let raw = concat!(
+            "-NOPERM User sweeper has no permissions to access the 'presence:c42:online' key\r\n",
+            ":3\r\n:-1\r\n",
+        );
+        let (out, _) = reads(raw.as_bytes(), 1, PROBE);
+        match &out[0] {
+            Err(Error::Permission {
+                command,
+                target,
+                detail,
+            }) => {
+                assert_eq!((command.as_str(), target.as_str()), ("ZRANGE", KEY_TARGET));
+                assert!(!detail.contains("c42"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn replies_of_another_shape_are_errors_not_panics() {
+        for raw in [
+            // A lowest member without its score.
+            "*1\r\n$2\r\nu1\r\n:3\r\n:-1\r\n",
+            // A score that is not a number.
+            "*2\r\n$2\r\nu1\r\n$3\r\nabc\r\n:3\r\n:-1\r\n",
+            // A size that is not an integer.
+            "*0\r\n$1\r\nx\r\n:-1\r\n",
+            // Replies that end early.
+            "*0\r\n:3\r\n",
+        ] {
+            let mut r = Reader::new(raw.as_bytes());
+            assert!(
+                key_read(&mut r, b"k", PROBE.fields(), &mut 0).is_err(),
+                "{raw:?}"
+            );
+        }
     }
 
     /// At 72 bytes, building one called `memset` (see [`KeyRead::expires_in`]).

@@ -109,7 +109,7 @@ fn read_replies(
 ) -> Result<(f64, Vec<TxKey>), Error> {
     let per_key = if oldest { 4 } else { 3 };
     let mut r = Reader::new(raw);
-    let now = read_time(&mut r)?;
+    let now = crate::reply::read_time(&mut r)?;
     let mut out = Vec::with_capacity(groups.iter().map(Vec::len).sum());
     // The roster arrives oldest first; its members wait here to be written newest first.
     let mut ascending = Vec::with_capacity(ROSTER_LIMIT);
@@ -182,11 +182,6 @@ fn multi_refused(r: &mut Reader<'_>, keys: usize, per_key: usize, refusal: Error
 }
 
 /// `TIME` as Unix seconds.
-fn read_time(r: &mut Reader<'_>) -> Result<f64, Error> {
-    let time = r.value().map_err(redis::RedisError::from)?;
-    Ok(crate::reply::time(time.as_ref())?)
-}
-
 /// One key's replies inside EXEC: the zombies with their scores, how many were removed, the
 /// roster, and with `with_oldest` the lowest remaining member. `None` if the key was refused (it
 /// changed type). `ascending` is scratch space for the roster's members, kept between keys.
