@@ -259,9 +259,10 @@ impl Index {
         self.due.iter().nth(n.checked_sub(1)?).map(|&(d, _)| d)
     }
 
-    /// Hands out up to `max` keys due at or before `now` for a check: `(ticket, id)` pairs are
-    /// appended to `out`. They wait for no deadline until [`Index::checked`] gives them back.
-    pub fn take_due(&mut self, now: u64, max: usize, out: &mut Vec<(Ticket, Vec<u8>)>) {
+    /// Hands out up to `max` keys due at or before `now` for a check: `each` is given each
+    /// one's ticket and id (borrowed: the caller builds the key from it, with no copy of the id
+    /// in between). They wait for no deadline until [`Index::checked`] gives them back.
+    pub fn take_due(&mut self, now: u64, max: usize, mut each: impl FnMut(Ticket, &[u8])) {
         for _ in 0..max {
             let Some(&(deadline, s)) = self.due.first() else {
                 return;
@@ -272,7 +273,7 @@ impl Index {
             self.due.pop_first();
             let slot = &mut self.slots[s as usize];
             slot.state = Phase::InFlight { rewritten: false };
-            out.push((Ticket { slot: s }, slot.id.to_vec()));
+            each(Ticket { slot: s }, &slot.id);
         }
     }
 
@@ -482,7 +483,7 @@ mod recheck_tests {
         }
         index.recheck_latest(2, 50);
         let mut out = Vec::new();
-        index.take_due(50, 10, &mut out);
+        index.take_due(50, 10, |t, id| out.push((t, id.to_vec())));
         let ids: Vec<&[u8]> = out.iter().map(|(_, id)| id.as_slice()).collect();
         assert_eq!(ids, [b"c1".as_slice(), b"c3"], "900 and 700");
         assert_eq!(index.next_due(), Some(100));
@@ -499,7 +500,7 @@ mod tests {
 
     fn due(i: &mut Index, now: u64) -> Vec<(Ticket, Vec<u8>)> {
         let mut out = Vec::new();
-        i.take_due(now, usize::MAX, &mut out);
+        i.take_due(now, usize::MAX, |t, id| out.push((t, id.to_vec())));
         out
     }
 

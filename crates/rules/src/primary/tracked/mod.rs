@@ -189,13 +189,13 @@ impl<I: Io> Tracked<I> {
 
     /// The keys due by `due_by` (ms, Redis's clock), up to `batch`: their tickets and keys.
     fn take_due(&mut self, due_by: u64, batch: usize) -> (Vec<Ticket>, Vec<Vec<u8>>) {
-        let mut taken = Vec::with_capacity(batch);
-        self.index.take_due(due_by, batch, &mut taken);
+        let (mut tickets, mut keys) = (Vec::with_capacity(batch), Vec::with_capacity(batch));
         let pattern = self.job.pattern();
-        taken
-            .into_iter()
-            .map(|(ticket, id)| (ticket, pattern.key(&id)))
-            .unzip()
+        self.index.take_due(due_by, batch, |ticket, id| {
+            tickets.push(ticket);
+            keys.push(pattern.key(id));
+        });
+        (tickets, keys)
     }
 
     /// A check of keys this sweep's index handed out came back: each key is looked at again at
