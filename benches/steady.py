@@ -163,6 +163,9 @@ def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, bina
         print(f"    in the window alone: {in_window['count']} evictions, "
               f"{in_window['within_100ms']:.1%} within 100 ms, {in_window['within_1s']:.1%} within 1 s, "
               f"p99 <= {fmt(in_window['p99_le'])}", flush=True)
+    if daemon and cpu.get("checks_per_s"):
+        print(f"    the sweeper's own CPU: {cpu['sweeper_core'] / cpu['checks_per_s'] * 1e6:.2f} us per deadline "
+              f"check ({cpu['checks_per_s']:,.0f} checks/s)", flush=True)
     fives = cpu.get("checks_per_5s") or []
     if daemon and fives and max(fives):
         print(f"    checks per 5 s: {min(fives):.0f} to {max(fives):.0f} (mean {sum(fives) / len(fives):.0f})",

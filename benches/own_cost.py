@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The sweeper's own cost per deadline check, in scenario `live` (1,000,000 conversations, one
+user each heartbeating every 20 s, ttl 45 s, 1 % vanishing), this build against earlier ones in
+one run. Each phase starts a daemon on the same Redis (notifications `En`), lets the simulator
+run for --warmup seconds (past the first checks of every key and the looks that spread them),
+then measures over --window seconds:
+
+  - the daemon's CPU time, in % of a core and per deadline check;
+  - Redis's CPU, and the checks per second.
+
+CPU time drifts with the machine's speed (2x within an hour here), so the builds alternate
+(--rounds 3: this, before, this, before, this, before): a drift shows up as a difference
+between rounds, and the builds are compared round by round.
+
+usage: python3 benches/own_cost.py [--conversations N] [--before BINARY ...] [--rounds 3]
+                                   [--warmup 100] [--window 40] [--skip-build] [--json FILE]
+needs: redis-server and redis-cli on PATH; cargo.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import BIN, Redis, build  # noqa: E402
+from steady import run_phase  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--conversations", type=int, default=1_000_000)
+    ap.add_argument("--before", action="append", default=[], help="an earlier build of presence-sweeper")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=float, default=100.0)
+    ap.add_argument("--window", type=float, default=40.0)
+    ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if not args.skip_build:
+        build()
+    work = tempfile.mkdtemp(prefix="presence-sweeper-own-cost-")
+    redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", "En"])
+    sweeps = "[sweeps.typing]\nenabled = false\n"
+    sim = ["--conversations", str(args.conversations), "--users", "1", "--heartbeat", "20s",
+           "--vanish-rate", "0.01", "--grace", "60s"]
+    duration = int(args.warmup + args.window + 5)
+    builds = [("this", BIN)] + [(f"before {i + 1}" if len(args.before) > 1 else "before", b)
+                                for i, b in enumerate(args.before)]
+    rows = {"redis": redis.version(), "phases": []}
+    try:
+        for r in range(args.rounds):
+            for label, binary in builds:
+                row = run_phase(f"own-cost-{label.replace(' ', '-')}-{r + 1}", work, redis, sweeps, "", sim,
+                                duration, args.window, binary=binary, warmup=args.warmup)
+                row["build"] = label
+                row["round"] = r + 1
+                rows["phases"].append(row)
+    finally:
+        redis.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print("\nbuild     round  checks/s  CPU us/check  sweeper CPU  Redis CPU  false/dup/missed")
+    for row in rows["phases"]:
+        rep = row["report"]
+        print(f"{row['build']:<9} {row['round']:>5}  {row['checks_per_s']:>8,.0f}  "
+              f"{row['sweeper_core'] / max(row['checks_per_s'], 1) * 1e6:>12.2f}  "
+              f"{row['sweeper_core']:>10.2%}  {row['redis_core']:>9.2%}  "
+              f"{rep['false_evictions']}/{rep['duplicate_events']}/{rep['missed_zombies']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2, default=str)
+
+
+if __name__ == "__main__":
+    main()
