@@ -207,11 +207,25 @@ fn deliver(
         };
         match &mut front.raw {
             Some(raw) => {
-                let Some(len) = framer.reply_end(input)? else {
-                    return Ok(());
-                };
+                // Every whole reply that has come, up to the request's count, goes over in one
+                // copy: a copy per reply grew the buffer by doubling, which took a third of
+                // this function's time in scenario `live` (perf).
+                let mut len = 0;
+                while front.seen < front.count {
+                    let Some(end) = framer.reply_end(&input[len..])? else {
+                        break;
+                    };
+                    len += end;
+                    front.seen += 1;
+                }
                 raw.extend_from_slice(&input[..len]);
                 input.advance(len);
+                if front.seen < front.count {
+                    // The rest has not come yet; the framer resumes at the cut reply.
+                    return Ok(());
+                }
+                pending.pop_front().expect("front exists").finish();
+                continue;
             }
             None => {
                 if framer.walking() && framer.reply_end(input)?.is_none() {
