@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BIN, Daemon, Redis, build, free_port, write  # noqa: E402
+from common import BIN, Daemon, Redis, free_port, parse_and_build, write  # noqa: E402
 
 V1 = "/sys/fs/cgroup/cpu"
 V2 = "/sys/fs/cgroup"
@@ -184,11 +184,7 @@ def main():
     ap.add_argument("--rate", type=int, default=140000, help="writes per second")
     ap.add_argument("--seconds", type=float, default=25)
     ap.add_argument("--grace", type=float, default=60, help="how long after the burst every key must be tracked")
-    ap.add_argument("--skip-build", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if not args.skip_build:
-        build()
+    args = parse_and_build(ap)
     limit = CpuLimit(args.cpu)
     rows = []
     try:

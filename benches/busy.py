@@ -36,7 +36,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BIN, Redis, build, commandstats, resp  # noqa: E402
+from common import BIN, LIVE_SWEEPS, Redis, commandstats, live_traffic, parse_and_build, resp  # noqa: E402
 from steady import run_phase  # noqa: E402
 
 SPIN = "local x = 0 for i = 1, tonumber(ARGV[1]) do x = x + i end return x"
@@ -124,16 +124,11 @@ def main():
     ap.add_argument("--duration", type=int, default=150)
     ap.add_argument("--window", type=int, default=60)
     ap.add_argument("--before", help="an earlier build of presence-sweeper, run as one more phase")
-    ap.add_argument("--skip-build", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if not args.skip_build:
-        build()
+    args = parse_and_build(ap)
     work = tempfile.mkdtemp(prefix="presence-sweeper-busy-")
     redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", "En"])
-    sweeps = "[sweeps.typing]\nenabled = false\n"
-    sim = ["--conversations", str(args.conversations), "--users", "1", "--heartbeat", "20s",
-           "--vanish-rate", "0.01", "--grace", "60s"]
+    sweeps = LIVE_SWEEPS
+    sim = live_traffic(args.conversations)
     filler = Filler(redis, args.spin)
     cost = filler.calibrate()
     print(f"filler: {cost * 1e6:.1f} us of Redis CPU per call", flush=True)

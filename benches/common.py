@@ -2,6 +2,7 @@
 daemon, and presence-sweeper-tools for `seed` and `simulate`), measuring commands. Everything talks
 to 127.0.0.1 only."""
 
+import json
 import os
 import signal
 import socket
@@ -29,6 +30,24 @@ def free_port(below=65536):
 
 def build():
     subprocess.run(["cargo", "build", "--release", "--locked", "--quiet"], cwd=ROOT, check=True)
+
+
+def keep_json(path, results):
+    """Writes `results` to `path` (`--json FILE`), if one was given."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2, default=str)
+
+
+def parse_and_build(ap):
+    """Adds the options every script takes (`--skip-build`, `--json FILE`), parses, and builds
+    the release binaries unless told not to."""
+    ap.add_argument("--skip-build", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if not args.skip_build:
+        build()
+    return args
 
 
 class Redis:
@@ -280,6 +299,17 @@ class Daemon:
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(10)
+
+
+# Scenario `live`: a big app, one user per conversation heartbeating every 20 s (the online
+# sweep's ttl is 45 s), 1 % of users vanishing; no typing sweep.
+LIVE_SWEEPS = "[sweeps.typing]\nenabled = false\n"
+
+
+def live_traffic(conversations):
+    """`simulate`'s arguments for scenario `live` at `conversations`."""
+    return ["--conversations", str(conversations), "--users", "1", "--heartbeat", "20s",
+            "--vanish-rate", "0.01", "--grace", "60s"]
 
 
 def lag_summary(buckets):

@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import build  # noqa: E402
+from common import parse_and_build  # noqa: E402
 from steady import fmt, lag, scenario  # noqa: E402
 
 
@@ -29,11 +29,7 @@ def main():
     ap.add_argument("--noise", type=int, default=300_000, help="unrelated keys")
     ap.add_argument("--duration", type=int, default=80, help="seconds of traffic per phase")
     ap.add_argument("--window", type=int, default=60, help="seconds of CPU measured per phase")
-    ap.add_argument("--skip-build", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if not args.skip_build:
-        build()
+    args = parse_and_build(ap)
     work = tempfile.mkdtemp(prefix="presence-sweeper-managed-")
     traffic = ["--conversations", "2000", "--users", "4", "--heartbeat", "2s", "--typing",
                "--new-conversations", "60", "--grace", "12s"]

@@ -18,14 +18,13 @@ needs: redis-server and redis-cli on PATH; cargo.
 """
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BIN, Redis, build  # noqa: E402
+from common import BIN, LIVE_SWEEPS, Redis, keep_json, live_traffic, parse_and_build  # noqa: E402
 from steady import run_phase  # noqa: E402
 
 
@@ -36,16 +35,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=float, default=100.0)
     ap.add_argument("--window", type=float, default=40.0)
-    ap.add_argument("--skip-build", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if not args.skip_build:
-        build()
+    args = parse_and_build(ap)
     work = tempfile.mkdtemp(prefix="presence-sweeper-own-cost-")
     redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", "En"])
-    sweeps = "[sweeps.typing]\nenabled = false\n"
-    sim = ["--conversations", str(args.conversations), "--users", "1", "--heartbeat", "20s",
-           "--vanish-rate", "0.01", "--grace", "60s"]
+    sweeps = LIVE_SWEEPS
+    sim = live_traffic(args.conversations)
     duration = int(args.warmup + args.window + 5)
     builds = [("this", BIN)] + [(f"before {i + 1}" if len(args.before) > 1 else "before", b)
                                 for i, b in enumerate(args.before)]
@@ -68,9 +62,7 @@ def main():
               f"{row['sweeper_core'] / max(row['checks_per_s'], 1) * 1e6:>12.2f}  "
               f"{row['sweeper_core']:>10.2%}  {row['redis_core']:>9.2%}  "
               f"{rep['false_evictions']}/{rep['duplicate_events']}/{rep['missed_zombies']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2, default=str)
+    keep_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Daemon, Redis, build, free_port, lag_summary, tools, write  # noqa: E402
+from common import LIVE_SWEEPS, Daemon, Redis, free_port, lag_summary, live_traffic, parse_and_build, tools, write  # noqa: E402
 
 SHIPPED = ""
 FULL_PASSES = '[tracking]\nmax_keys = 0\nnotifications = "off"\n'
@@ -322,11 +322,7 @@ def main():
     ap.add_argument("--before", help="an earlier build of presence-sweeper, run as one more phase of A, B, C, live")
     ap.add_argument("--before-flags", default="KEA",
                     help="notify-keyspace-events for --before in live (default KEA; En for a build that knows new keys)")
-    ap.add_argument("--skip-build", action="store_true")
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    if not args.skip_build:
-        build()
+    args = parse_and_build(ap)
     wanted = set(args.scenarios.split(","))
     work = tempfile.mkdtemp(prefix="presence-sweeper-steady-")
     results = {"machine": f"{os.cpu_count()} cores"}
@@ -355,9 +351,7 @@ def main():
             # for this build; the keyspace events of every write (`KEA`) for an earlier one, which
             # predates new-key notifications.
             results["live"] = scenario("live", work, ["--notify-keyspace-events", "KEA"], 0,
-                                       "[sweeps.typing]\nenabled = false\n",
-                                       ["--conversations", str(args.live), "--users", "1", "--heartbeat", "20s",
-                                        "--vanish-rate", "0.01", "--grace", "60s"],
+                                       LIVE_SWEEPS, live_traffic(args.live),
                                        150, 60, before=args.before, warmup=60.0,
                                        flags={"traffic alone": "", "deadlines": "En", "full passes": "",
                                               "before": args.before_flags})
