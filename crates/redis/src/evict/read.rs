@@ -220,14 +220,12 @@ fn read_field(
                 _ => None,
             }
         }
-        Field::Oldest => {
-            let (id_bytes, oldest) = lowest(r, item)?;
-            read.oldest = oldest;
-            read.id_bytes = read.id_bytes.max(id_bytes);
-        }
-        Field::Newest => {
-            let (id_bytes, newest) = lowest(r, item)?;
-            read.newest = newest;
+        Field::Oldest | Field::Newest => {
+            let (id_bytes, score) = one_scored(r, item)?;
+            match field {
+                Field::Oldest => read.oldest = score,
+                _ => read.newest = score,
+            }
             read.id_bytes = read.id_bytes.max(id_bytes);
         }
     }
@@ -236,7 +234,7 @@ fn read_field(
 
 /// A `ZRANGE … WITHSCORES` reply of at most one member whose head is `item`: the member's
 /// length and its score, or `(0, None)` for an empty (or missing) set.
-fn lowest(r: &mut Reader<'_>, item: Item<'_>) -> Result<(usize, Option<f64>), Error> {
+fn one_scored(r: &mut Reader<'_>, item: Item<'_>) -> Result<(usize, Option<f64>), Error> {
     match item {
         Item::Array(0) => Ok((0, None)),
         Item::Array(2) => match (r.item()?, r.item()?) {
@@ -245,11 +243,11 @@ fn lowest(r: &mut Reader<'_>, item: Item<'_>) -> Result<(usize, Option<f64>), Er
                     number(score).ok_or_else(|| ReplyError::new("a score is not a number"))?;
                 Ok((member.len(), Some(score)))
             }
-            _ => Err(ReplyError::new("the lowest member is not a pair").into()),
+            _ => Err(ReplyError::new("a member with its score is not a pair").into()),
         },
         item => {
             r.skip_rest(&item)?;
-            Err(ReplyError::new("the lowest member is not a pair").into())
+            Err(ReplyError::new("a member with its score is not a pair").into())
         }
     }
 }
