@@ -6,7 +6,10 @@ run for --warmup seconds (past the first checks of every key and the looks that 
 then measures over --window seconds:
 
   - the daemon's CPU time, in % of a core and per deadline check;
-  - Redis's CPU, and the checks per second.
+  - Redis's CPU, and the checks per second;
+  - the sweeper's reads per check (`ZRANGE`, `ZCARD`, `PTTL` from `INFO commandstats`: counts,
+    which do not drift) and their execution time in Redis per check (which does, and leaves
+    out each command's parsing and reply).
 
 CPU time drifts with the machine's speed (2x within an hour here), so the builds alternate
 (--rounds 3: this, before, this, before, this, before): a drift shows up as a difference
@@ -22,9 +25,14 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import BIN, LIVE_SWEEPS, Redis, keep_json, live_traffic, parse_and_build  # noqa: E402
+from common import BIN, LIVE_SWEEPS, Redis, commandstats, keep_json, live_traffic, parse_and_build  # noqa: E402
+
+# The sweeper's reads in scenario `live` (the apps write through a script, and the simulator
+# reads none of these).
+READS = ("zrange", "zcard", "pttl")
 from steady import run_phase  # noqa: E402
 
 
@@ -47,20 +55,31 @@ def main():
     try:
         for r in range(args.rounds):
             for label, binary in builds:
+                stats = {}
+                counting = threading.Thread(target=commandstats, args=([redis], args.warmup, args.window, stats),
+                                            daemon=True)
+                counting.start()
                 row = run_phase(f"own-cost-{label.replace(' ', '-')}-{r + 1}", work, redis, sweeps, "", sim,
                                 duration, args.window, binary=binary, warmup=args.warmup)
+                counting.join()
+                row["commandstats"] = stats
                 row["build"] = label
                 row["round"] = r + 1
                 rows["phases"].append(row)
     finally:
         redis.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print("\nbuild     round  checks/s  CPU us/check  sweeper CPU  Redis CPU  false/dup/missed")
+    print("\nbuild     round  checks/s  CPU us/check  sweeper CPU  Redis CPU  reads/check  "
+          "their Redis us/check  false/dup/missed")
     for row in rows["phases"]:
         rep = row["report"]
+        checks = max(row["checks_per_s"], 1)
+        reads = [row["commandstats"].get(c, {}) for c in READS]
+        calls = sum(r.get("calls_per_s", 0) for r in reads) / checks
+        usec = sum(r.get("usec_per_s", 0) for r in reads) / checks
         print(f"{row['build']:<9} {row['round']:>5}  {row['checks_per_s']:>8,.0f}  "
-              f"{row['sweeper_core'] / max(row['checks_per_s'], 1) * 1e6:>12.2f}  "
-              f"{row['sweeper_core']:>10.2%}  {row['redis_core']:>9.2%}  "
+              f"{row['sweeper_core'] / checks * 1e6:>12.2f}  "
+              f"{row['sweeper_core']:>10.2%}  {row['redis_core']:>9.2%}  {calls:>11.2f}  {usec:>20.2f}  "
               f"{rep['false_evictions']}/{rep['duplicate_events']}/{rep['missed_zombies']}")
     keep_json(args.json, rows)
 

@@ -13,7 +13,7 @@ use presence_sweeper_redis::evict::read::{self, Read};
 use presence_sweeper_redis::{Error, Node, Store};
 use presence_sweeper_rules::check::{CheckOpts, Checked, Counts, Purpose};
 use presence_sweeper_rules::plan::{self, KeyState, Rules, Triage};
-use presence_sweeper_rules::read::KeyStatus;
+use presence_sweeper_rules::read::{KeyStatus, Probing};
 use presence_sweeper_rules::report::Observer;
 use presence_sweeper_rules::score::{Cutoff, ScoreUnit};
 use presence_sweeper_rules::storm::Admit;
@@ -22,12 +22,18 @@ use presence_sweeper_rules::units::Mismatch;
 use super::Evictor;
 
 /// The first read of a batch checked for `purpose`: with `newest`, also each key's newest
-/// heartbeat for the storm guard.
-fn first_read(purpose: Purpose, cutoff: &Cutoff, newest: bool) -> Read<'_> {
+/// heartbeat for the storm guard; a deadline check's asks each key what `probing` says.
+fn first_read<'a>(
+    purpose: Purpose,
+    cutoff: &'a Cutoff,
+    newest: bool,
+    probing: &'a [Probing],
+) -> Read<'a> {
     match purpose {
         Purpose::Deadline { read_time, .. } => Read::Probe {
             time: read_time,
             newest,
+            keys: probing,
         },
         _ if newest => Read::StaleNewest(cutoff),
         _ => Read::Stale(cutoff),
@@ -48,12 +54,14 @@ pub(crate) struct CheckCtx<'a> {
 }
 
 impl Evictor {
-    /// Checks `keys` on `node`. Returns what was done even when a step fails, so evictions are
-    /// always counted and announced. Once `ctx.cancel` fires no new eviction starts.
+    /// Checks `keys` on `node` (for a deadline check, asking each what `probing` says).
+    /// Returns what was done even when a step fails, so evictions are always counted and
+    /// announced. Once `ctx.cancel` fires no new eviction starts.
     pub(crate) async fn check(
         &self,
         mut node: Node,
         keys: Vec<Vec<u8>>,
+        probing: &[Probing],
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
     ) -> Checked<Error> {
@@ -66,7 +74,7 @@ impl Evictor {
             error: None,
         };
         if let Err(e) = self
-            .check_inner(&mut node, &keys, opts, ctx, &mut out)
+            .check_inner(&mut node, &keys, probing, opts, ctx, &mut out)
             .await
         {
             // Check the permissions again next time: the failure may be a changed ACL.
@@ -95,6 +103,7 @@ impl Evictor {
         &self,
         node: &mut Node,
         keys: &[Vec<u8>],
+        probing: &[Probing],
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
         out: &mut Checked<Error>,
@@ -109,7 +118,8 @@ impl Evictor {
         let newest = guarded
             && (!matches!(purpose, Purpose::Deadline { .. })
                 || self.guard.wants_heartbeats(judge_at));
-        let reads = read::read(node, &refs, first_read(purpose, &cutoff, newest)).await?;
+        let first = first_read(purpose, &cutoff, newest, probing);
+        let reads = read::read(node, &refs, first).await?;
         out.time = reads.time;
         if reads.pttl_refused > 0 {
             self.pttl_refused(ctx.observer);

@@ -204,8 +204,9 @@ impl Pass {
                     };
                     let sweep = &sweeps[s];
                     let node = node.clone();
-                    in_flight
-                        .push(async move { (s, sweep.check(node, batch, check_opts, ctx).await) });
+                    in_flight.push(async move {
+                        (s, sweep.check(node, batch, &[], check_opts, ctx).await)
+                    });
                 }
             }
             let waiting: usize = queues.iter().map(Queue::len).sum();

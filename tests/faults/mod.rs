@@ -24,6 +24,7 @@ mod flushall;
 mod late_replies;
 mod notifications;
 mod restored_snapshot;
+mod rosters;
 mod silent_redis;
 mod writes_refused;
 

@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use hashbrown::{DefaultHashBuilder, HashTable};
 use smallvec::SmallVec;
 
+use crate::read::Probing;
+
 /// A deadline that never comes: a key whose lowest score is `+inf`, kept but never checked
 /// except by reconciliation.
 pub const NEVER: u64 = u64::MAX;
@@ -79,6 +81,18 @@ pub enum Track {
     Full,
 }
 
+/// When a checked key is due again, and what its check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Next {
+    /// Milliseconds on Redis's clock; [`NEVER`] for no deadline.
+    pub at: u64,
+    /// Members.
+    pub card: u64,
+    /// It carries a TTL of its own (a check that did not read it says `false`: only checks
+    /// that read it find it, [`Probing::ttl`]).
+    pub expires: bool,
+}
+
 /// A key handed out for a check, until [`Index::checked`] gives it back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
@@ -99,6 +113,8 @@ struct Slot {
     /// The walk in flight found it, or it was tracked or written since that walk started: it
     /// is there. (A flag, cleared at each walk's start, keeps the slot at 40 bytes.)
     seen: bool,
+    /// Its last check found it carrying a TTL of its own: its checks read it.
+    expires: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +142,9 @@ pub struct Index {
     /// Whether writes may have gone unnoticed (notifications not in use, or lost for a while):
     /// reconciliation then reads every key, not only those written since their checks.
     unnoticed: bool,
+    /// Keys handed out, modulo [`Probing::TTL_SAMPLE`]: which check of a key without a TTL
+    /// reads it anyway.
+    handed: u32,
 }
 
 impl Index {
@@ -140,6 +159,7 @@ impl Index {
             members: 0,
             capacity,
             unnoticed: true,
+            handed: 0,
         }
     }
 
@@ -214,6 +234,7 @@ impl Index {
             state: Phase::Scheduled,
             written: false,
             seen: true,
+            expires: false,
         };
         let s = match self.free.pop() {
             Some(s) => {
@@ -260,9 +281,10 @@ impl Index {
     }
 
     /// Hands out up to `max` keys due at or before `now` for a check: `each` is given each
-    /// one's ticket and id (borrowed: the caller builds the key from it, with no copy of the id
-    /// in between). They wait for no deadline until [`Index::checked`] gives them back.
-    pub fn take_due(&mut self, now: u64, max: usize, mut each: impl FnMut(Ticket, &[u8])) {
+    /// one's ticket, id (borrowed: the caller builds the key from it, with no copy of the id
+    /// in between) and what its read must ask. They wait for no deadline until
+    /// [`Index::checked`] gives them back.
+    pub fn take_due(&mut self, now: u64, max: usize, mut each: impl FnMut(Ticket, &[u8], Probing)) {
         for _ in 0..max {
             let Some(&(deadline, s)) = self.due.first() else {
                 return;
@@ -271,9 +293,18 @@ impl Index {
                 return;
             }
             self.due.pop_first();
+            self.handed = (self.handed + 1) % Probing::TTL_SAMPLE;
             let slot = &mut self.slots[s as usize];
             slot.state = Phase::InFlight { rewritten: false };
-            each(Ticket { slot: s }, &slot.id);
+            // A size of 0 is a key never checked (a check that finds a key empty forgets it).
+            let probing = match slot.card {
+                0 => Probing::FULL,
+                card => Probing {
+                    single: card == 1,
+                    ttl: slot.expires || self.handed == 0,
+                },
+            };
+            each(Ticket { slot: s }, &slot.id, probing);
         }
     }
 
@@ -288,11 +319,11 @@ impl Index {
         })
     }
 
-    /// A check of `ticket` came back: the key is due again at `next` (milliseconds on Redis's
-    /// clock, [`NEVER`] for no deadline) with `card` members, or gone (`None`) and forgotten.
-    /// `written_by` is as in [`Index::written`]: a write noticed while the check ran may have
-    /// come after its read.
-    pub fn checked(&mut self, ticket: Ticket, next: Option<(u64, u64)>, written_by: u64) {
+    /// A check of `ticket` came back: the key is due again at `next.at` (milliseconds on
+    /// Redis's clock, [`NEVER`] for no deadline) with `next.card` members, or gone (`None`) and
+    /// forgotten. `written_by` is as in [`Index::written`]: a write noticed while the check ran
+    /// may have come after its read.
+    pub fn checked(&mut self, ticket: Ticket, next: Option<Next>, written_by: u64) {
         let s = ticket.slot;
         let slot = &mut self.slots[s as usize];
         let Phase::InFlight { rewritten } = slot.state else {
@@ -301,7 +332,12 @@ impl Index {
         // The check read the key as it is: its deadline holds every write before it.
         slot.written = rewritten;
         match next {
-            Some((deadline, card)) => {
+            Some(Next {
+                at: deadline,
+                card,
+                expires,
+            }) => {
+                slot.expires = expires;
                 let card = u32::try_from(card).unwrap_or(u32::MAX);
                 self.members = self.members + u64::from(card) - u64::from(slot.card);
                 slot.card = card;
@@ -483,7 +519,7 @@ mod recheck_tests {
         }
         index.recheck_latest(2, 50);
         let mut out = Vec::new();
-        index.take_due(50, 10, |t, id| out.push((t, id.to_vec())));
+        index.take_due(50, 10, |t, id, _| out.push((t, id.to_vec())));
         let ids: Vec<&[u8]> = out.iter().map(|(_, id)| id.as_slice()).collect();
         assert_eq!(ids, [b"c1".as_slice(), b"c3"], "900 and 700");
         assert_eq!(index.next_due(), Some(100));
@@ -498,9 +534,18 @@ mod tests {
         Index::new(Capacity::new(max))
     }
 
+    /// Due again at `at` with `card` members and no TTL of its own.
+    fn due_at(at: u64, card: u64) -> Option<Next> {
+        Some(Next {
+            at,
+            card,
+            expires: false,
+        })
+    }
+
     fn due(i: &mut Index, now: u64) -> Vec<(Ticket, Vec<u8>)> {
         let mut out = Vec::new();
-        i.take_due(now, usize::MAX, |t, id| out.push((t, id.to_vec())));
+        i.take_due(now, usize::MAX, |t, id, _| out.push((t, id.to_vec())));
         out
     }
 
@@ -527,13 +572,13 @@ mod tests {
             Some(300),
             "keys in flight wait for no deadline"
         );
-        i.checked(first[0].0, Some((1000, 4)), NEVER);
+        i.checked(first[0].0, due_at(1000, 4), NEVER);
         i.checked(first[1].0, None, NEVER);
         assert_eq!((i.len(), i.members()), (2, 4));
         assert!(!i.contains(b"a-long-conversation-id-of-40-bytes......."));
         let next = due(&mut i, 1000);
         assert_eq!(next.len(), 2);
-        i.checked(next[0].0, Some((NEVER, 2)), NEVER);
+        i.checked(next[0].0, due_at(NEVER, 2), NEVER);
         i.retry(next[1].0, 5000);
         assert_eq!(i.next_due(), Some(5000));
         assert_eq!(i.members(), 6);
@@ -598,8 +643,8 @@ mod tests {
         // write may have come after the read.
         let (racing, quiet) = (taken[0].0, taken[1].0);
         i.written(b"due", 7000);
-        i.checked(racing, Some((NEVER, 1)), 7000);
-        i.checked(quiet, Some((NEVER, 1)), 7000);
+        i.checked(racing, due_at(NEVER, 1), 7000);
+        i.checked(quiet, due_at(NEVER, 1), 7000);
         assert_eq!(i.next_due(), Some(7000));
         assert_eq!(
             i.due.len(),
@@ -624,7 +669,7 @@ mod tests {
         i.track(b"quiet", 0);
         i.track(b"busy", 0);
         for (t, _) in due(&mut i, 0) {
-            i.checked(t, Some((1000, 1)), NEVER);
+            i.checked(t, due_at(1000, 1), NEVER);
         }
         assert_eq!(i.found(b"quiet"), Some(true), "unnoticed at first");
         i.set_unnoticed(false);
@@ -638,7 +683,7 @@ mod tests {
         i.track(b"racing", 0);
         let [(t, _)] = due(&mut i, 0).try_into().unwrap();
         i.written(b"racing", NEVER);
-        i.checked(t, Some((3000, 1)), NEVER);
+        i.checked(t, due_at(3000, 1), NEVER);
         assert_eq!(i.found(b"racing"), Some(true));
     }
 
@@ -648,7 +693,7 @@ mod tests {
             i.track(id, 0);
         }
         for (t, _) in due(i, 0) {
-            i.checked(t, Some((1000, card)), NEVER);
+            i.checked(t, due_at(1000, card), NEVER);
         }
     }
 
@@ -738,6 +783,59 @@ mod tests {
         i.deleted(b"a");
         assert_eq!((i.len(), i.members()), (1, 3));
         assert_eq!(i.next_due(), Some(1000));
+    }
+
+    /// What each check of a key asks, as the index hands it out.
+    fn probing(i: &mut Index, now: u64) -> Vec<(Ticket, Probing)> {
+        let mut out = Vec::new();
+        i.take_due(now, usize::MAX, |t, _, p| out.push((t, p)));
+        out
+    }
+
+    #[test]
+    fn a_check_asks_the_size_and_ttl_only_of_keys_that_need_them() {
+        let mut i = index(10);
+        i.track(b"one", 0);
+        i.track(b"many", 0);
+        i.track(b"expiring", 0);
+        let first = probing(&mut i, 0);
+        assert!(
+            first.iter().all(|&(_, p)| p == Probing::FULL),
+            "a first check knows nothing: {first:?}"
+        );
+        let [one, many, expiring] = [first[0].0, first[1].0, first[2].0];
+        i.checked(one, due_at(10, 1), NEVER);
+        i.checked(many, due_at(10, 3), NEVER);
+        let ttl = Next {
+            at: 10,
+            card: 1,
+            expires: true,
+        };
+        i.checked(expiring, Some(ttl), NEVER);
+        i.handed = 1;
+        let p: Vec<Probing> = probing(&mut i, 10).into_iter().map(|(_, p)| p).collect();
+        let (single, sized) = (
+            |ttl| Probing { single: true, ttl },
+            Probing {
+                single: false,
+                ttl: false,
+            },
+        );
+        assert_eq!(p, [single(false), sized, single(true)]);
+    }
+
+    #[test]
+    fn one_check_in_a_sample_reads_the_ttl_of_a_key_without_one() {
+        let mut i = index(10);
+        i.track(b"a", 0);
+        let mut ttl_reads = 0;
+        for round in 0..Probing::TTL_SAMPLE * 4 {
+            let [(t, p)] = probing(&mut i, u64::from(round)).try_into().unwrap();
+            ttl_reads += u32::from(p.ttl);
+            i.checked(t, due_at(u64::from(round) + 1, 1), NEVER);
+        }
+        // The first check, then one in a sample.
+        assert_eq!(ttl_reads, 1 + 4);
     }
 
     #[test]

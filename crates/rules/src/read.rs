@@ -23,6 +23,31 @@ pub struct KeyRead {
     pub id_bytes: usize,
 }
 
+/// What a deadline check asks of a key besides its lowest score, from what its index knew of
+/// it. A read costs Redis about as much per command as per key (`benches/probe_cost.py`): of
+/// the three commands a key used to cost (`ZRANGE`, `ZCARD`, `PTTL`), a key of one member that
+/// carries no TTL now needs one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probing {
+    /// One member at its last read: `ZRANGE key 0 1 WITHSCORES` reads its lowest score and
+    /// tells its size (0, 1, or more, which a `ZCARD` then counts) in one command.
+    pub single: bool,
+    /// Read when the key itself expires (`PTTL`): at its first check, while it carries a TTL,
+    /// and on a sample of the other checks (one in [`Probing::TTL_SAMPLE`]), so that a TTL
+    /// set later is found too.
+    pub ttl: bool,
+}
+
+impl Probing {
+    /// What is asked of a key nothing is known of: its size and TTL too.
+    pub const FULL: Self = Self {
+        single: false,
+        ttl: true,
+    };
+    /// One check in this many of a key without a TTL reads its TTL anyway.
+    pub const TTL_SAMPLE: u32 = 32;
+}
+
 /// What became of one key's read.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KeyStatus {

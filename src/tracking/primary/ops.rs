@@ -64,6 +64,7 @@ impl Ops {
             job,
             observer,
             keys,
+            probing,
             witnesses,
             opts,
         } = batch;
@@ -77,7 +78,7 @@ impl Ops {
                 cancel: &cancel,
                 witnesses: &witnesses,
             };
-            job.evictor.check(node, keys, opts, ctx).await
+            job.evictor.check(node, keys, &probing, opts, ctx).await
         }
     }
 

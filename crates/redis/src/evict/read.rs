@@ -7,11 +7,14 @@
 //! score of a key (its next deadline, and whether it holds zombies at all), its size and when
 //! the key itself expires (a key TTL ends with no notification unless the server publishes
 //! `expired` events): `ZRANGE key 0 0 WITHSCORES`, `ZCARD` and `PTTL`, with a `TIME` in front
-//! when the caller's view of Redis's clock wants refreshing.
+//! when the caller's view of Redis's clock wants refreshing. Each command costs Redis about as
+//! much as the key's other work, so a key asks only what its index does not know
+//! ([`Probing`]): a key of one member without a TTL of its own is read with one command,
+//! `ZRANGE key 0 1 WITHSCORES`, and a `ZCARD` follows only for a key that grew.
 
 use std::num::NonZeroU64;
 
-use presence_sweeper_rules::read::{KeyRead, KeyStatus, Reads};
+use presence_sweeper_rules::read::{KeyRead, KeyStatus, Probing, Reads};
 use presence_sweeper_rules::score::Cutoff;
 
 use crate::reply::{ReplyError, is_moved, number};
@@ -32,12 +35,15 @@ pub enum Read<'c> {
     Summary(&'c Cutoff),
     /// `ZCARD`: the members.
     Members,
-    /// `ZRANGE key 0 0 WITHSCORES`, `ZCARD` and `PTTL`: all a deadline needs.
+    /// `ZRANGE key 0 0 WITHSCORES`, `ZCARD` and `PTTL`: all a deadline needs, less what
+    /// each key's [`Probing`] leaves out (a key without one is read in full).
     Probe {
         /// `TIME` first.
         time: bool,
         /// `ZRANGE key -1 -1 WITHSCORES` too: the newest heartbeat, for the storm guard.
         newest: bool,
+        /// Per key, in the order of the keys.
+        keys: &'c [Probing],
     },
     /// `ZRANGE key 0 0 WITHSCORES` and `ZCARD`: the lowest score and the members
     /// (reconciliation of a tracked key: its roster may have changed since its check).
@@ -52,7 +58,12 @@ enum Field {
     Pttl,
     Oldest,
     Newest,
+    /// `ZRANGE key 0 1 WITHSCORES`: the lowest score, and the size if under 2.
+    Pair,
 }
+
+/// The size a [`Field::Pair`] read leaves to a `ZCARD` after it: 2 or more.
+const UNSIZED: u64 = u64::MAX;
 
 impl Field {
     /// The command that asks for it.
@@ -61,14 +72,14 @@ impl Field {
             Self::Stale => "ZCOUNT",
             Self::Card => "ZCARD",
             Self::Pttl => "PTTL",
-            Self::Oldest | Self::Newest => "ZRANGE",
+            Self::Oldest | Self::Newest | Self::Pair => "ZRANGE",
         }
     }
 }
 
 impl Read<'_> {
-    /// The fields of each key's replies, in the order its commands are sent.
-    fn fields(self) -> &'static [Field] {
+    /// The fields of key `i`'s replies, in the order its commands are sent.
+    fn fields(self, i: usize) -> &'static [Field] {
         use Field::*;
         match self {
             Self::Stale(_) => &[Stale],
@@ -76,8 +87,19 @@ impl Read<'_> {
             Self::Newest => &[Newest],
             Self::Summary(_) => &[Card, Stale, Oldest],
             Self::Members => &[Card],
-            Self::Probe { newest: false, .. } => &[Oldest, Card, Pttl],
-            Self::Probe { newest: true, .. } => &[Oldest, Card, Pttl, Newest],
+            Self::Probe { newest, keys, .. } => {
+                let p = keys.get(i).copied().unwrap_or(Probing::FULL);
+                match (p.single, p.ttl, newest) {
+                    (false, true, false) => &[Oldest, Card, Pttl],
+                    (false, true, true) => &[Oldest, Card, Pttl, Newest],
+                    (false, false, false) => &[Oldest, Card],
+                    (false, false, true) => &[Oldest, Card, Newest],
+                    (true, true, false) => &[Pair, Pttl],
+                    (true, true, true) => &[Pair, Pttl, Newest],
+                    (true, false, false) => &[Pair],
+                    (true, false, true) => &[Pair, Newest],
+                }
+            }
             Self::Oldest => &[Oldest, Card],
         }
     }
@@ -98,8 +120,11 @@ where
         });
     }
     let timed = matches!(what, Read::Probe { time: true, .. });
-    let fields = what.fields();
-    let size: usize = keys.iter().map(|k| fields.len() * (k.len() + 64)).sum();
+    let size: usize = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| what.fields(i).len() * (k.len() + 64))
+        .sum();
     let mut batch = Packed::with_capacity(size + 16);
     if timed {
         batch.command(&[b"TIME"]);
@@ -111,14 +136,15 @@ where
         }
         _ => b"-inf",
     };
-    for key in keys {
-        for field in fields {
+    for (i, key) in keys.iter().enumerate() {
+        for field in what.fields(i) {
             match field {
                 Field::Stale => batch.command(&[b"ZCOUNT", key, b"-inf", below]),
                 Field::Card => batch.command(&[b"ZCARD", key]),
                 Field::Pttl => batch.command(&[b"PTTL", key]),
                 Field::Oldest => batch.command(&[b"ZRANGE", key, b"0", b"0", b"WITHSCORES"]),
                 Field::Newest => batch.command(&[b"ZRANGE", key, b"-1", b"-1", b"WITHSCORES"]),
+                Field::Pair => batch.command(&[b"ZRANGE", key, b"0", b"1", b"WITHSCORES"]),
             };
         }
     }
@@ -132,14 +158,47 @@ where
     };
     let mut out = Vec::with_capacity(keys.len());
     let mut pttl_refused = 0;
-    for key in keys {
-        out.push(key_read(&mut r, key, fields, &mut pttl_refused)?);
+    for (i, key) in keys.iter().enumerate() {
+        out.push(key_read(&mut r, key, what.fields(i), &mut pttl_refused)?);
     }
+    size_grown(con, keys, &mut out).await?;
     Ok(Reads {
         keys: out,
         time,
         pttl_refused,
     })
+}
+
+/// Counts the keys a [`Field::Pair`] read found with 2 members or more (`ZCARD`, one pipeline):
+/// keys of one member at their last check that grew since, which are few.
+async fn size_grown<C>(con: &mut C, keys: &[&[u8]], out: &mut [KeyStatus]) -> Result<(), Error>
+where
+    C: SendPacked + Send,
+{
+    let grown = |s: &KeyStatus| matches!(s, KeyStatus::Set(read) if read.card == UNSIZED);
+    if !out.iter().any(grown) {
+        return Ok(());
+    }
+    let mut batch = Packed::with_capacity(64);
+    for (key, _) in keys.iter().zip(out.iter()).filter(|(_, s)| grown(s)) {
+        batch.command(&[b"ZCARD", key]);
+    }
+    let raw = con.send_packed_raw(batch).await?;
+    let mut r = Reader::new(&raw);
+    for (key, status) in keys.iter().zip(out.iter_mut()) {
+        let KeyStatus::Set(read) = status else {
+            continue;
+        };
+        if read.card != UNSIZED {
+            continue;
+        }
+        // Between the two reads the key may have changed; what the second says, holds.
+        match key_read(&mut r, key, &[Field::Card], &mut 0)? {
+            KeyStatus::Set(counted) => read.card = counted.card,
+            moved_or_not_a_set => *status = moved_or_not_a_set,
+        }
+    }
+    Ok(())
 }
 
 /// What a refused read names as its target; a sweep names its keys' pattern instead.
@@ -220,6 +279,12 @@ fn read_field(
                 _ => None,
             }
         }
+        Field::Pair => {
+            let (id_bytes, score, card) = lowest_pair(r, item)?;
+            read.oldest = score;
+            read.card = card;
+            read.id_bytes = read.id_bytes.max(id_bytes);
+        }
         Field::Oldest | Field::Newest => {
             let (id_bytes, score) = one_scored(r, item)?;
             match field {
@@ -230,6 +295,22 @@ fn read_field(
         }
     }
     Ok(())
+}
+
+/// A `ZRANGE key 0 1 WITHSCORES` reply whose head is `item`: the longest member's length, the
+/// lowest score, and the size (0, 1, or [`UNSIZED`] for 2 or more).
+fn lowest_pair(r: &mut Reader<'_>, item: Item<'_>) -> Result<(usize, Option<f64>, u64), Error> {
+    match item {
+        Item::Array(4) => {
+            let (first, score) = one_scored(r, Item::Array(2))?;
+            let (second, _) = one_scored(r, Item::Array(2))?;
+            Ok((first.max(second), score, UNSIZED))
+        }
+        item => {
+            let (id_bytes, score) = one_scored(r, item)?;
+            Ok((id_bytes, score, u64::from(score.is_some())))
+        }
+    }
 }
 
 /// A `ZRANGE … WITHSCORES` reply of at most one member whose head is `item`: the member's
@@ -259,6 +340,7 @@ mod tests {
     const PROBE: Read<'static> = Read::Probe {
         time: false,
         newest: false,
+        keys: &[],
     };
 
     /// The key reads of `raw`, the replies to `what` of `keys` keys, read as [`read`] does.
@@ -266,7 +348,7 @@ mod tests {
         let mut r = Reader::new(raw);
         let mut refused = 0;
         let out = (0..keys)
-            .map(|_| key_read(&mut r, b"k", what.fields(), &mut refused))
+            .map(|i| key_read(&mut r, b"k", what.fields(i), &mut refused))
             .collect();
         assert_eq!(r.position(), raw.len(), "every reply read");
         (out, refused)
@@ -353,10 +435,129 @@ mod tests {
         ] {
             let mut r = Reader::new(raw.as_bytes());
             assert!(
-                key_read(&mut r, b"k", PROBE.fields(), &mut 0).is_err(),
+                key_read(&mut r, b"k", PROBE.fields(0), &mut 0).is_err(),
                 "{raw:?}"
             );
         }
+    }
+
+    /// A connection that answers each batch with the next of `replies`, and keeps what was
+    /// sent.
+    struct Scripted {
+        replies: Vec<&'static str>,
+        /// Each batch's commands, as `COMMAND arg …` lines.
+        sent: Vec<Vec<String>>,
+    }
+
+    impl SendPacked for Scripted {
+        fn send_packed(&mut self, _: Packed) -> redis::RedisFuture<'_, Vec<crate::Value>> {
+            unreachable!("reads are read in place")
+        }
+
+        fn send_packed_raw(&mut self, batch: Packed) -> redis::RedisFuture<'_, Vec<u8>> {
+            let lines = batch
+                .commands()
+                .into_iter()
+                .map(|(_, args)| {
+                    let args: Vec<_> = args.iter().map(|a| String::from_utf8_lossy(a)).collect();
+                    args.join(" ")
+                })
+                .collect();
+            self.sent.push(lines);
+            let reply = self.replies.remove(0).as_bytes().to_vec();
+            Box::pin(async move { Ok(reply) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_probe_asks_each_key_only_what_its_index_does_not_know() {
+        let single = |ttl| Probing { single: true, ttl };
+        let keys: [&[u8]; 5] = [b"new", b"one", b"expiring", b"grew", b"emptied"];
+        let probing = [
+            Probing::FULL,
+            single(false),
+            single(true),
+            single(false),
+            single(false),
+        ];
+        let mut con = Scripted {
+            replies: vec![
+                concat!(
+                    // new: a first check reads it all.
+                    "*2\r\n$2\r\nu1\r\n$2\r\n10\r\n:3\r\n:-1\r\n",
+                    // one: one member still.
+                    "*2\r\n$2\r\nu1\r\n$2\r\n11\r\n",
+                    // expiring: one member, and its TTL.
+                    "*2\r\n$2\r\nu1\r\n$2\r\n12\r\n:2500\r\n",
+                    // grew: two members or more, counted after.
+                    "*4\r\n$2\r\nu1\r\n$2\r\n13\r\n$4\r\nu222\r\n$2\r\n14\r\n",
+                    // emptied: gone.
+                    "*0\r\n",
+                ),
+                ":5\r\n",
+            ],
+            sent: Vec::new(),
+        };
+        let what = Read::Probe {
+            time: false,
+            newest: false,
+            keys: &probing,
+        };
+        let reads = read(&mut con, &keys, what).await.unwrap();
+        assert_eq!(
+            con.sent[0],
+            [
+                "ZRANGE new 0 0 WITHSCORES",
+                "ZCARD new",
+                "PTTL new",
+                "ZRANGE one 0 1 WITHSCORES",
+                "ZRANGE expiring 0 1 WITHSCORES",
+                "PTTL expiring",
+                "ZRANGE grew 0 1 WITHSCORES",
+                "ZRANGE emptied 0 1 WITHSCORES",
+            ]
+        );
+        assert_eq!(con.sent[1], ["ZCARD grew"], "only the key that grew");
+        let got: Vec<_> = reads
+            .keys
+            .iter()
+            .map(|k| {
+                let k = k.set().unwrap();
+                (k.oldest, k.card, k.expires_in.map(NonZeroU64::get))
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(10.0), 3, None),
+                (Some(11.0), 1, None),
+                (Some(12.0), 1, Some(2500)),
+                (Some(13.0), 5, None),
+                (None, 0, None),
+            ]
+        );
+        assert_eq!(reads.keys[3].set().unwrap().id_bytes, 4, "the longer id");
+    }
+
+    #[tokio::test]
+    async fn a_key_that_grew_and_then_moved_reads_as_moved() {
+        let mut con = Scripted {
+            replies: vec![
+                "*4\r\n$2\r\nu1\r\n$2\r\n13\r\n$2\r\nu2\r\n$2\r\n14\r\n",
+                "-MOVED 3999 127.0.0.1:6381\r\n",
+            ],
+            sent: Vec::new(),
+        };
+        let what = Read::Probe {
+            time: false,
+            newest: false,
+            keys: &[Probing {
+                single: true,
+                ttl: false,
+            }],
+        };
+        let reads = read(&mut con, &[b"k"], what).await.unwrap();
+        assert_eq!(reads.keys, [KeyStatus::Moved]);
     }
 
     /// At 72 bytes, building one called `memset` (see [`KeyRead::expires_in`]).

@@ -12,10 +12,10 @@ use super::standing::Verdict;
 use super::walks::{WalkEnding, WalkKind};
 use super::{Io, Job};
 use crate::check::Checked;
-use crate::index::{Capacity, Index, NEVER, Ticket, Track};
+use crate::index::{Capacity, Index, NEVER, Next, Ticket, Track};
 use crate::keyspace::{self, Change};
 use crate::node::NodeId;
-use crate::read::{KeyRead, KeyStatus, Reads};
+use crate::read::{KeyRead, KeyStatus, Probing, Reads};
 use crate::report::{Beat, Observer, SweepReport};
 use crate::scan::Queue;
 
@@ -64,6 +64,15 @@ pub enum Tick {
     Running { overrun: bool },
     /// Walk now.
     Walk,
+}
+
+/// Keys due for a check, as the index handed them out.
+#[derive(Debug)]
+pub struct Due {
+    pub tickets: Vec<Ticket>,
+    pub keys: Vec<Vec<u8>>,
+    /// What each key's read asks besides its lowest score.
+    pub probing: Vec<Probing>,
 }
 
 /// Work a walk queued for this sweep, ready to go.
@@ -173,13 +182,13 @@ impl<I: Io> Tracked<I> {
     }
 
     /// A batch of keys to check at `now_ms` (Redis's clock), if one is ripe (see
-    /// [`Batching::ripe_at`]): their tickets and keys.
-    pub fn due_batch(&mut self, now_ms: u64, batch: usize) -> Option<(Vec<Ticket>, Vec<Vec<u8>>)> {
+    /// [`Batching::ripe_at`]).
+    pub fn due_batch(&mut self, now_ms: u64, batch: usize) -> Option<Due> {
         if self.ripe_at(batch).is_none_or(|at| at > now_ms) {
             return None;
         }
-        let (tickets, keys) = self.take_due(Batching::due_by(now_ms), batch);
-        (!keys.is_empty()).then_some((tickets, keys))
+        let due = self.take_due(Batching::due_by(now_ms), batch);
+        (!due.keys.is_empty()).then_some(due)
     }
 
     /// When (ms, Redis's clock) this sweep's next batch of `batch` keys is checked.
@@ -187,15 +196,20 @@ impl<I: Io> Tracked<I> {
         Batching::ripe_at(self.index.next_due(), self.index.nth_due(batch))
     }
 
-    /// The keys due by `due_by` (ms, Redis's clock), up to `batch`: their tickets and keys.
-    fn take_due(&mut self, due_by: u64, batch: usize) -> (Vec<Ticket>, Vec<Vec<u8>>) {
-        let (mut tickets, mut keys) = (Vec::with_capacity(batch), Vec::with_capacity(batch));
+    /// The keys due by `due_by` (ms, Redis's clock), up to `batch`.
+    fn take_due(&mut self, due_by: u64, batch: usize) -> Due {
+        let mut due = Due {
+            tickets: Vec::with_capacity(batch),
+            keys: Vec::with_capacity(batch),
+            probing: Vec::with_capacity(batch),
+        };
         let pattern = self.job.pattern();
-        self.index.take_due(due_by, batch, |ticket, id| {
-            tickets.push(ticket);
-            keys.push(pattern.key(id));
+        self.index.take_due(due_by, batch, |ticket, id, probing| {
+            due.tickets.push(ticket);
+            due.keys.push(pattern.key(id));
+            due.probing.push(probing);
         });
-        (tickets, keys)
+        due
     }
 
     /// A check of keys this sweep's index handed out came back: each key is looked at again at
@@ -229,7 +243,12 @@ impl<I: Io> Tracked<I> {
                     let next = spread.map_or(next, |spread| {
                         deadlines::spread_first(now_ms, next, ttl_ms, spread)
                     });
-                    self.index.checked(ticket, Some((next, card)), written_by)
+                    let next = Next {
+                        at: next,
+                        card,
+                        expires: expires_in.is_some(),
+                    };
+                    self.index.checked(ticket, Some(next), written_by)
                 }
                 Look::Retry(at) => self.index.retry(ticket, at),
             }

@@ -50,7 +50,8 @@ fn live(oldest_s: f64) -> KeyState {
 
 /// Takes every due key (by `by`): their tickets, and the conversation ids of their keys.
 fn take(t: &mut Tracked<TestIo>, by: u64) -> (Vec<Ticket>, Vec<Vec<u8>>) {
-    t.take_due(by, 100)
+    let due = t.take_due(by, 100);
+    (due.tickets, due.keys)
 }
 
 /// A sweep whose first walk ended, having found `ids`.
@@ -439,7 +440,7 @@ fn checks_per_second(keys: usize, period_ms: u64, seconds: u64, spread: bool) ->
     let mut per_second = vec![0; seconds as usize];
     let mut now = NOW;
     while now < NOW + seconds * 1000 {
-        while let Some((tickets, keys)) = t.due_batch(now, 100) {
+        while let Some(super::Due { tickets, keys, .. }) = t.due_batch(now, 100) {
             per_second[((now - NOW) / 1000) as usize] += keys.len();
             let states = keys
                 .iter()

@@ -173,12 +173,15 @@ impl<I: Io> Work<I> {
                     return;
                 }
                 let t = self.sweeps.get_mut(i);
-                let Some((tickets, keys)) = t.due_batch(now_ms, batch) else {
+                let Some(due) = t.due_batch(now_ms, batch) else {
                     continue;
                 };
                 any = true;
                 let epoch = t.epoch;
-                let batch = batch_of(t, keys, deadlines::deadline_opts(verdict, read_time));
+                let opts = deadlines::deadline_opts(verdict, read_time);
+                let tickets = due.tickets;
+                let mut batch = batch_of(t, due.keys, opts);
+                batch.probing = due.probing;
                 self.request(Task::Check {
                     epoch,
                     tickets,
@@ -387,6 +390,7 @@ fn batch_of<I: Io>(t: &Tracked<I>, keys: Vec<Vec<u8>>, opts: CheckOpts) -> Batch
         job: t.job.clone(),
         observer: t.observer.clone(),
         keys,
+        probing: Vec::new(),
         witnesses,
         opts,
     }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::check::{CheckOpts, Checked};
 use crate::index::Ticket;
 use crate::primary::Io;
-use crate::read::Reads;
+use crate::read::{Probing, Reads};
 use crate::report::Observer;
 
 /// Something for the loop to do. The tasks that make a request (all but [`Task::Suspect`],
@@ -62,6 +62,9 @@ pub struct Batch<I: Io> {
     pub job: Arc<I::Job>,
     pub observer: Arc<dyn Observer>,
     pub keys: Vec<Vec<u8>>,
+    /// For a deadline check, what each key's read asks besides its lowest score; empty for
+    /// the others.
+    pub probing: Vec<Probing>,
     pub witnesses: Vec<Vec<u8>>,
     pub opts: CheckOpts,
 }
