@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use presence_sweeper_redis::evict::read::{self, Read};
 use presence_sweeper_redis::{Error, Node, Store};
-use presence_sweeper_rules::check::{CheckOpts, Checked, Counts, Purpose};
+use presence_sweeper_rules::check::{CheckOpts, Checked, Counts, Expiry, Purpose};
 use presence_sweeper_rules::plan::{self, KeyState, Rules, Triage};
 use presence_sweeper_rules::read::{KeyStatus, Probing};
 use presence_sweeper_rules::report::Observer;
@@ -128,7 +128,15 @@ impl Evictor {
             out.expires_in = reads
                 .keys
                 .iter()
-                .map(|k| Some(k.set()?.expires_in?.get()))
+                .enumerate()
+                .map(|(i, k)| {
+                    let asked = probing.get(i).is_none_or(|p| p.ttl);
+                    match k.set().and_then(|k| k.expires_in) {
+                        _ if !asked => Expiry::Unread,
+                        Some(ms) => Expiry::In(ms.get()),
+                        None => Expiry::Never,
+                    }
+                })
                 .collect();
         }
         ctx.observer.progress();

@@ -75,6 +75,27 @@ impl Purpose {
     }
 }
 
+/// What a check read of a key's own TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// The check did not ask ([`crate::read::Probing::ttl`]).
+    Unread,
+    /// It has none (or the Redis user may not read it).
+    Never,
+    /// It ends this many milliseconds after the read.
+    In(u64),
+}
+
+impl Expiry {
+    /// Milliseconds until the key ends, if the check read that it will.
+    pub fn ms(self) -> Option<u64> {
+        match self {
+            Self::In(ms) => Some(ms),
+            _ => None,
+        }
+    }
+}
+
 /// The outcome of one check.
 #[derive(Debug)]
 pub struct Checked<E> {
@@ -83,9 +104,9 @@ pub struct Checked<E> {
     pub states: Vec<KeyState>,
     /// Redis's clock at the read, when the read asked for it (a tracking check does).
     pub time: Option<f64>,
-    /// One per key when the read asked (a tracking check does): milliseconds from the read
-    /// until the key itself expires, if it has a TTL. The index looks at the key again then.
-    pub expires_in: Vec<Option<u64>>,
+    /// One per key when the read was a tracking check's: what it read of the key's own TTL.
+    /// The index looks at the key again when it ends.
+    pub expires_in: Vec<Expiry>,
     /// The storm guard held this check's evictions until then (Redis's clock, Unix seconds):
     /// its stale keys are reported `Live` and should be looked at again at that instant.
     pub hold_until: Option<f64>,

@@ -88,9 +88,21 @@ pub struct Next {
     pub at: u64,
     /// Members.
     pub card: u64,
-    /// It carries a TTL of its own (a check that did not read it says `false`: only checks
-    /// that read it find it, [`Probing::ttl`]).
-    pub expires: bool,
+    /// What the check read of its own TTL.
+    pub ttl: TtlSeen,
+}
+
+/// What a check read of a key's own TTL, for the index to know when its checks read it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TtlSeen {
+    /// Not read.
+    Unread,
+    /// None.
+    None,
+    /// One that ends no sooner than this many more checks of the key could come: the key's
+    /// checks are at most a ttl apart while its scores are not ahead of Redis's clock, so
+    /// until then none of them needs to read it.
+    EndsAfter(u8),
 }
 
 /// A key handed out for a check, until [`Index::checked`] gives it back.
@@ -113,9 +125,13 @@ struct Slot {
     /// The walk in flight found it, or it was tracked or written since that walk started: it
     /// is there. (A flag, cleared at each walk's start, keeps the slot at 40 bytes.)
     seen: bool,
-    /// Its last check found it carrying a TTL of its own: its checks read it.
-    expires: bool,
+    /// Whether its next checks read its own TTL: [`TTL_NONE`] (it had none; a sample of its
+    /// checks reads it), 0 (the next does) or how many of them need not (its TTL ends later).
+    ttl_reads: u8,
 }
+
+/// [`Slot::ttl_reads`] of a key that had no TTL of its own at its last read.
+const TTL_NONE: u8 = u8::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -234,7 +250,7 @@ impl Index {
             state: Phase::Scheduled,
             written: false,
             seen: true,
-            expires: false,
+            ttl_reads: 0,
         };
         let s = match self.free.pop() {
             Some(s) => {
@@ -301,7 +317,11 @@ impl Index {
                 0 => Probing::FULL,
                 card => Probing {
                     single: card == 1,
-                    ttl: slot.expires || self.handed == 0,
+                    ttl: match slot.ttl_reads {
+                        0 => true,
+                        TTL_NONE => self.handed == 0,
+                        _ => false,
+                    },
                 },
             };
             each(Ticket { slot: s }, &slot.id, probing);
@@ -321,8 +341,10 @@ impl Index {
 
     /// A check of `ticket` came back: the key is due again at `next.at` (milliseconds on
     /// Redis's clock, [`NEVER`] for no deadline) with `next.card` members, or gone (`None`) and
-    /// forgotten. `written_by` is as in [`Index::written`]: a write noticed while the check ran
-    /// may have come after its read.
+    /// forgotten. `written_by` is the check's instant plus the sweep's ttl: a write noticed
+    /// while the check ran may have come after its read (as in [`Index::written`]), and a key
+    /// whose TTL the check did not read is looked at again by then, since its TTL is known to
+    /// last only while its checks are at most a ttl apart.
     pub fn checked(&mut self, ticket: Ticket, next: Option<Next>, written_by: u64) {
         let s = ticket.slot;
         let slot = &mut self.slots[s as usize];
@@ -335,9 +357,19 @@ impl Index {
             Some(Next {
                 at: deadline,
                 card,
-                expires,
+                ttl,
             }) => {
-                slot.expires = expires;
+                let skipped = slot.ttl_reads != 0 && slot.ttl_reads != TTL_NONE;
+                slot.ttl_reads = match ttl {
+                    TtlSeen::Unread if skipped => slot.ttl_reads - 1,
+                    TtlSeen::Unread => slot.ttl_reads,
+                    TtlSeen::None => TTL_NONE,
+                    TtlSeen::EndsAfter(checks) => checks.min(TTL_NONE - 1),
+                };
+                let deadline = match ttl {
+                    TtlSeen::Unread if skipped => deadline.min(written_by),
+                    _ => deadline,
+                };
                 let card = u32::try_from(card).unwrap_or(u32::MAX);
                 self.members = self.members + u64::from(card) - u64::from(slot.card);
                 slot.card = card;
@@ -539,7 +571,7 @@ mod tests {
         Some(Next {
             at,
             card,
-            expires: false,
+            ttl: TtlSeen::None,
         })
     }
 
@@ -809,7 +841,7 @@ mod tests {
         let ttl = Next {
             at: 10,
             card: 1,
-            expires: true,
+            ttl: TtlSeen::EndsAfter(0),
         };
         i.checked(expiring, Some(ttl), NEVER);
         i.handed = 1;
@@ -836,6 +868,44 @@ mod tests {
         }
         // The first check, then one in a sample.
         assert_eq!(ttl_reads, 1 + 4);
+    }
+
+    #[test]
+    fn a_ttl_that_ends_later_is_read_again_before_the_checks_can_reach_it() {
+        let mut i = index(10);
+        i.track(b"a", 0);
+        let [(t, _)] = probing(&mut i, 0).try_into().unwrap();
+        let ends_after = |checks| Next {
+            at: 100,
+            card: 1,
+            ttl: TtlSeen::EndsAfter(checks),
+        };
+        i.checked(t, Some(ends_after(3)), 1_000);
+        let (mut now, mut reads) = (100, Vec::new());
+        for _ in 0..4 {
+            let [(t, p)] = probing(&mut i, now).try_into().unwrap();
+            reads.push(p.ttl);
+            // A score ahead of Redis's clock: its deadline is far, but a check that skipped
+            // the TTL looks again within the ttl (the horizon given), where the TTL may end.
+            let far = Next {
+                at: now + 10_000,
+                card: 1,
+                ttl: if p.ttl {
+                    TtlSeen::EndsAfter(3)
+                } else {
+                    TtlSeen::Unread
+                },
+            };
+            i.checked(t, Some(far), now + 500);
+            let next = i.next_due().unwrap();
+            assert_eq!(next, if p.ttl { now + 10_000 } else { now + 500 });
+            now = next;
+        }
+        assert_eq!(
+            reads,
+            [false, false, false, true],
+            "three skipped, then read"
+        );
     }
 
     #[test]

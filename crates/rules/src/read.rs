@@ -32,9 +32,9 @@ pub struct Probing {
     /// One member at its last read: `ZRANGE key 0 1 WITHSCORES` reads its lowest score and
     /// tells its size (0, 1, or more, which a `ZCARD` then counts) in one command.
     pub single: bool,
-    /// Read when the key itself expires (`PTTL`): at its first check, while it carries a TTL,
-    /// and on a sample of the other checks (one in [`Probing::TTL_SAMPLE`]), so that a TTL
-    /// set later is found too.
+    /// Read when the key itself expires (`PTTL`): at its first check; of a key that carries a
+    /// TTL, at the check before its checks could reach its end; of a key without one, at a
+    /// sample of its checks (one in [`Probing::TTL_SAMPLE`]), so that a TTL set later is found.
     pub ttl: bool,
 }
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::standing::Verdict;
-use crate::check::{CheckOpts, Purpose};
-use crate::index::NEVER;
+use crate::check::{CheckOpts, Expiry, Purpose};
+use crate::index::{NEVER, TtlSeen};
 use crate::plan::KeyState;
 
 /// How long after a failed check its keys are checked again.
@@ -196,6 +196,25 @@ pub fn next_look(
     }
 }
 
+/// What a check at `now_ms` that looks at its key again at `next` (ms) read of the key's own
+/// TTL, for the index. A key written as the README says carries a TTL about ten ttls long,
+/// refreshed as it runs half down: while its members heartbeat it never ends, and when they
+/// stop, the check at their deadline evicts them, which deletes the key. So its TTL need not
+/// be read at every check, only before its checks could reach its end: they come at most a
+/// ttl apart while no score is ahead of Redis's clock (the index looks at a key no later than
+/// a ttl after a check that skipped its TTL).
+pub fn ttl_seen(expiry: Expiry, now_ms: u64, next: u64, ttl_ms: u64) -> TtlSeen {
+    match expiry {
+        Expiry::Unread => TtlSeen::Unread,
+        Expiry::Never => TtlSeen::None,
+        Expiry::In(ms) => {
+            let ends = now_ms.saturating_add(ms);
+            let checks = ends.saturating_sub(next) / ttl_ms.max(1);
+            TtlSeen::EndsAfter(u8::try_from(checks).unwrap_or(u8::MAX))
+        }
+    }
+}
+
 /// When a key first checked at `now_ms` is looked at again, given its deadline `next` (its
 /// oldest score + `ttl_ms`) and its own fraction `spread` in [0, 1): that fraction of a ttl
 /// after its oldest score, if that is still to come, else at its deadline.
@@ -264,6 +283,26 @@ mod tests {
             card: 3,
             oldest: Some(oldest),
         }
+    }
+
+    #[test]
+    fn a_ttl_read_says_how_many_checks_need_not_read_it_again() {
+        let ttl = 45_000;
+        let next = NOW + 40_000;
+        // The README's key TTL (ten ttls, refreshed at half): 225 s at least.
+        let readme = Expiry::In(225_000);
+        assert_eq!(ttl_seen(readme, NOW, next, ttl), TtlSeen::EndsAfter(4));
+        assert_eq!(
+            ttl_seen(Expiry::In(30_000), NOW, NOW + 30_000, ttl),
+            TtlSeen::EndsAfter(0),
+            "ending at the next look: read again"
+        );
+        assert_eq!(
+            ttl_seen(Expiry::In(u64::MAX / 2), NOW, next, 1),
+            TtlSeen::EndsAfter(u8::MAX)
+        );
+        assert_eq!(ttl_seen(Expiry::Never, NOW, next, ttl), TtlSeen::None);
+        assert_eq!(ttl_seen(Expiry::Unread, NOW, next, ttl), TtlSeen::Unread);
     }
 
     #[test]

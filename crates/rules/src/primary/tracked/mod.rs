@@ -11,7 +11,7 @@ use super::deadlines::{self, Batching, Look};
 use super::standing::Verdict;
 use super::walks::{WalkEnding, WalkKind};
 use super::{Io, Job};
-use crate::check::Checked;
+use crate::check::{Checked, Expiry};
 use crate::index::{Capacity, Index, NEVER, Next, Ticket, Track};
 use crate::keyspace::{self, Change};
 use crate::node::NodeId;
@@ -232,8 +232,8 @@ impl<I: Io> Tracked<I> {
         let spared_until = deadlines::spared_until(credit_until, checked.hold_until, now_ms);
         let written_by = now_ms.saturating_add(ttl_ms);
         for (k, (ticket, state)) in tickets.into_iter().zip(&checked.states).enumerate() {
-            let expires_in = checked.expires_in.get(k).copied().flatten();
-            match deadlines::next_look(state, now_ms, ttl_ms, spared_until, expires_in) {
+            let expiry = checked.expires_in.get(k).copied().unwrap_or(Expiry::Unread);
+            match deadlines::next_look(state, now_ms, ttl_ms, spared_until, expiry.ms()) {
                 Look::Forget => self.index.checked(ticket, None, written_by),
                 Look::At { next, card } => {
                     let spread = match (spared_until, spread_first) {
@@ -246,7 +246,7 @@ impl<I: Io> Tracked<I> {
                     let next = Next {
                         at: next,
                         card,
-                        expires: expires_in.is_some(),
+                        ttl: deadlines::ttl_seen(expiry, now_ms, next, ttl_ms),
                     };
                     self.index.checked(ticket, Some(next), written_by)
                 }
