@@ -6,11 +6,11 @@ A check asks each key only what its index does not know (`Probing` in the rules 
   - "before": what every check asked before: `ZRANGE key 0 0 WITHSCORES`, `ZCARD`, `PTTL`
     (a key's first check still asks all three);
   - "one member": `ZRANGE key 0 1 WITHSCORES` alone, for a key of one member at its last check
-    and no TTL of its own (its lowest score, and its size: 0, 1, or 2 and more);
+    (its lowest score, and its size: 0, 1, or 2 and more), at most of its checks;
   - "sized": `ZRANGE key 0 0 WITHSCORES` and `ZCARD`, for a key of more members;
-  - "+ PTTL": either of those with `PTTL`, at a key's first check, at the check of a key with a
-    TTL before its checks could reach its end (about one in five for the README's key TTL), and
-    at one check in 32 of a key without one.
+  - "+ PTTL": one of the last two with `PTTL`, at the checks that read a key's own TTL: of a
+    key with one, the check before its checks could reach its end (about one in five for the
+    README's key TTL); of a key without one, one check in 32.
 
 Seeds KEYS sorted sets of MEMBERS members each, every key with a TTL (as the README's heartbeat
 leaves it), then sends each read of every key through `redis-cli --pipe` (the per-key work is

@@ -125,13 +125,16 @@ struct Slot {
     /// The walk in flight found it, or it was tracked or written since that walk started: it
     /// is there. (A flag, cleared at each walk's start, keeps the slot at 40 bytes.)
     seen: bool,
-    /// Whether its next checks read its own TTL: [`TTL_NONE`] (it had none; a sample of its
-    /// checks reads it), 0 (the next does) or how many of them need not (its TTL ends later).
+    /// Whether its next checks read its own TTL: 0, the next does; below [`TTL_NONE`], how
+    /// many of them need not (its TTL ends later); from [`TTL_NONE`] up, it had none, and the
+    /// check at which the count is down to [`TTL_NONE`] reads it again.
     ttl_reads: u8,
 }
 
-/// [`Slot::ttl_reads`] of a key that had no TTL of its own at its last read.
-const TTL_NONE: u8 = u8::MAX;
+/// [`Slot::ttl_reads`] from this up: a key that had no TTL of its own at its last read. Each
+/// key counts down on its own, so every key has its TTL read at one check in
+/// [`Probing::TTL_SAMPLE`].
+const TTL_NONE: u8 = 128;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -158,9 +161,6 @@ pub struct Index {
     /// Whether writes may have gone unnoticed (notifications not in use, or lost for a while):
     /// reconciliation then reads every key, not only those written since their checks.
     unnoticed: bool,
-    /// Keys handed out, modulo [`Probing::TTL_SAMPLE`]: which check of a key without a TTL
-    /// reads it anyway.
-    handed: u32,
 }
 
 impl Index {
@@ -175,7 +175,6 @@ impl Index {
             members: 0,
             capacity,
             unnoticed: true,
-            handed: 0,
         }
     }
 
@@ -309,7 +308,6 @@ impl Index {
                 return;
             }
             self.due.pop_first();
-            self.handed = (self.handed + 1) % Probing::TTL_SAMPLE;
             let slot = &mut self.slots[s as usize];
             slot.state = Phase::InFlight { rewritten: false };
             // A size of 0 is a key never checked (a check that finds a key empty forgets it).
@@ -317,11 +315,7 @@ impl Index {
                 0 => Probing::FULL,
                 card => Probing {
                     single: card == 1,
-                    ttl: match slot.ttl_reads {
-                        0 => true,
-                        TTL_NONE => self.handed == 0,
-                        _ => false,
-                    },
+                    ttl: slot.ttl_reads == 0 || slot.ttl_reads == TTL_NONE,
                 },
             };
             each(Ticket { slot: s }, &slot.id, probing);
@@ -343,8 +337,9 @@ impl Index {
     /// Redis's clock, [`NEVER`] for no deadline) with `next.card` members, or gone (`None`) and
     /// forgotten. `written_by` is the check's instant plus the sweep's ttl: a write noticed
     /// while the check ran may have come after its read (as in [`Index::written`]), and a key
-    /// whose TTL the check did not read is looked at again by then, since its TTL is known to
-    /// last only while its checks are at most a ttl apart.
+    /// whose TTL a check skipped because it ends later ([`TtlSeen::EndsAfter`]) is looked at
+    /// again by then, since the TTL is known to last only while its checks are at most a ttl
+    /// apart.
     pub fn checked(&mut self, ticket: Ticket, next: Option<Next>, written_by: u64) {
         let s = ticket.slot;
         let slot = &mut self.slots[s as usize];
@@ -359,11 +354,11 @@ impl Index {
                 card,
                 ttl,
             }) => {
-                let skipped = slot.ttl_reads != 0 && slot.ttl_reads != TTL_NONE;
+                let skipped = (1..TTL_NONE).contains(&slot.ttl_reads);
                 slot.ttl_reads = match ttl {
-                    TtlSeen::Unread if skipped => slot.ttl_reads - 1,
+                    TtlSeen::Unread if slot.ttl_reads > TTL_NONE || skipped => slot.ttl_reads - 1,
                     TtlSeen::Unread => slot.ttl_reads,
-                    TtlSeen::None => TTL_NONE,
+                    TtlSeen::None => TTL_NONE + (Probing::TTL_SAMPLE - 1) as u8,
                     TtlSeen::EndsAfter(checks) => checks.min(TTL_NONE - 1),
                 };
                 let deadline = match ttl {
@@ -844,7 +839,6 @@ mod tests {
             ttl: TtlSeen::EndsAfter(0),
         };
         i.checked(expiring, Some(ttl), NEVER);
-        i.handed = 1;
         let p: Vec<Probing> = probing(&mut i, 10).into_iter().map(|(_, p)| p).collect();
         let (single, sized) = (
             |ttl| Probing { single: true, ttl },
@@ -860,14 +854,30 @@ mod tests {
     fn one_check_in_a_sample_reads_the_ttl_of_a_key_without_one() {
         let mut i = index(10);
         i.track(b"a", 0);
-        let mut ttl_reads = 0;
+        let mut reads = Vec::new();
         for round in 0..Probing::TTL_SAMPLE * 4 {
             let [(t, p)] = probing(&mut i, u64::from(round)).try_into().unwrap();
-            ttl_reads += u32::from(p.ttl);
-            i.checked(t, due_at(u64::from(round) + 1, 1), NEVER);
+            if p.ttl {
+                reads.push(round);
+            }
+            let next = Next {
+                at: u64::from(round) + 1,
+                card: 1,
+                ttl: if p.ttl {
+                    TtlSeen::None
+                } else {
+                    TtlSeen::Unread
+                },
+            };
+            i.checked(t, Some(next), NEVER);
         }
-        // The first check, then one in a sample.
-        assert_eq!(ttl_reads, 1 + 4);
+        // The first check, then one in a sample, for this key whatever the others do.
+        assert_eq!(reads, [0, 32, 64, 96]);
+        assert_eq!(
+            i.next_due(),
+            Some(128),
+            "a key without a TTL keeps its deadline"
+        );
     }
 
     #[test]

@@ -25,8 +25,8 @@ pub struct KeyRead {
 
 /// What a deadline check asks of a key besides its lowest score, from what its index knew of
 /// it. A read costs Redis about as much per command as per key (`benches/probe_cost.py`): of
-/// the three commands a key used to cost (`ZRANGE`, `ZCARD`, `PTTL`), a key of one member that
-/// carries no TTL now needs one.
+/// the three commands a key used to cost (`ZRANGE`, `ZCARD`, `PTTL`), a key of one member
+/// needs one at most checks, whether or not it carries a TTL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Probing {
     /// One member at its last read: `ZRANGE key 0 1 WITHSCORES` reads its lowest score and
@@ -44,7 +44,8 @@ impl Probing {
         single: false,
         ttl: true,
     };
-    /// One check in this many of a key without a TTL reads its TTL anyway.
+    /// One check in this many of a key without a TTL reads its TTL anyway (each key counts
+    /// its own checks).
     pub const TTL_SAMPLE: u32 = 32;
 }
 

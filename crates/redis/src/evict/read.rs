@@ -9,8 +9,8 @@
 //! `expired` events): `ZRANGE key 0 0 WITHSCORES`, `ZCARD` and `PTTL`, with a `TIME` in front
 //! when the caller's view of Redis's clock wants refreshing. Each command costs Redis about as
 //! much as the key's other work, so a key asks only what its index does not know
-//! ([`Probing`]): a key of one member without a TTL of its own is read with one command,
-//! `ZRANGE key 0 1 WITHSCORES`, and a `ZCARD` follows only for a key that grew.
+//! ([`Probing`]): a key of one member is read with one command, `ZRANGE key 0 1 WITHSCORES`
+//! (a `ZCARD` follows only for a key that grew), plus `PTTL` at the checks that read its TTL.
 
 use std::num::NonZeroU64;
 

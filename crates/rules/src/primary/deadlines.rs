@@ -207,6 +207,9 @@ pub fn ttl_seen(expiry: Expiry, now_ms: u64, next: u64, ttl_ms: u64) -> TtlSeen 
     match expiry {
         Expiry::Unread => TtlSeen::Unread,
         Expiry::Never => TtlSeen::None,
+        // A look more than a ttl away (scores ahead of Redis's clock, pinned members, a hold)
+        // keeps its own schedule, and reads the TTL when it comes.
+        Expiry::In(_) if next > now_ms.saturating_add(ttl_ms) => TtlSeen::EndsAfter(0),
         Expiry::In(ms) => {
             let ends = now_ms.saturating_add(ms);
             let checks = ends.saturating_sub(next) / ttl_ms.max(1);
@@ -298,8 +301,14 @@ mod tests {
             "ending at the next look: read again"
         );
         assert_eq!(
-            ttl_seen(Expiry::In(u64::MAX / 2), NOW, next, 1),
+            ttl_seen(Expiry::In(u64::MAX / 2), NOW, NOW + 1, 1),
             TtlSeen::EndsAfter(u8::MAX)
+        );
+        let pinned = NOW + 3_600_000;
+        assert_eq!(
+            ttl_seen(Expiry::In(86_400_000), NOW, pinned, ttl),
+            TtlSeen::EndsAfter(0),
+            "a look beyond a ttl keeps its schedule, and reads the TTL then"
         );
         assert_eq!(ttl_seen(Expiry::Never, NOW, next, ttl), TtlSeen::None);
         assert_eq!(ttl_seen(Expiry::Unread, NOW, next, ttl), TtlSeen::Unread);
