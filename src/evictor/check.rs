@@ -130,7 +130,7 @@ impl Evictor {
                 .iter()
                 .enumerate()
                 .map(|(i, k)| {
-                    let asked = probing.get(i).is_none_or(|p| p.ttl);
+                    let asked = Probing::of(probing, i).ttl;
                     match k.set().and_then(|k| k.expires_in) {
                         _ if !asked => Expiry::Unread,
                         Some(ms) => Expiry::In(ms.get()),

@@ -361,14 +361,11 @@ impl Index {
                     TtlSeen::None => TTL_NONE + (Probing::TTL_SAMPLE - 1) as u8,
                     TtlSeen::EndsAfter(checks) => checks.min(TTL_NONE - 1),
                 };
-                let deadline = match ttl {
-                    TtlSeen::Unread if skipped => deadline.min(written_by),
-                    _ => deadline,
-                };
                 let card = u32::try_from(card).unwrap_or(u32::MAX);
                 self.members = self.members + u64::from(card) - u64::from(slot.card);
                 slot.card = card;
-                let deadline = if rewritten {
+                let skipped_ttl = skipped && ttl == TtlSeen::Unread;
+                let deadline = if rewritten || skipped_ttl {
                     deadline.min(written_by)
                 } else {
                     deadline

@@ -44,6 +44,12 @@ impl Probing {
         single: false,
         ttl: true,
     };
+    /// Key `i`'s of `probing`, one per key of a batch; a batch without (not a deadline
+    /// check's) reads every key in full.
+    pub fn of(probing: &[Probing], i: usize) -> Self {
+        probing.get(i).copied().unwrap_or(Self::FULL)
+    }
+
     /// One check in this many of a key without a TTL reads its TTL anyway (each key counts
     /// its own checks).
     pub const TTL_SAMPLE: u32 = 32;

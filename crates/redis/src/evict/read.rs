@@ -88,7 +88,7 @@ impl Read<'_> {
             Self::Summary(_) => &[Card, Stale, Oldest],
             Self::Members => &[Card],
             Self::Probe { newest, keys, .. } => {
-                let p = keys.get(i).copied().unwrap_or(Probing::FULL);
+                let p = Probing::of(keys, i);
                 match (p.single, p.ttl, newest) {
                     (false, true, false) => &[Oldest, Card, Pttl],
                     (false, true, true) => &[Oldest, Card, Pttl, Newest],
