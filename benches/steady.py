@@ -86,7 +86,8 @@ class Window:
             checks = (lambda: daemon.metric(CHECKS)) if daemon else (lambda: 0.0)
             lags = (lambda: daemon.histogram(LAG)) if daemon else list
             h0 = lags()
-            r0, d0, c0, t0 = redis.cpu(), daemon.cpu() if daemon else 0.0, checks(), time.time()
+            switches = daemon.switches if daemon else (lambda: 0)
+            r0, d0, c0, s0, t0 = redis.cpu(), daemon.cpu() if daemon else 0.0, checks(), switches(), time.time()
             # Checks per 5 s through the window: keys checked together come due together, and
             # an even rate is what keeps a busy Redis from saturating in waves.
             fives, last = [], c0
@@ -96,13 +97,14 @@ class Window:
                 fives.append(now - last)
                 last = now
             time.sleep(max(0.0, t0 + seconds - time.time()))
-            r1, d1, c1, t1 = redis.cpu(), daemon.cpu() if daemon else 0.0, checks(), time.time()
+            r1, d1, c1, s1, t1 = redis.cpu(), daemon.cpu() if daemon else 0.0, checks(), switches(), time.time()
             # The daemon's own lag over the window alone, past the start's transient (the
             # first checks of every key, and the looks that spread them).
             before = dict(h0)
             window_lag = [(le, c - before.get(le, 0.0)) for le, c in lags()]
             self.result = {"redis_core": (r1 - r0) / (t1 - t0), "sweeper_core": (d1 - d0) / (t1 - t0),
                            "seconds": t1 - t0, "checks_per_s": (c1 - c0) / (t1 - t0),
+                           "sweeper_switches_per_s": (s1 - s0) / (t1 - t0),
                            "checks_per_5s": fives, "window_lag": lag_summary(window_lag)}
 
         self.thread = threading.Thread(target=measure)
