@@ -88,3 +88,71 @@ fn a_cluster_delivers_every_leave_once_after_a_kill() {
     );
     assert!(deliveries(&second, "delivered") >= 60.0);
 }
+
+/// One primary of three down, on a cluster that serves the slots it can
+/// (`cluster-require-full-coverage no`): a daemon that never heard of the due streams finds
+/// and delivers those of the two live primaries; the dead one's wait in its due sets.
+#[test]
+fn a_primary_down_holds_back_only_its_own_slots() {
+    let mut cluster = RedisCluster::start_with(3, 0, &["--cluster-require-full-coverage", "no"]);
+    let receiver = Receiver::start(Mode::Fail);
+    let mut first = daemon(&cluster, &receiver.url());
+    first.wait_ready(Duration::from_secs(30));
+    let tags: Vec<String> = (0..60).map(|c| format!("c{c}")).collect();
+    let mut con = cluster.con();
+    for tag in &tags {
+        seed_keys(&mut con, [format!("presence:{{{tag}}}:typing")], 2, 1);
+    }
+    let log = |tag: &str| format!("presence:{{{tag}}}:log");
+    wait_until("every zombie evicted", Duration::from_secs(15), || {
+        tags.iter().all(|t| {
+            redis::cmd("XLEN")
+                .arg(log(t))
+                .query::<u64>(&mut con)
+                .is_ok_and(|n| n == 2)
+        })
+    });
+    first.signal("KILL");
+    first.wait_exit(Duration::from_secs(5));
+    receiver.set(Mode::Accept);
+    // The primary to stop, and the events the others hold.
+    let (_, victim) = cluster.primaries()[0].clone();
+    let mut expected = HashSet::new();
+    let mut on_victim = 0;
+    for tag in &tags {
+        let key = log(tag);
+        // A node answers for its own keys only (others are MOVED).
+        if redis::cmd("XLEN")
+            .arg(&key)
+            .query::<u64>(&mut cluster.node(victim).con())
+            .is_ok()
+        {
+            on_victim += 1;
+            continue;
+        }
+        let entries: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+            .arg(&key)
+            .arg("-")
+            .arg("+")
+            .query(&mut con)
+            .unwrap();
+        expected.extend(entries.iter().map(|(id, _)| webhook_id(key.as_bytes(), id)));
+    }
+    assert!(
+        on_victim > 0 && !expected.is_empty(),
+        "tags on every primary"
+    );
+    drop(con);
+    cluster.node(victim).stop();
+    let _second = daemon(&cluster, &receiver.url());
+    let hits = receiver.wait_delivered(expected.len(), Duration::from_secs(40));
+    let delivered: HashSet<String> = hits
+        .iter()
+        .filter(|h| h.status == 200)
+        .map(|h| h.id.clone())
+        .collect();
+    assert_eq!(
+        delivered, expected,
+        "every event of the live primaries, and none else"
+    );
+}

@@ -3,6 +3,7 @@
 //! says; a command answered `MOVED` follows the redirection once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use presence_sweeper_rules::slot::slot;
 
@@ -22,19 +23,44 @@ impl Store {
         batch: Packed,
         key_arg: usize,
     ) -> redis::RedisResult<Vec<Value>> {
+        let (replies, failed) = self.send_by_slot_partly(batch, key_arg, None).await;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(replies
+                .into_iter()
+                .map(|r| r.unwrap_or(Value::Nil))
+                .collect()),
+        }
+    }
+
+    /// As [`Store::send_by_slot`], but a primary that fails, or does not answer `within`, fails
+    /// only its own commands: their replies are `None`, and the first failure comes back beside
+    /// the replies of the others, so that one unreachable primary does not hide what the rest
+    /// answered.
+    pub async fn send_by_slot_partly(
+        &self,
+        batch: Packed,
+        key_arg: usize,
+        within: Option<Duration>,
+    ) -> (Vec<Option<Value>>, Option<redis::RedisError>) {
         let map = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let commands = batch.commands();
+        let mut out: Vec<Option<Value>> = vec![None; commands.len()];
+        let mut failed = None;
         // Per primary: its commands, and where each one's reply goes.
         let mut groups: Vec<(&Primary, Packed, Vec<usize>)> = Vec::new();
         for (i, (bytes, args)) in commands.iter().enumerate() {
             let key = args.get(key_arg).copied().unwrap_or_default();
-            let owner = map.owner(slot(key)).ok_or_else(|| {
-                redis::RedisError::from((
-                    redis::ErrorKind::ClusterConnectionNotFound,
-                    "no primary serves the slot",
-                    slot(key).to_string(),
-                ))
-            })?;
+            let Some(owner) = map.owner(slot(key)) else {
+                failed.get_or_insert_with(|| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::ClusterConnectionNotFound,
+                        "no primary serves the slot",
+                        slot(key).to_string(),
+                    ))
+                });
+                continue;
+            };
             let at = match groups.iter().position(|(p, _, _)| *p == owner) {
                 Some(at) => at,
                 None => {
@@ -47,37 +73,59 @@ impl Store {
         }
         let sends = groups.into_iter().map(|(owner, group, at)| async move {
             let n = group.len();
-            let replies = self
-                .wire_to(owner)
-                .await?
-                .send(group.into_bytes(), n, Wait::Reply)
-                .await?;
-            Ok::<_, redis::RedisError>((at, replies))
+            let send = async {
+                self.wire_to(owner)
+                    .await?
+                    .send(group.into_bytes(), n, Wait::Reply)
+                    .await
+            };
+            let replies = match within {
+                Some(limit) => tokio::time::timeout(limit, send)
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out(owner, limit))),
+                None => send.await,
+            };
+            (at, replies)
         });
-        let mut out = vec![Value::Nil; commands.len()];
-        for sent in futures_util::future::join_all(sends).await {
-            let (at, replies) = sent?;
-            for (i, reply) in at.into_iter().zip(replies) {
-                out[i] = reply;
+        for (at, sent) in futures_util::future::join_all(sends).await {
+            match sent {
+                Ok(replies) => {
+                    for (i, reply) in at.into_iter().zip(replies) {
+                        out[i] = Some(reply);
+                    }
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
         }
         for (reply, (bytes, _)) in out.iter_mut().zip(&commands) {
-            let moved = match &*reply {
-                Value::ServerError(e) if e.code() == "MOVED" => e.details().and_then(moved_to),
+            let moved = match reply {
+                Some(Value::ServerError(e)) if e.code() == "MOVED" => {
+                    e.details().and_then(moved_to)
+                }
                 _ => None,
             };
             if let Some(primary) = moved {
                 let mut again = Packed::default();
                 again.encoded(bytes);
-                let wire = self.wire_to(&primary).await?;
-                *reply = wire
-                    .send(again.into_bytes(), 1, Wait::Reply)
-                    .await?
-                    .pop()
-                    .unwrap_or(Value::Nil);
+                let resent = async {
+                    self.wire_to(&primary)
+                        .await?
+                        .send(again.into_bytes(), 1, Wait::Reply)
+                        .await
+                }
+                .await;
+                match resent {
+                    Ok(mut replies) => *reply = Some(replies.pop().unwrap_or(Value::Nil)),
+                    Err(e) => {
+                        *reply = None;
+                        failed.get_or_insert(e);
+                    }
+                }
             }
         }
-        Ok(out)
+        (out, failed)
     }
 
     /// The data-path connection to a cluster primary.
@@ -90,4 +138,13 @@ impl Store {
             .await
             .map_err(|why: Arc<str>| not_connected(&why))
     }
+}
+
+/// The failure of a primary that did not answer within `limit`.
+fn timed_out((host, port): &Primary, limit: Duration) -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("{host}:{port} did not answer within {limit:?}"),
+    )
+    .into()
 }

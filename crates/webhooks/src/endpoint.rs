@@ -116,18 +116,19 @@ impl Deliverer {
         let mut slots = Slots::new(shared.store.per_slot());
         let renew_every = self.lease / 3;
         let mut renewed = now();
-        let mut redis_failing = false;
+        // When a claim's failure was last logged at warn: on a cluster with one primary down,
+        // its slots fail look after look while the others' succeed in between.
+        let mut warned: Option<std::time::Instant> = None;
         let mut looked: Option<std::time::Instant> = None;
         while !cancel.is_cancelled() {
             if slots.per_slot {
                 slots.hear(self.hints.take(&shared.name));
                 if slots.discovery_due() {
-                    match shared.store.discover(&slots.known()).await {
-                        Ok(found) => slots.found(found),
-                        Err(e) => {
-                            shared.metrics.redis_error();
-                            tracing::debug!(webhook = %shared.name, error = %e, "looking for due slots failed; retrying");
-                        }
+                    let (found, failed) = shared.store.discover(&slots.known()).await;
+                    slots.found(found);
+                    if let Some(e) = failed {
+                        shared.metrics.redis_error();
+                        tracing::debug!(webhook = %shared.name, error = %e, "looking for due slots failed on a primary; the others' were found; retrying");
                     }
                 }
             }
@@ -146,7 +147,6 @@ impl Deliverer {
                     let window = active.len() + 2 * free;
                     match shared.store.claim(in_slot, free, window).await {
                         Ok(claims) => {
-                            redis_failing = false;
                             shared.clock.observe(claims.now_ms);
                             let (due, oldest_ms) = (claims.due, claims.oldest_ms);
                             let started =
@@ -156,10 +156,11 @@ impl Deliverer {
                         }
                         Err(e) => {
                             shared.metrics.redis_error();
-                            if !redis_failing {
+                            if warned.is_none_or(|at| now().duration_since(at) >= WARN_EVERY) {
                                 tracing::warn!(webhook = %shared.name, error = %e, "cannot look for events to deliver; retrying");
+                                warned = Some(now());
                             }
-                            redis_failing = true;
+                            slots.failed(in_slot);
                             break;
                         }
                     }
@@ -288,6 +289,11 @@ struct Seen {
 
 /// How long a slot whose due streams were all held elsewhere is left out of the looks.
 const REST: Duration = Duration::from_secs(1);
+/// How long a slot whose claim failed (its primary down or unreachable) is left out of the
+/// looks, so that they go on with the other primaries' slots rather than stop at it again.
+const FAILED_REST: Duration = Duration::from_secs(5);
+/// A failing Redis is logged at warn at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 impl Slots {
     fn new(per_slot: bool) -> Self {
@@ -351,6 +357,14 @@ impl Slots {
             .collect()
     }
 
+    /// A claim on `in_slot` failed. On a cluster the slot rests [`FAILED_REST`]; outside one
+    /// it is the only due set, and is looked at again as before.
+    fn failed(&mut self, in_slot: Option<u16>) {
+        if in_slot.is_some() {
+            self.seen.entry(in_slot).or_default().rest_until = Some(now() + FAILED_REST);
+        }
+    }
+
     /// A look claims from `in_slot`: the next one begins after it.
     fn visited(&mut self, in_slot: Option<u16>) {
         if let Some(s) = in_slot {
@@ -398,6 +412,22 @@ mod tests {
         slots.saw(None, 2, Some(5), 0);
         assert_eq!(slots.next_turn(), [None], "never rests");
         assert_eq!(slots.backlog(), (2, Some(5)));
+    }
+
+    #[test]
+    fn a_slot_whose_claim_failed_rests_while_the_others_go_on() {
+        let mut slots = Slots::new(true);
+        slots.hear([7, 8, 9]);
+        slots.visited(Some(7));
+        slots.failed(Some(7));
+        assert_eq!(slots.next_turn(), [Some(8), Some(9)]);
+        // Heard of anew (this process's evictor marked it due): looked at again at once.
+        slots.hear([7]);
+        assert_eq!(slots.next_turn(), [Some(8), Some(9), Some(7)]);
+        // Outside a cluster the one due set never rests.
+        let mut one = Slots::new(false);
+        one.failed(None);
+        assert_eq!(one.next_turn(), [None]);
     }
 
     #[test]

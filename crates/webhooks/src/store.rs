@@ -215,20 +215,26 @@ impl DeliveryStore {
 
     /// On a cluster, the slots whose due sets hold streams, leaving out those of `known`: one
     /// `EXISTS` per slot, pipelined to each slot's primary (16,384 in all, split among them).
-    pub async fn discover(&self, known: &[u16]) -> Result<Vec<u16>, StoreError> {
+    /// A primary that fails or does not answer in time hides only its own slots: the others'
+    /// come back beside the failure.
+    pub async fn discover(&self, known: &[u16]) -> (Vec<u16>, Option<StoreError>) {
         let mut batch = Packed::with_capacity(usize::from(SLOTS) * 48);
         let mut asked = Vec::with_capacity(usize::from(SLOTS));
         for s in (0..SLOTS).filter(|s| !known.contains(s)) {
             batch.command(&[b"EXISTS", self.due(Some(s)).as_bytes()]);
             asked.push(s);
         }
-        let replies = self.bounded(self.store.send_by_slot(batch, 1)).await?;
-        Ok(asked
+        let (replies, failed) = self
+            .store
+            .send_by_slot_partly(batch, 1, Some(self.timeout))
+            .await;
+        let found = asked
             .into_iter()
             .zip(replies)
-            .filter(|(_, r)| matches!(r, presence_sweeper_redis::Value::Int(n) if *n > 0))
+            .filter(|(_, r)| matches!(r, Some(presence_sweeper_redis::Value::Int(n)) if *n > 0))
             .map(|(s, _)| s)
-            .collect())
+            .collect();
+        (found, failed.map(StoreError::from))
     }
 
     /// Up to `count` entries of `stream` after `cursor` (else from `since_ms` on), as
