@@ -5,8 +5,9 @@ own traffic, and how late zombies leave. Phases, in one run, on one Redis, with 
 
   traffic alone   no sweeper. A filler adds work to the heartbeats until Redis's main thread is
                   at --busy of a core; its rate is then fixed for every later phase.
-  fixed           this build with evict.max_pipeline_depth = evict.pipeline_depth (4): the
-                  in-flight window of earlier builds. fixed:200 also sets evict.batch_keys.
+  fixed           this build with evict.max_pipeline_depth = evict.pipeline_depth (4) and
+                  evict.batch_keys = 100: the in-flight window of earlier builds. fixed:200
+                  sets evict.batch_keys to 200.
   adaptive        this build as shipped: the window grows while due keys wait.
   limited         as shipped, the daemon held to --cpu of a core (default 0.2: 200m) by a cgroup,
                   as benches/burst.py does (needs root and a cgroup cpu controller; skipped
@@ -166,9 +167,10 @@ def main():
 
         for name in wanted:
             if name.split(":")[0] == "fixed":
-                # fixed:200 is the fixed window with evict.batch_keys = 200.
-                batch = name.split(":")[1] if ":" in name else None
-                extra = f"batch_keys = {int(batch)}\n" if batch else ""
+                # The window and batch of earlier builds (4 batches of 100 keys); fixed:200 is
+                # the fixed window with evict.batch_keys = 200.
+                batch = name.split(":")[1] if ":" in name else "100"
+                extra = f"batch_keys = {int(batch)}\n"
                 keep(name, phase(name.replace(":", "-batch-"), "[evict]\nmax_pipeline_depth = 4\n" + extra))
             elif name == "adaptive":
                 keep("adaptive", phase("adaptive", ""))

@@ -205,6 +205,17 @@ class Replicas:
     def metric(self, name):
         return sum(d.metric(name) for d in self.daemons)
 
+    def switches(self):
+        return sum(d.switches() for d in self.daemons)
+
+    def histogram(self, name):
+        """The daemons' cumulative buckets, summed bucket by bucket."""
+        buckets = {}
+        for d in self.daemons:
+            for le, count in d.histogram(name):
+                buckets[le] = buckets.get(le, 0.0) + count
+        return sorted(buckets.items())
+
 
 # The apps' and the simulator's commands, the heartbeat script's inner ones too (Redis counts
 # them on their own as well as in EVALSHA's time), and TIME, which both send (the sweeper's
@@ -385,11 +396,12 @@ def validate(args):
                                                     alone=results["points"][-1]["alone"])
         finally:
             cluster.stop()
+            # Whatever was measured is kept, even when a later phase failed.
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(results, f, indent=2)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
     report(results)
 
 

@@ -240,14 +240,16 @@ class Daemon:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def switches(self):
-        """Context switches of all its threads so far: each is a wake-up (or a preemption), a
-        count that does not drift with the machine's speed as CPU time does."""
+        """Voluntary context switches of its threads so far: each is a wait that ended, a
+        wake-up, a count that does not drift with the machine's speed as CPU time does (the
+        involuntary ones, preemptions, grow with what else runs). Threads that ended are not
+        counted; the daemon's run for its whole life."""
         total = 0
         for task in os.listdir(f"/proc/{self.proc.pid}/task"):
             try:
                 with open(f"/proc/{self.proc.pid}/task/{task}/status") as f:
                     for line in f:
-                        if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")):
+                        if line.startswith("voluntary_ctxt_switches:"):
                             total += int(line.split()[1])
             except FileNotFoundError:
                 pass

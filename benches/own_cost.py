@@ -7,7 +7,8 @@ then measures over --window seconds:
 
   - the daemon's CPU time, in % of a core and per deadline check;
   - Redis's CPU, and the checks per second;
-  - the daemon's context switches per check (its wake-ups: a count, which does not drift);
+  - the daemon's voluntary context switches per check (its wake-ups: a count, which does
+    not drift);
   - the sweeper's reads per check (`ZRANGE`, `ZCARD`, `PTTL` from `INFO commandstats`: counts,
     which do not drift) and their execution time in Redis per check (which does, and leaves
     out each command's parsing and reply).

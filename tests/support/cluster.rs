@@ -100,10 +100,11 @@ impl RedisCluster {
         }
     }
 
-    /// `redis://127.0.0.1:PORT` of every node, for `redis.nodes`.
+    /// `redis://127.0.0.1:PORT` of every running node, for `redis.nodes`.
     pub fn seeds(&self) -> Vec<String> {
         self.nodes
             .iter()
+            .filter(|n| n.is_running())
             .map(|n| format!("redis://127.0.0.1:{}", n.port))
             .collect()
     }

@@ -6,8 +6,8 @@ use super::section::{Key, Shown};
 /// shipped `config/presence-sweeper.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Evict {
-    /// `evict.batch_keys`: keys of one sweep checked together (one read pipeline, then one
-    /// transaction for those holding zombies).
+    /// `evict.batch_keys`: keys of one sweep checked together (one read pipeline, then
+    /// transactions of at most 100 keys for those holding zombies).
     pub batch_keys: usize,
     /// `evict.max_members_per_call`: members one transaction or script call removes at most,
     /// over all its keys; bounds each command's time in Redis.

@@ -3,7 +3,6 @@
 //! says; a command answered `MOVED` follows the redirection once.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use presence_sweeper_rules::slot::slot;
 
@@ -23,7 +22,7 @@ impl Store {
         batch: Packed,
         key_arg: usize,
     ) -> redis::RedisResult<Vec<Value>> {
-        let (replies, failed) = self.send_by_slot_partly(batch, key_arg, None).await;
+        let (replies, failed) = self.send_by_slot_partly(batch, key_arg).await;
         match failed {
             Some(e) => Err(e),
             None => Ok(replies
@@ -33,15 +32,14 @@ impl Store {
         }
     }
 
-    /// As [`Store::send_by_slot`], but a primary that fails, or does not answer `within`, fails
-    /// only its own commands: their replies are `None`, and the first failure comes back beside
-    /// the replies of the others, so that one unreachable primary does not hide what the rest
-    /// answered.
+    /// As [`Store::send_by_slot`], but a primary that fails (its wire's own timeouts bound
+    /// how long that takes, and retire a wire that timed out) fails only its own commands:
+    /// their replies are `None`, and the first failure comes back beside the replies of the
+    /// others, so that one unreachable primary does not hide what the rest answered.
     pub async fn send_by_slot_partly(
         &self,
         batch: Packed,
         key_arg: usize,
-        within: Option<Duration>,
     ) -> (Vec<Option<Value>>, Option<redis::RedisError>) {
         let map = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let commands = batch.commands();
@@ -73,18 +71,13 @@ impl Store {
         }
         let sends = groups.into_iter().map(|(owner, group, at)| async move {
             let n = group.len();
-            let send = async {
+            let replies = async {
                 self.wire_to(owner)
                     .await?
                     .send(group.into_bytes(), n, Wait::Reply)
                     .await
-            };
-            let replies = match within {
-                Some(limit) => tokio::time::timeout(limit, send)
-                    .await
-                    .unwrap_or_else(|_| Err(timed_out(owner, limit))),
-                None => send.await,
-            };
+            }
+            .await;
             (at, replies)
         });
         for (at, sent) in futures_util::future::join_all(sends).await {
@@ -128,6 +121,23 @@ impl Store {
         (out, failed)
     }
 
+    /// The slots of `among` that the primary serving `slot` serves too, as the slot map last
+    /// read says (`slot` among them); just `slot` outside a cluster or where no primary is known.
+    pub fn same_primary(&self, slot: u16, among: impl IntoIterator<Item = u16>) -> Vec<u16> {
+        let map = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(owner) = map.owner(slot) else {
+            return vec![slot];
+        };
+        let mut same: Vec<u16> = among
+            .into_iter()
+            .filter(|&s| map.owner(s) == Some(owner))
+            .collect();
+        if !same.contains(&slot) {
+            same.push(slot);
+        }
+        same
+    }
+
     /// The data-path connection to a cluster primary.
     async fn wire_to(&self, (host, port): &Primary) -> redis::RedisResult<Wire> {
         let client = self.node_client(host, *port)?;
@@ -138,13 +148,4 @@ impl Store {
             .await
             .map_err(|why: Arc<str>| not_connected(&why))
     }
-}
-
-/// The failure of a primary that did not answer within `limit`.
-fn timed_out((host, port): &Primary, limit: Duration) -> redis::RedisError {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("{host}:{port} did not answer within {limit:?}"),
-    )
-    .into()
 }

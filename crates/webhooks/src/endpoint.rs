@@ -34,6 +34,9 @@ const STREAMS_PER_PERMIT: usize = 4;
 /// primaries): what finds the streams another replica (or a predecessor) marked due. This
 /// process's own evictions are heard at once ([`DueSlots`]).
 pub const DISCOVER: Duration = Duration::from_secs(1);
+/// How long after a discovery that a primary failed the next one waits: an unreachable
+/// primary holds each discovery (and the looks behind it) for its wire's timeout.
+const DISCOVER_FAILING: Duration = Duration::from_secs(10);
 /// On a cluster, the most slots one look claims from, so that a look stays a bounded number of
 /// calls however many slots hold streams; the next look goes on where this one stopped.
 const SLOTS_PER_LOOK: usize = 64;
@@ -107,6 +110,19 @@ impl Deliverer {
         })
     }
 
+    /// On a cluster, looks for the slots whose due sets hold streams this process has not
+    /// heard of. A primary that fails hides only its own.
+    async fn discover(&self, slots: &mut Slots) {
+        let shared = &self.shared;
+        let (found, failed) = shared.store.discover(&slots.known()).await;
+        slots.found(found);
+        slots.discovered(failed.is_some());
+        if let Some(e) = failed {
+            shared.metrics.redis_error();
+            tracing::debug!(webhook = %shared.name, error = %e, "looking for due slots failed on a primary; the others' were found; retrying");
+        }
+    }
+
     /// Delivers until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
         let shared = &self.shared;
@@ -124,12 +140,7 @@ impl Deliverer {
             if slots.per_slot {
                 slots.hear(self.hints.take(&shared.name));
                 if slots.discovery_due() {
-                    let (found, failed) = shared.store.discover(&slots.known()).await;
-                    slots.found(found);
-                    if let Some(e) = failed {
-                        shared.metrics.redis_error();
-                        tracing::debug!(webhook = %shared.name, error = %e, "looking for due slots failed on a primary; the others' were found; retrying");
-                    }
+                    self.discover(&mut slots).await;
                 }
             }
             // A claim reads a window of the due set: look again once a quarter of the slots is
@@ -142,6 +153,10 @@ impl Deliverer {
                 for in_slot in slots.next_turn() {
                     if free == 0 {
                         break;
+                    }
+                    // A slot of a primary that failed earlier in this look.
+                    if slots.resting(in_slot) {
+                        continue;
                     }
                     slots.visited(in_slot);
                     let window = active.len() + 2 * free;
@@ -160,8 +175,11 @@ impl Deliverer {
                                 tracing::warn!(webhook = %shared.name, error = %e, "cannot look for events to deliver; retrying");
                                 warned = Some(now());
                             }
-                            slots.failed(in_slot);
-                            break;
+                            // Its primary's other slots would fail alike: they rest too, and
+                            // the look goes on with the other primaries' slots.
+                            let same = in_slot.map(|s| shared.store.same_primary(s, slots.known()));
+                            slots.failed(in_slot, same.unwrap_or_default());
+                            continue;
                         }
                     }
                 }
@@ -274,7 +292,8 @@ struct Slots {
     seen: BTreeMap<Option<u16>, Seen>,
     /// The last slot a look claimed from: the next look goes on after it.
     last: Option<u16>,
-    discovered: Option<std::time::Instant>,
+    /// When the next discovery is due; `None`: at once.
+    discover_at: Option<std::time::Instant>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -305,7 +324,7 @@ impl Slots {
             per_slot,
             seen,
             last: None,
-            discovered: None,
+            discover_at: None,
         }
     }
 
@@ -316,14 +335,15 @@ impl Slots {
         }
     }
 
-    fn discovery_due(&mut self) -> bool {
-        let due = self
-            .discovered
-            .is_none_or(|at| now().duration_since(at) >= DISCOVER);
-        if due {
-            self.discovered = Some(now());
-        }
-        due
+    fn discovery_due(&self) -> bool {
+        self.discover_at.is_none_or(|at| now() >= at)
+    }
+
+    /// A discovery ended, `failing` on some primary: the next comes [`DISCOVER`] after its
+    /// end, or [`DISCOVER_FAILING`] while a primary fails.
+    fn discovered(&mut self, failing: bool) {
+        let wait = if failing { DISCOVER_FAILING } else { DISCOVER };
+        self.discover_at = Some(now() + wait);
     }
 
     fn known(&self) -> Vec<u16> {
@@ -357,12 +377,25 @@ impl Slots {
             .collect()
     }
 
-    /// A claim on `in_slot` failed. On a cluster the slot rests [`FAILED_REST`]; outside one
-    /// it is the only due set, and is looked at again as before.
-    fn failed(&mut self, in_slot: Option<u16>) {
-        if in_slot.is_some() {
-            self.seen.entry(in_slot).or_default().rest_until = Some(now() + FAILED_REST);
+    /// A claim on `in_slot` failed. On a cluster the slot rests [`FAILED_REST`], with `same`
+    /// (the known slots of its primary, which would fail alike); outside one it is the only
+    /// due set, and is looked at again as before.
+    fn failed(&mut self, in_slot: Option<u16>, same: Vec<u16>) {
+        let Some(slot) = in_slot else {
+            return;
+        };
+        let until = now() + FAILED_REST;
+        for s in std::iter::once(slot).chain(same) {
+            self.seen.entry(Some(s)).or_default().rest_until = Some(until);
         }
+    }
+
+    /// Whether `in_slot` is left out of the looks for now.
+    fn resting(&self, in_slot: Option<u16>) -> bool {
+        self.seen
+            .get(&in_slot)
+            .and_then(|s| s.rest_until)
+            .is_some_and(|until| until > now())
     }
 
     /// A look claims from `in_slot`: the next one begins after it.
@@ -417,16 +450,18 @@ mod tests {
     #[test]
     fn a_slot_whose_claim_failed_rests_while_the_others_go_on() {
         let mut slots = Slots::new(true);
-        slots.hear([7, 8, 9]);
+        slots.hear([7, 8, 9, 10]);
         slots.visited(Some(7));
-        slots.failed(Some(7));
-        assert_eq!(slots.next_turn(), [Some(8), Some(9)]);
+        // 7 and 9 are on the primary that failed.
+        slots.failed(Some(7), vec![7, 9]);
+        assert!(slots.resting(Some(9)) && !slots.resting(Some(8)));
+        assert_eq!(slots.next_turn(), [Some(8), Some(10)]);
         // Heard of anew (this process's evictor marked it due): looked at again at once.
         slots.hear([7]);
-        assert_eq!(slots.next_turn(), [Some(8), Some(9), Some(7)]);
+        assert_eq!(slots.next_turn(), [Some(8), Some(10), Some(7)]);
         // Outside a cluster the one due set never rests.
         let mut one = Slots::new(false);
-        one.failed(None);
+        one.failed(None, Vec::new());
         assert_eq!(one.next_turn(), [None]);
     }
 

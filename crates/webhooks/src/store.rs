@@ -215,8 +215,8 @@ impl DeliveryStore {
 
     /// On a cluster, the slots whose due sets hold streams, leaving out those of `known`: one
     /// `EXISTS` per slot, pipelined to each slot's primary (16,384 in all, split among them).
-    /// A primary that fails or does not answer in time hides only its own slots: the others'
-    /// come back beside the failure.
+    /// A primary that fails hides only its own slots: the others' come back beside the
+    /// failure.
     pub async fn discover(&self, known: &[u16]) -> (Vec<u16>, Option<StoreError>) {
         let mut batch = Packed::with_capacity(usize::from(SLOTS) * 48);
         let mut asked = Vec::with_capacity(usize::from(SLOTS));
@@ -224,10 +224,7 @@ impl DeliveryStore {
             batch.command(&[b"EXISTS", self.due(Some(s)).as_bytes()]);
             asked.push(s);
         }
-        let (replies, failed) = self
-            .store
-            .send_by_slot_partly(batch, 1, Some(self.timeout))
-            .await;
+        let (replies, failed) = self.store.send_by_slot_partly(batch, 1).await;
         let found = asked
             .into_iter()
             .zip(replies)
@@ -235,6 +232,11 @@ impl DeliveryStore {
             .map(|(s, _)| s)
             .collect();
         (found, failed.map(StoreError::from))
+    }
+
+    /// The slots of `among` whose due sets are on the primary of `slot`'s, `slot` among them.
+    pub fn same_primary(&self, slot: u16, among: impl IntoIterator<Item = u16>) -> Vec<u16> {
+        self.store.same_primary(slot, among)
     }
 
     /// Up to `count` entries of `stream` after `cursor` (else from `since_ms` on), as
