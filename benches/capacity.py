@@ -59,22 +59,22 @@ CONSTANTS = {
     # Redis CPU per primary with the apps' traffic but no sweeper, beyond what scales with the
     # heartbeats, in cores; and per heartbeat (heartbeat.lua: TIME, ZADD GT, EXPIRE; one
     # member, sent one call at a time as a cluster needs), us.
-    "apps_fixed_core": 0.0103,
-    "heartbeat_us": 16.2,
+    "apps_fixed_core": 0.0091,
+    "heartbeat_us": 15.9,
     # The sweeper's commands' execution time in Redis (INFO commandstats), fixed per primary in
     # cores and per deadline check in us: what the model counts as the sweeper's Redis CPU, a
     # lower bound (reading, parsing and replying are not in it). Redis's whole CPU with the
     # sweeper minus without it drifted by more than the sweeper's share here (docs/capacity.md).
-    "sweeper_fixed_command_core": 0.00033,
-    "check_command_us": 3.5,
+    "sweeper_fixed_command_core": 0.00032,
+    "check_command_us": 2.87,
     # Redis CPU per evicted member with its event, us (benches/bench.py: 7.3 us per evicting key).
     "evict_us": 7.3,
     # Redis CPU per write to publish its keyspace event with KEA and the sweeper subscribed, us
     # (steady.py --scenarios cost: +0.94 us).
     "notify_us": 0.94,
     # The sweeper's own CPU per primary it holds, at any rate, in cores; and per deadline check, us.
-    "sweeper_fixed_core": 0.0029,
-    "sweeper_check_us": 3.03,
+    "sweeper_fixed_core": 0.0041,
+    "sweeper_check_us": 2.11,
     # The sweeper's own CPU per keyspace notice heard (KEA), us (steady.py live, before En).
     "sweeper_notice_us": 2.0,
     # The sweeper's RSS with nothing tracked, MB, and its index per tracked key, bytes
