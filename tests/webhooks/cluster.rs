@@ -26,17 +26,32 @@ fn daemon(cluster: &RedisCluster, url: &str) -> Binary {
     Binary::spawn(&toml, &[], &[])
 }
 
-#[test]
-fn a_cluster_delivers_every_leave_once_after_a_kill() {
-    let cluster = RedisCluster::start(3, 0);
+/// A daemon whose receiver fails, and 60 conversations (`c0`..`c59`, one per hash tag, over
+/// every primary) seeded with 2 zombies and a live user each: the receiver, the daemon, the
+/// tags and a connection.
+fn evicting(
+    cluster: &RedisCluster,
+) -> (
+    Receiver,
+    Binary,
+    Vec<String>,
+    redis::cluster::ClusterConnection,
+) {
     let receiver = Receiver::start(Mode::Fail);
-    let mut first = daemon(&cluster, &receiver.url());
+    let first = daemon(cluster, &receiver.url());
     first.wait_ready(Duration::from_secs(30));
     let tags: Vec<String> = (0..60).map(|c| format!("c{c}")).collect();
     let mut con = cluster.con();
     for tag in &tags {
         seed_keys(&mut con, [format!("presence:{{{tag}}}:typing")], 2, 1);
     }
+    (receiver, first, tags, con)
+}
+
+#[test]
+fn a_cluster_delivers_every_leave_once_after_a_kill() {
+    let cluster = RedisCluster::start(3, 0);
+    let (receiver, mut first, tags, mut con) = evicting(&cluster);
     // Heard from this daemon's own evictions: attempts begin at once.
     wait_until("attempts", Duration::from_secs(15), || {
         receiver.hits().len() >= 20
@@ -96,14 +111,7 @@ fn a_cluster_delivers_every_leave_once_after_a_kill() {
 /// finds the due slots by discovery.
 fn primary_down(known: bool) {
     let mut cluster = RedisCluster::start_with(3, 0, &["--cluster-require-full-coverage", "no"]);
-    let receiver = Receiver::start(Mode::Fail);
-    let mut first = daemon(&cluster, &receiver.url());
-    first.wait_ready(Duration::from_secs(30));
-    let tags: Vec<String> = (0..60).map(|c| format!("c{c}")).collect();
-    let mut con = cluster.con();
-    for tag in &tags {
-        seed_keys(&mut con, [format!("presence:{{{tag}}}:typing")], 2, 1);
-    }
+    let (receiver, mut first, tags, mut con) = evicting(&cluster);
     let log = |tag: &str| format!("presence:{{{tag}}}:log");
     wait_until("every zombie evicted", Duration::from_secs(15), || {
         tags.iter().all(|t| {
