@@ -249,25 +249,28 @@ def measure_point(work, cluster, n, replicas=1, alone=None):
     else:
         cluster.cli("CONFIG", "SET", "notify-keyspace-events", "En")
         daemons = []
-        for i in range(replicas):
-            port = free_port()
-            cfg = config(work, f"{n}-replica{i}", sweeps, "[coordination]\nlease = true\n", port)
-            daemons.append(Daemon(cfg, cluster, port))
-        for d in daemons:
-            d.wait_ready(120)
-        group = Replicas(daemons)
-        cpu0 = [d.cpu() for d in daemons]
-        w = Window(cluster, group, WARMUP, WINDOW)
-        report = simulate(config(work, f"{n}-replicas-sim", sweeps, "", free_port()), cluster,
-                          [*sim_args(n), "--duration", f"{DURATION}s"])
-        swept = {"phase": f"{n}-replicas", **w.get(), "report": report}
-        seconds = swept["seconds"]
-        # Over the whole run (the window's share is what Window gives in all).
-        swept["per_replica_core_run"] = [(d.cpu() - c0) for d, c0 in zip(daemons, cpu0)]
-        swept["leases_held"] = [d.metric("presence_sweeper_lease_held") for d in daemons]
-        swept["sweeper_rss_mb"] = max(d.rss_mb() for d in daemons)
-        for d in daemons:
-            d.stop()
+        # Stopped however the phase ends: a daemon left behind outlives the cluster and spins.
+        try:
+            for i in range(replicas):
+                port = free_port()
+                cfg = config(work, f"{n}-replica{i}", sweeps, "[coordination]\nlease = true\n", port)
+                daemons.append(Daemon(cfg, cluster, port))
+            for d in daemons:
+                d.wait_ready(120)
+            group = Replicas(daemons)
+            cpu0 = [d.cpu() for d in daemons]
+            w = Window(cluster, group, WARMUP, WINDOW)
+            report = simulate(config(work, f"{n}-replicas-sim", sweeps, "", free_port()), cluster,
+                              [*sim_args(n), "--duration", f"{DURATION}s"])
+            swept = {"phase": f"{n}-replicas", **w.get(), "report": report}
+            seconds = swept["seconds"]
+            # Over the whole run (the window's share is what Window gives in all).
+            swept["per_replica_core_run"] = [(d.cpu() - c0) for d, c0 in zip(daemons, cpu0)]
+            swept["leases_held"] = [d.metric("presence_sweeper_lease_held") for d in daemons]
+            swept["sweeper_rss_mb"] = max(d.rss_mb() for d in daemons)
+        finally:
+            for d in daemons:
+                d.stop()
         print(f"  {replicas} replicas: sweepers {swept['sweeper_core']:.2%} of a core in all over {seconds:.0f} s, "
               f"leases held {swept['leases_held']}; evictions {report['evictions']}, false "
               f"{report['false_evictions']}, duplicates {report['duplicate_events']}, missed "
