@@ -71,14 +71,7 @@ impl Store {
         }
         let sends = groups.into_iter().map(|(owner, group, at)| async move {
             let n = group.len();
-            let replies = async {
-                self.wire_to(owner)
-                    .await?
-                    .send(group.into_bytes(), n, Wait::Reply)
-                    .await
-            }
-            .await;
-            (at, replies)
+            (at, self.send_to(owner, group, n).await)
         });
         for (at, sent) in futures_util::future::join_all(sends).await {
             match sent {
@@ -102,14 +95,7 @@ impl Store {
             if let Some(primary) = moved {
                 let mut again = Packed::default();
                 again.encoded(bytes);
-                let resent = async {
-                    self.wire_to(&primary)
-                        .await?
-                        .send(again.into_bytes(), 1, Wait::Reply)
-                        .await
-                }
-                .await;
-                match resent {
+                match self.send_to(&primary, again, 1).await {
                     Ok(mut replies) => *reply = Some(replies.pop().unwrap_or(Value::Nil)),
                     Err(e) => {
                         *reply = None;
@@ -122,20 +108,29 @@ impl Store {
     }
 
     /// The slots of `among` that the primary serving `slot` serves too, as the slot map last
-    /// read says (`slot` among them); just `slot` outside a cluster or where no primary is known.
+    /// read says; just `slot` where no primary is known for it.
     pub fn same_primary(&self, slot: u16, among: impl IntoIterator<Item = u16>) -> Vec<u16> {
         let map = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let Some(owner) = map.owner(slot) else {
             return vec![slot];
         };
-        let mut same: Vec<u16> = among
+        among
             .into_iter()
             .filter(|&s| map.owner(s) == Some(owner))
-            .collect();
-        if !same.contains(&slot) {
-            same.push(slot);
-        }
-        same
+            .collect()
+    }
+
+    /// `n` commands to a cluster primary over its data-path connection.
+    async fn send_to(
+        &self,
+        primary: &Primary,
+        commands: Packed,
+        n: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        self.wire_to(primary)
+            .await?
+            .send(commands.into_bytes(), n, Wait::Reply)
+            .await
     }
 
     /// The data-path connection to a cluster primary.

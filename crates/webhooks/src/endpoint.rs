@@ -306,6 +306,13 @@ struct Seen {
     rest_until: Option<std::time::Instant>,
 }
 
+impl Seen {
+    /// Whether the slot is left out of the looks at `at`.
+    fn resting_at(&self, at: std::time::Instant) -> bool {
+        self.rest_until.is_some_and(|until| until > at)
+    }
+}
+
 /// How long a slot whose due streams were all held elsewhere is left out of the looks.
 const REST: Duration = Duration::from_secs(1);
 /// How long a slot whose claim failed (its primary down or unreachable) is left out of the
@@ -367,7 +374,7 @@ impl Slots {
         let (later, earlier): (Vec<Option<u16>>, Vec<Option<u16>>) = self
             .seen
             .iter()
-            .filter(|(_, s)| s.rest_until.is_none_or(|until| until <= at))
+            .filter(|(_, s)| !s.resting_at(at))
             .map(|(k, _)| *k)
             .partition(|k| k.is_some_and(|s| u32::from(s) >= after));
         later
@@ -392,10 +399,7 @@ impl Slots {
 
     /// Whether `in_slot` is left out of the looks for now.
     fn resting(&self, in_slot: Option<u16>) -> bool {
-        self.seen
-            .get(&in_slot)
-            .and_then(|s| s.rest_until)
-            .is_some_and(|until| until > now())
+        self.seen.get(&in_slot).is_some_and(|s| s.resting_at(now()))
     }
 
     /// A look claims from `in_slot`: the next one begins after it.
