@@ -211,6 +211,61 @@ async fn with_a_lease_one_replica_sweeps_and_a_standby_takes_over() {
     assert_each_once(&events, 200);
 }
 
+/// A standby holds no sweep on its primary. Its loop used to take the reconciliation that came
+/// due with nothing to walk as due again at every turn, and spun a core from then on; so did
+/// every replica once Redis went away and their leases with it. Their CPU, over a few seconds,
+/// several reconciliation intervals after they started, and again while Redis is away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_idle_without_spinning_on_standby_and_while_redis_is_away() {
+    let mut server = RedisServer::start();
+    let daemons: Vec<Option<Binary>> = replicas(
+        &server,
+        2,
+        "[coordination]\nlease = true\n[tracking]\nreconcile_interval = \"1s\"\n",
+    )
+    .into_iter()
+    .map(Some)
+    .collect();
+    tokio::task::block_in_place(|| {
+        wait_until("one holder", Duration::from_secs(10), || {
+            holders(&daemons).len() == 1
+        })
+    });
+    let standby = daemons[1 - holders(&daemons)[0]].as_ref().unwrap();
+    // Past the first reconciliation's instant (1 s after start).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let share = cpu_share(&[standby], Duration::from_secs(3)).await;
+    // Idle, a daemon uses next to nothing; spinning, it took a whole core. The bounds are far
+    // from both.
+    assert!(
+        share[0] < 0.25,
+        "the standby used {:.0} % of a core",
+        share[0] * 100.0
+    );
+
+    server.stop();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let all: Vec<&Binary> = daemons.iter().flatten().collect();
+    let share = cpu_share(&all, Duration::from_secs(3)).await;
+    assert!(
+        share.iter().all(|&s| s < 0.25),
+        "with Redis away the replicas used {share:?} of a core"
+    );
+}
+
+/// The share of a core each of `daemons` used over `seconds`.
+async fn cpu_share(daemons: &[&Binary], seconds: Duration) -> Vec<f64> {
+    let before: Vec<f64> = daemons.iter().map(|d| d.cpu_seconds()).collect();
+    let at = Instant::now();
+    tokio::time::sleep(seconds).await;
+    let elapsed = at.elapsed().as_secs_f64();
+    daemons
+        .iter()
+        .zip(before)
+        .map(|(d, b)| (d.cpu_seconds() - b) / elapsed)
+        .collect()
+}
+
 /// The primaries whose `typing` lease `d` holds.
 fn held_primaries(d: &Binary) -> Vec<String> {
     scrape(d.http_addr())

@@ -348,7 +348,6 @@ impl RedisServer {
         signal_pid(self.child.as_ref().expect("running").id(), name);
     }
 
-    /// Kills the server (SIGKILL: like a crash).
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
@@ -667,6 +666,28 @@ impl Binary {
     /// The process's id (to read its memory in /proc).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// CPU seconds the process used so far (user and system, from /proc).
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).expect("its stat");
+        // The fields after the command name, which is in parentheses and may hold spaces.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .expect("a stat line")
+            .1
+            .split_whitespace()
+            .collect();
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        let out = Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .expect("getconf");
+        let per_second: f64 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("CLK_TCK");
+        ticks as f64 / per_second
     }
 
     /// The path of the config file, to rewrite it (reload tests).

@@ -110,9 +110,15 @@ impl Walks {
         Start { kind, count_missed }
     }
 
-    /// Nothing to walk (no sweep here, or stopping): no catch-up is owed.
-    pub fn nothing_to_walk(&mut self) {
+    /// Nothing to walk at `at` (no sweep here, or stopping): no catch-up is owed, and a
+    /// reconciliation that came due is skipped to the next interval. Left due, it would be due
+    /// at every turn and its wake-up always past: a loop without sweeps (a standby's primary)
+    /// would spin once the first interval passed.
+    pub fn nothing_to_walk(&mut self, at: Instant) {
         self.sync_wanted = false;
+        if self.reconcile_due(at) {
+            self.reconcile_at = after(at, self.interval);
+        }
     }
 }
 

@@ -255,7 +255,7 @@ impl<I: Io> Coordinator<I> {
     /// is nothing to walk.
     pub fn start_walk(&mut self, at: Instant, kind: WalkKind, can_walk: bool) {
         if !can_walk {
-            self.walks.nothing_to_walk();
+            self.walks.nothing_to_walk(at);
             return;
         }
         let start = self.walks.start(at, kind, self.notifications.in_use());

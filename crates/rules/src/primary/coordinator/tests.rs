@@ -470,6 +470,35 @@ fn with_nothing_to_walk_no_catch_up_is_owed() {
 }
 
 #[test]
+fn without_sweeps_the_reconciliation_s_time_does_not_keep_the_loop_awake() {
+    // A standby's primary: no sweep here. Once the first reconciliation came due, its past
+    // instant used to be the loop's next wake at every turn: the loop spun.
+    let t0 = crate::testing::now();
+    let (mut c, _, _) = answered(t0);
+    let none = Turn {
+        sweeps: 0,
+        ..idle()
+    };
+    let due = t0 + HOUR;
+    let actions = turn(&mut c, due, none).0;
+    assert!(
+        !actions.iter().any(|a| a.starts_with("walk")),
+        "{actions:?}"
+    );
+    let wake = c.next_wake(due, secs(5), None, None);
+    assert!(
+        wake > due,
+        "the loop's next wake is ahead of it: {:?}",
+        wake - due
+    );
+    let actions = turn(&mut c, due + HOUR, idle()).0;
+    assert!(
+        actions.contains(&"walk reconcile".to_owned()),
+        "with a sweep again, the reconciliation comes an interval later: {actions:?}"
+    );
+}
+
+#[test]
 fn the_reconciliation_walks_and_looks_at_the_settings_again() {
     let t0 = crate::testing::now();
     let (mut c, _, _) = coordinator(t0, false);
