@@ -15,6 +15,9 @@ own traffic, and how late zombies leave. Phases, in one run, on one Redis, with 
                   below what the daemon needs shows how it falls behind.
   before          with --before BINARY, an earlier build as shipped (last, unless --phases
                   names it elsewhere: --phases before,fixed).
+  LABEL           with --variant 'LABEL=TOML', this build with TOML added to its configuration
+                  (after the phases --phases names, unless it names LABEL elsewhere):
+                  --variant 'one connection=[redis]\ndata_connections = 1'.
 
 The filler stands for the rest of an app's Redis traffic: `EVALSHA` of a script that spins for
 --spin iterations (about 50 us), at the rate that reaches --busy. Each phase prints Redis's CPU,
@@ -22,7 +25,8 @@ the sweeper's, the simulator's lag figures (p99 of zombies in known and in brand
 false, duplicate or missed is the bar) and the daemon's own presence_sweeper_eviction_lag_seconds.
 
 usage: python3 benches/busy.py [--conversations N] [--busy 0.85] [--cpu 0.2[,0.03]] [--phases
-                               fixed,adaptive,limited] [--before BINARY] [--skip-build] [--json FILE]
+                               fixed,adaptive,limited] [--before BINARY] [--variant LABEL=TOML ...]
+                               [--skip-build] [--json FILE]
 needs: redis-server and redis-cli on PATH; cargo; root for the limited phase.
 """
 
@@ -125,6 +129,8 @@ def main():
     ap.add_argument("--duration", type=int, default=150)
     ap.add_argument("--window", type=int, default=60)
     ap.add_argument("--before", help="an earlier build of presence-sweeper, run as one more phase")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="LABEL=TOML: this build with TOML (\\n for a new line) added, as one more phase")
     args = parse_and_build(ap)
     work = tempfile.mkdtemp(prefix="presence-sweeper-busy-")
     redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", "En"])
@@ -158,6 +164,14 @@ def main():
         wanted = args.phases.split(",")
         if args.before and "before" not in wanted:
             wanted.append("before")
+        variants = {}
+        for v in args.variant:
+            label, sep, toml = v.partition("=")
+            if not sep:
+                sys.exit(f"busy.py: --variant {v!r}: expected LABEL=TOML")
+            variants[label] = toml.replace("\\n", "\n") + "\n"
+            if label not in wanted:
+                wanted.append(label)
         def keep(label, row):
             """A phase named twice (--phases before,fixed,before,fixed) keeps each row."""
             key, n = label, 2
@@ -192,8 +206,11 @@ def main():
                             limit = None
             elif name == "before" and args.before:
                 keep("before", phase("before", "", binary=args.before))
+            elif name in variants:
+                keep(name, phase(name.replace(" ", "-"), variants[name]))
             else:
-                sys.exit(f"busy.py: unknown phase {name!r} (fixed, adaptive, limited, before with --before)")
+                sys.exit(f"busy.py: unknown phase {name!r} (fixed, adaptive, limited, before with --before, "
+                         "a --variant's label)")
         base = rows["traffic alone"]["redis_core"]
         for row in rows.values():
             if isinstance(row, dict) and "report" in row and row is not rows["traffic alone"]:

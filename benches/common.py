@@ -224,10 +224,13 @@ def tools(config, redis, *args):
 
 class Daemon:
     """`presence-sweeper run` in the background, its metrics server on `http_port` (the config
-    must say `listen = "127.0.0.1:<http_port>"`); its CPU and RSS come from /proc."""
+    must say `listen = "127.0.0.1:<http_port>"`); its CPU and RSS come from /proc. Its log is
+    kept in a temporary file, or appended to $BENCH_DAEMON_LOG when set (to read it after a
+    run: `log.level` is the config's)."""
 
     def __init__(self, config, redis, http_port, env=None, binary=None):
-        self.log = tempfile.TemporaryFile()
+        keep = os.environ.get("BENCH_DAEMON_LOG")
+        self.log = open(keep, "ab") if keep else tempfile.TemporaryFile()
         self.port = http_port
         cmd = sweeper(config, redis, "run")
         if binary:
