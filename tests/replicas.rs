@@ -125,6 +125,23 @@ fn holders(daemons: &[Option<Binary>]) -> Vec<usize> {
         .collect()
 }
 
+/// `n` replicas with a lease (`extra` follows `[coordination]`), once one holds it: the
+/// replicas (`None` once a test stops one) and which holds it.
+fn leased(server: &RedisServer, n: usize, extra: &str) -> (Vec<Option<Binary>>, usize) {
+    let daemons: Vec<Option<Binary>> =
+        replicas(server, n, &format!("[coordination]\nlease = true\n{extra}"))
+            .into_iter()
+            .map(Some)
+            .collect();
+    tokio::task::block_in_place(|| {
+        wait_until("one holder", Duration::from_secs(10), || {
+            holders(&daemons).len() == 1
+        })
+    });
+    let holder = holders(&daemons)[0];
+    (daemons, holder)
+}
+
 fn successes(d: &Binary) -> f64 {
     let s = scrape(d.http_addr());
     metric(
@@ -140,20 +157,7 @@ async fn with_a_lease_one_replica_sweeps_and_a_standby_takes_over() {
     let server = RedisServer::start();
     let sub = Subscriber::start(&server.url(), "presence:*:events").await;
     let ttl = Duration::from_secs(2);
-    let mut daemons: Vec<Option<Binary>> = replicas(
-        &server,
-        3,
-        "[coordination]\nlease = true\nlease_ttl = \"2s\"\n",
-    )
-    .into_iter()
-    .map(Some)
-    .collect();
-    tokio::task::block_in_place(|| {
-        wait_until("one holder", Duration::from_secs(10), || {
-            holders(&daemons).len() == 1
-        })
-    });
-    let holder = holders(&daemons)[0];
+    let (mut daemons, holder) = leased(&server, 3, "lease_ttl = \"2s\"\n");
     // Every replica is ready: the holder once it walked, the others because standing by is
     // their job (as sidecars, a replica that is not ready takes its app out of service).
     tokio::task::block_in_place(|| {
@@ -218,20 +222,8 @@ async fn with_a_lease_one_replica_sweeps_and_a_standby_takes_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_idle_without_spinning_on_standby_and_while_redis_is_away() {
     let mut server = RedisServer::start();
-    let daemons: Vec<Option<Binary>> = replicas(
-        &server,
-        2,
-        "[coordination]\nlease = true\n[tracking]\nreconcile_interval = \"1s\"\n",
-    )
-    .into_iter()
-    .map(Some)
-    .collect();
-    tokio::task::block_in_place(|| {
-        wait_until("one holder", Duration::from_secs(10), || {
-            holders(&daemons).len() == 1
-        })
-    });
-    let standby = daemons[1 - holders(&daemons)[0]].as_ref().unwrap();
+    let (daemons, holder) = leased(&server, 2, "[tracking]\nreconcile_interval = \"1s\"\n");
+    let standby = daemons[1 - holder].as_ref().unwrap();
     // Past the first reconciliation's instant (1 s after start).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let share = cpu_share(&[standby], Duration::from_secs(3)).await;
