@@ -8,7 +8,8 @@ own traffic, and how late zombies leave. Phases, in one run, on one Redis, with 
   fixed           this build with evict.max_pipeline_depth = evict.pipeline_depth (4) and
                   evict.batch_keys = 100: the in-flight window of earlier builds. fixed:200
                   sets evict.batch_keys to 200.
-  adaptive        this build as shipped: the window grows while due keys wait.
+  adaptive        this build as shipped (its window grows while due keys wait only where
+                  evict.max_pipeline_depth is raised above pipeline_depth; it is not by default).
   limited         as shipped, the daemon held to --cpu of a core (default 0.2: 200m) by a cgroup,
                   as benches/burst.py does (needs root and a cgroup cpu controller; skipped
                   without them). Several limits (--cpu 0.2,0.03) run one phase each; a limit
@@ -17,7 +18,7 @@ own traffic, and how late zombies leave. Phases, in one run, on one Redis, with 
                   names it elsewhere: --phases before,fixed).
   LABEL           with --variant 'LABEL=TOML', this build with TOML added to its configuration
                   (after the phases --phases names, unless it names LABEL elsewhere):
-                  --variant 'one connection=[redis]\ndata_connections = 1'.
+                  --variant 'grown=[evict]\\nmax_pipeline_depth = 16'.
 
 The filler stands for the rest of an app's Redis traffic: `EVALSHA` of a script that spins for
 --spin iterations (about 50 us), at the rate that reaches --busy. Each phase prints Redis's CPU,

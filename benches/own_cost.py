@@ -18,7 +18,7 @@ CPU time drifts with the machine's speed (2x within an hour here), so the builds
 between rounds, and the builds are compared round by round.
 
 --variant LABEL=TOML runs this build once more in each round with TOML added to its
-configuration, to compare settings side by side: --variant 'batch 100=[evict]\nbatch_keys = 100'.
+configuration, to compare settings side by side: --variant 'batch 100=[evict]\\nbatch_keys = 100'.
 
 usage: python3 benches/own_cost.py [--conversations N] [--before BINARY ...] [--variant LABEL=TOML ...]
                                    [--rounds 3] [--warmup 100] [--window 40] [--skip-build] [--json FILE]
