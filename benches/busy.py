@@ -27,7 +27,7 @@ false, duplicate or missed is the bar) and the daemon's own presence_sweeper_evi
 
 usage: python3 benches/busy.py [--conversations N] [--busy 0.85] [--cpu 0.2[,0.03]] [--phases
                                fixed,adaptive,limited] [--before BINARY] [--variant LABEL=TOML ...]
-                               [--skip-build] [--json FILE]
+                               [--timeline DIR] [--skip-build] [--json FILE]
 needs: redis-server and redis-cli on PATH; cargo; root for the limited phase.
 """
 
@@ -132,7 +132,12 @@ def main():
     ap.add_argument("--before", help="an earlier build of presence-sweeper, run as one more phase")
     ap.add_argument("--variant", action="append", default=[],
                     help="LABEL=TOML: this build with TOML (\\n for a new line) added, as one more phase")
+    ap.add_argument("--timeline", metavar="DIR",
+                    help="write each phase's window second by second to DIR/<phase>.csv: Redis's CPU, "
+                    "the longest PING, the checks, the evictions and those over 100 ms late")
     args = parse_and_build(ap)
+    if args.timeline:
+        os.makedirs(args.timeline, exist_ok=True)
     work = tempfile.mkdtemp(prefix="presence-sweeper-busy-")
     redis = Redis(tempfile.mkdtemp(dir=work), extra=["--notify-keyspace-events", "En"])
     sweeps = LIVE_SWEEPS
@@ -146,8 +151,14 @@ def main():
         def phase(label, mode, binary=None):
             stats = {}
             threading.Thread(target=commandstats, args=([redis], 75, 30, stats), daemon=True).start()
+            line = None
+            if args.timeline and mode is not None:
+                # A phase named twice keeps both files: adaptive.csv, adaptive-2.csv.
+                line, n = os.path.join(args.timeline, f"{label}.csv"), 2
+                while os.path.exists(line):
+                    line, n = os.path.join(args.timeline, f"{label}-{n}.csv"), n + 1
             row = run_phase(f"busy-{label}", work, redis, sweeps, mode, sim, args.duration,
-                            args.window, binary=binary, warmup=60.0)
+                            args.window, binary=binary, warmup=60.0, timeline=line)
             row["commandstats"] = stats
             top = sorted(stats.items(), key=lambda kv: -kv[1]["usec_per_s"])[:6]
             print("    Redis per second: " + ", ".join(

@@ -115,6 +115,81 @@ class Window:
         return self.result
 
 
+class Timeline:
+    """Each second of a window: Redis's CPU, the longest `PING` round trip on a connection of
+    its own (how long any client waited for Redis then), the daemon's checks, and its evictions
+    and those more than 100 ms late. Written to `path` as CSV; `summary()` sets the seconds with
+    late evictions against the rest."""
+
+    def __init__(self, redis, daemon, warmup, seconds, path):
+        self.path, self.rows, self.worst = path, [], 0.0
+        self.lock = threading.Lock()
+        self.stopping = False
+        threading.Thread(target=self._ping, args=(redis,), daemon=True).start()
+        self.thread = threading.Thread(target=self._poll, args=(redis, daemon, warmup, seconds))
+        self.thread.start()
+
+    def _ping(self, redis):
+        import socket
+        sock = socket.create_connection(("127.0.0.1", redis.port))
+        while not self.stopping:
+            t = time.perf_counter()
+            sock.sendall(b"PING\r\n")
+            got = b""
+            while not got.endswith(b"\r\n"):
+                got += sock.recv(64)
+            rtt = time.perf_counter() - t
+            with self.lock:
+                self.worst = max(self.worst, rtt)
+            time.sleep(0.005)
+        sock.close()
+
+    def _poll(self, redis, daemon, warmup, seconds):
+        def late():
+            buckets = daemon.histogram(LAG)
+            total = buckets[-1][1] if buckets else 0.0
+            return total, total - max((c for le, c in buckets if le <= 0.1), default=0.0)
+
+        time.sleep(warmup)
+        t0 = time.time()
+        last = (redis.cpu(), daemon.metric(CHECKS), *late(), t0)
+        with self.lock:
+            self.worst = 0.0
+        while time.time() < t0 + seconds:
+            time.sleep(max(0.0, last[-1] + 1.0 - time.time()))
+            now = (redis.cpu(), daemon.metric(CHECKS), *late(), time.time())
+            with self.lock:
+                worst, self.worst = self.worst, 0.0
+            dt = now[-1] - last[-1]
+            self.rows.append({"t": round(now[-1] - t0, 2), "redis_core": (now[0] - last[0]) / dt,
+                              "ping_max_ms": worst * 1000, "checks": now[1] - last[1],
+                              "evictions": now[2] - last[2], "late": now[3] - last[3]})
+            last = now
+        self.stopping = True
+        with open(self.path, "w") as f:
+            f.write(",".join(self.rows[0]) + "\n" if self.rows else "")
+            for r in self.rows:
+                f.write(",".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in r.values()) + "\n")
+
+    def summary(self):
+        """The seconds with evictions more than 100 ms late against the rest: how many, Redis's
+        CPU, the longest PING and the checks in each (medians), and the late evictions' share."""
+        self.thread.join()
+
+        def median(rows, key):
+            v = sorted(r[key] for r in rows)
+            return v[len(v) // 2] if v else 0.0
+
+        late = [r for r in self.rows if r["late"] > 0]
+        rest = [r for r in self.rows if r["late"] == 0]
+        out = {"path": self.path, "late_evictions": sum(r["late"] for r in self.rows),
+               "evictions": sum(r["evictions"] for r in self.rows)}
+        for name, rows in (("late_seconds", late), ("other_seconds", rest)):
+            out[name] = {"count": len(rows), "redis_core": median(rows, "redis_core"),
+                         "ping_max_ms": median(rows, "ping_max_ms"), "checks": median(rows, "checks")}
+        return out
+
+
 def lag(report, key):
     v = report
     for k in key.split("."):
@@ -123,9 +198,10 @@ def lag(report, key):
 
 
 def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, binary=None, warmup=None,
-              flags=None):
+              flags=None, timeline=None):
     """One phase: an optional daemon (`binary`, or this checkout's), the traffic, and the
-    window's CPU; `flags`, if given, are the server's notify-keyspace-events for it."""
+    window's CPU; `flags`, if given, are the server's notify-keyspace-events for it; `timeline`,
+    a CSV file for the window's seconds (see `Timeline`)."""
     daemon = None
     walk_cpu = 0.0
     if flags is not None:
@@ -142,8 +218,17 @@ def run_phase(label, work, redis, sweeps, mode, sim_args, duration, window, bina
     warmup = min(15.0, duration / 4) if warmup is None else warmup
     seconds = min(window, duration - warmup - 2)
     w = Window(redis, daemon, warmup, seconds)
+    line = Timeline(redis, daemon, warmup, seconds, timeline) if timeline and daemon else None
     report = simulate(cfg, redis, [*sim_args, "--duration", f"{duration}s"])
     cpu = w.get()
+    if line:
+        cpu["timeline"] = t = line.summary()
+        late, other = t["late_seconds"], t["other_seconds"]
+        print(f"    each second ({t['path']}): {late['count']} with evictions over 100 ms late "
+              f"({t['late_evictions']:.0f} of {t['evictions']:.0f}): Redis {late['redis_core']:.0%}, "
+              f"longest PING {late['ping_max_ms']:.0f} ms, {late['checks']:.0f} checks (medians); "
+              f"{other['count']} others: Redis {other['redis_core']:.0%}, longest PING "
+              f"{other['ping_max_ms']:.0f} ms, {other['checks']:.0f} checks", flush=True)
     row = {"phase": label, **cpu, "startup_walk_redis_cpu_s": walk_cpu, "report": report}
     if daemon is not None:
         row["sweeper_rss_mb"] = daemon.rss_mb()
