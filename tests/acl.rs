@@ -209,8 +209,8 @@ fn notifications_need_the_keyspace_channels_not_config() {
         &server,
         "listener",
         &format!(
-            "{MINIMAL} +config|get +psubscribe &__keyspace@0__:presence:*:online \
-             &__keyspace@0__:presence:*:typing"
+            "{MINIMAL} +config|get +psubscribe &__keyevent@0__:new \
+             &__keyspace@0__:presence:*:online &__keyspace@0__:presence:*:typing"
         ),
     );
     // A managed Redis's user: no CONFIG, the channels granted. Notices prove them on.
@@ -279,6 +279,85 @@ fn notifications_need_the_keyspace_channels_not_config() {
             "{user}: {}",
             d.log()
         );
+    }
+}
+
+/// The documented ACL grants the new keys' channel, on which `En` (the cheapest flags) publishes.
+/// A user granted only the sweeps' keyspace channels (the ACL of earlier releases) still hears
+/// new keys where the server publishes both: over the keyspace channels, told once what to add,
+/// and without subscribing again at each look. Where the server publishes new keys alone, it
+/// is told what to add and walks instead.
+#[test]
+fn a_user_refused_the_new_keys_channel_falls_back_to_the_keyspace_channels() {
+    if !crate::new_keys::has_new_keys() {
+        return;
+    }
+    // Not `KEAn`: Redis reads `n` back without it beside `A`.
+    let server = RedisServer::start_with(&["--notify-keyspace-events", "KzgEn"]);
+    let keyspace = "&__keyspace@0__:presence:*:online";
+    let documented = format!("{MINIMAL} +config|get +psubscribe &__keyevent@0__:new {keyspace}");
+    create_user(&server, "documented", &documented);
+    create_user(
+        &server,
+        "earlier",
+        &format!("{MINIMAL} +config|get +psubscribe {keyspace}"),
+    );
+    let node = format!("127.0.0.1:{}", server.port);
+    let fallback = "may not PSUBSCRIBE __keyevent@0__:new: listening to the sweeps' keyspace \
+                    channels instead, which hear every heartbeat (add &__keyevent@0__:new to its ACL)";
+    let refused = "may not PSUBSCRIBE __keyevent@0__:new \
+                   (add each to its ACL as a channel: &__keyevent@0__:new)";
+    for (flags, user, in_use, says) in [
+        ("KzgEn", "documented", 1.0, "keyspace notifications in use"),
+        ("KzgEn", "earlier", 1.0, fallback),
+        ("En", "documented", 1.0, "keyspace notifications in use"),
+        ("En", "earlier", 0.0, refused),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("notify-keyspace-events")
+            .arg(flags)
+            .query(&mut server.con())
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let pw = write_file(dir.path(), "pw", "user-secret\n");
+        // A reconciliation each second: each looks at the server's flags again.
+        let toml = format!(
+            "[http]\nlisten = \"127.0.0.1:0\"\n[sweeps.typing]\nenabled = false\n\
+             [tracking]\nreconcile_interval = \"1s\"\n\
+             [redis]\nusername = \"{user}\"\npassword_file = {:?}\n",
+            pw.to_str().unwrap()
+        );
+        let d = crate::support::Binary::spawn(&toml, &["--redis-url", &server.url()], &[]);
+        d.wait_ready(Duration::from_secs(10));
+        let mut con = server.con();
+        let now = redis_now(&mut con);
+        let _: () = redis::cmd("ZADD")
+            .arg(format!("presence:{user}-{flags}:online"))
+            .arg(now)
+            .arg("u1")
+            .query(&mut con)
+            .unwrap();
+        d.wait_for_log(says, 1, Duration::from_secs(5));
+        // Several looks later: still subscribed once, still in use.
+        std::thread::sleep(Duration::from_secs(4));
+        let s = crate::support::scrape(d.http_addr());
+        let what = format!("{user} on {flags}: {}", d.log());
+        assert_eq!(
+            crate::support::metric(
+                &s,
+                "presence_sweeper_notifications_in_use",
+                &[("node", &node)]
+            ),
+            Some(in_use),
+            "{what}"
+        );
+        assert_eq!(d.count(says), 1, "{what}");
+        if in_use == 1.0 {
+            let notices =
+                crate::support::metric(&s, "presence_sweeper_notices_total", &[("node", &node)]);
+            assert!(notices.unwrap_or(0.0) >= 1.0, "{notices:?} {what}");
+        }
     }
 }
 

@@ -31,7 +31,7 @@ fn value(d: &Binary, name: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 /// Redis 6.2 has no `n`: these tests are for the servers that do.
-fn has_new_keys() -> bool {
+pub(crate) fn has_new_keys() -> bool {
     if server_major_version() < 7 {
         eprintln!("SKIPPED: this redis-server has no new-key notifications (Redis 6.2)");
         return false;

@@ -359,6 +359,39 @@ fn configure_notifications_turns_them_on_and_keeps_the_servers_flags() {
     );
 }
 
+/// Redis reads `n` back without it beside `A` (`AKE` for `KEAn`): added there, the flags would
+/// look off at every look and be set again each time. Beside `A` it adds `K`, once.
+#[test]
+fn configure_notifications_beside_a_sets_flags_that_read_back_on() {
+    let server = RedisServer::start_with(&["--notify-keyspace-events", "EA"]);
+    let d = daemon(
+        &server,
+        &online(
+            "2s",
+            "1h",
+            "[tracking]\nconfigure_notifications = true\nreconcile_interval = \"1s\"\n",
+        ),
+    );
+    wait_until("notifications in use", Duration::from_secs(10), || {
+        in_use(&d, &server) == 1.0
+    });
+    // A look at each reconciliation, one a second.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        d.count("turned keyspace notifications on"),
+        1,
+        "{}",
+        d.log()
+    );
+    let flags: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query(&mut server.con())
+        .unwrap();
+    assert!(flags[1].contains('K'), "{flags:?}");
+    assert_eq!(in_use(&d, &server), 1.0);
+}
+
 #[test]
 fn a_server_without_notifications_is_left_alone_and_reported() {
     let server = RedisServer::start();

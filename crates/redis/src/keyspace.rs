@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use presence_sweeper_rules::keyspace::{
-    Availability, Change, Channels, NEW_KEY, Notice, channel_prefix, config_refusal,
+    Availability, Change, Channels, NEW_KEY, Notice, Published, channel_prefix, config_refusal,
     new_key_channel, notice, with_needed,
 };
 
@@ -41,8 +41,8 @@ where
         };
     }
     let flags = config_value(reply).unwrap_or_default();
-    Ok(match Channels::of(&flags) {
-        Some(channels) => Availability::On(channels),
+    Ok(match Published::of(&flags) {
+        Some(published) => Availability::On(published),
         None => Availability::Off(flags),
     })
 }
@@ -94,6 +94,9 @@ pub struct Subscription {
     new_keys: Vec<u8>,
     /// Which notifications it listens to.
     channels: Channels,
+    /// What it would have listened to had the ACL allowed: `channels`, or the new keys where
+    /// it fell back to the keyspace channels.
+    preferred: Channels,
     held: VecDeque<Notice>,
 }
 
@@ -122,6 +125,7 @@ impl Subscription {
             prefix: channel_prefix(db).into_bytes(),
             new_keys: new_key_channel(db).into_bytes(),
             channels: Channels::Both,
+            preferred: Channels::Both,
             held: VecDeque::new(),
         };
         if !patterns.is_empty() {
@@ -132,15 +136,22 @@ impl Subscription {
         Ok(this)
     }
 
-    /// Says which notifications `patterns` listen to, for [`Subscription::channels`].
-    pub fn listening_to(mut self, channels: Channels) -> Self {
+    /// Says which notifications `patterns` listen to, for [`Subscription::channels`], and
+    /// which were wanted ([`Subscription::preferred`]).
+    pub fn listening_to(mut self, channels: Channels, preferred: Channels) -> Self {
         self.channels = channels;
+        self.preferred = preferred;
         self
     }
 
     /// Which notifications it listens to.
     pub fn channels(&self) -> Channels {
         self.channels
+    }
+
+    /// Which it would listen to had the ACL allowed.
+    pub fn preferred(&self) -> Channels {
+        self.preferred
     }
 
     async fn psubscribe(&mut self, patterns: &[String]) -> Result<(), Error> {

@@ -4,9 +4,9 @@
 /// What a primary's `notify-keyspace-events` allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Availability {
-    /// `E` and `n`: every new key is published ([`Channels::NewKeys`]); or `K` and `z` (or
-    /// `A`): every sorted-set write of a key is ([`Channels::Keyspace`]).
-    On(Channels),
+    /// `E` and `n`: every new key is published ([`Channels::NewKeys`]); or `K` and `z`
+    /// (or `A`): every sorted-set write of a key is ([`Channels::Keyspace`]).
+    On(Published),
     /// Off, or without what presence keys need; the flags as the server reports them.
     Off(String),
     /// The server will not say (the Redis user may not run `CONFIG GET`, or the server does
@@ -29,17 +29,49 @@ pub enum Channels {
     Both,
 }
 
+/// Where a server publishes what the daemon needs, from its `notify-keyspace-events`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// `E` and `n`: on `__keyevent@<db>__:new`.
+    pub new_keys: bool,
+    /// `K` and `z` (or `A`): on the keyspace channels.
+    pub keyspace: bool,
+}
+
+impl Published {
+    /// What `flags` publish; `None` if neither.
+    pub fn of(flags: &str) -> Option<Self> {
+        let new_keys = flags.contains('E') && flags.contains('n');
+        let keyspace = flags.contains('K') && (flags.contains('A') || flags.contains('z'));
+        (new_keys || keyspace).then_some(Self { new_keys, keyspace })
+    }
+
+    /// What to listen to, in order: each is tried where the ACL refuses the one before. New
+    /// keys first (one message per key, none per heartbeat); the keyspace channels where the
+    /// server publishes those too, so that a user granted only the sweeps' channels (the ACL of
+    /// earlier releases) still hears new keys, at the price of hearing every heartbeat.
+    pub fn choices(self) -> Vec<Channels> {
+        let mut out = Vec::with_capacity(2);
+        if self.new_keys {
+            out.push(Channels::NewKeys);
+        }
+        if self.keyspace {
+            out.push(Channels::Keyspace);
+        }
+        out
+    }
+}
+
+/// What to listen to where the server will not say what it publishes (`CONFIG` refused) or
+/// publishes neither yet: both, and the keyspace channels alone where the ACL refuses the new
+/// keys' (the sweeps' own channels are those an ACL is likeliest to grant).
+pub const UNSAID: [Channels; 2] = [Channels::Both, Channels::Keyspace];
+
 impl Channels {
     /// The channels `flags` publish what the daemon needs on, preferring new keys; `None` if
     /// neither.
     pub fn of(flags: &str) -> Option<Self> {
-        if flags.contains('E') && flags.contains('n') {
-            Some(Self::NewKeys)
-        } else if flags.contains('K') && (flags.contains('A') || flags.contains('z')) {
-            Some(Self::Keyspace)
-        } else {
-            None
-        }
+        Published::of(flags).map(|p| p.choices()[0])
     }
 
     /// Whether the sweeps' keyspace channels are listened to.
@@ -62,9 +94,13 @@ pub fn flags_cover(flags: &str) -> bool {
 /// `flags` with the cheapest flags that serve the daemon added, keeping whatever else the
 /// server publishes: `E` and `n` (new keys, once each) where the server has `n`
 /// (`new_keys`), else `K` (keyspace channels), `z` (sorted sets) and `g` (deletions).
+///
+/// Beside `A`, the keyspace channels: Redis and Valkey read `n` back without it beside `A`
+/// (`CONFIG GET` answers `AKE` for `KEAn`), so new keys set there would look off at the next
+/// look, and be set again at every look.
 pub fn with_needed(flags: &str, new_keys: bool) -> String {
     let mut out = flags.to_owned();
-    let needed: &[char] = if new_keys {
+    let needed: &[char] = if new_keys && !flags.contains('A') {
         &['E', 'n']
     } else {
         &['K', 'z', 'g']
@@ -178,10 +214,11 @@ mod tests {
         assert!(flags_cover(&with_needed("Elh", false)));
         assert_eq!(with_needed("", true), "En");
         assert_eq!(
-            with_needed("KEA", true),
-            "KEAn",
-            "A holds every class but n"
+            with_needed("EA", true),
+            "EAK",
+            "n beside A is read back without it"
         );
+        assert_eq!(Channels::of("AKE"), Some(Channels::Keyspace));
         assert_eq!(with_needed("Kx", true), "KxEn");
         assert_eq!(
             Channels::of(&with_needed("Elh", true)),
@@ -192,7 +229,7 @@ mod tests {
     #[test]
     fn new_keys_are_preferred_wherever_the_server_publishes_them() {
         assert_eq!(Channels::of("En"), Some(Channels::NewKeys));
-        assert_eq!(Channels::of("KEAn"), Some(Channels::NewKeys));
+        assert_eq!(Channels::of("znKE"), Some(Channels::NewKeys));
         assert_eq!(Channels::of("KEA"), Some(Channels::Keyspace));
         assert_eq!(Channels::of("Kzg"), Some(Channels::Keyspace));
         assert_eq!(
@@ -203,6 +240,20 @@ mod tests {
         assert_eq!(Channels::of(""), None);
         assert!(Channels::Both.keyspace() && Channels::Both.new_keys());
         assert!(!Channels::NewKeys.keyspace() && !Channels::Keyspace.new_keys());
+    }
+
+    #[test]
+    fn the_keyspace_channels_are_the_fallback_where_the_server_publishes_both() {
+        let choices = |flags| Published::of(flags).map(Published::choices);
+        // As Redis reads `Kzg En` back.
+        assert_eq!(
+            choices("gznKE"),
+            Some(vec![Channels::NewKeys, Channels::Keyspace])
+        );
+        assert_eq!(choices("En"), Some(vec![Channels::NewKeys]));
+        assert_eq!(choices("KEA"), Some(vec![Channels::Keyspace]));
+        assert_eq!(choices("Eh"), None);
+        assert_eq!(UNSAID[0], Channels::Both);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use presence_sweeper_redis::{Error, Node, Store};
-use presence_sweeper_rules::keyspace::{Availability, Channels, channel_prefix, new_key_channel};
+use presence_sweeper_rules::keyspace::{
+    Availability, Channels, Published, UNSAID, channel_prefix, new_key_channel,
+};
 use presence_sweeper_rules::primary::canary;
 use presence_sweeper_rules::primary::notifications::{Config, Op, Outcome, Pending};
 
@@ -29,12 +31,16 @@ impl Ops {
             Op::Recheck(sub) => {
                 drop((store, patterns));
                 Box::pin(async move {
-                    let (config, channels) = look(node, &settings).await;
-                    // The server now publishes on other channels than those listened to (an
-                    // operator changed the flags): subscribe again, walking what went unheard.
+                    let (config, choices) = look(node, &settings).await;
+                    // The server now publishes on other channels than those listened to, or
+                    // newly on cheaper ones (an operator changed the flags): subscribe again,
+                    // walking what went unheard. A subscription that fell back to the keyspace
+                    // channels because the ACL refused the new keys' stays while the server
+                    // publishes both: subscribing again would only be refused again.
                     if config == Config::On
                         && sub.channels() != Channels::Both
-                        && channels != sub.channels()
+                        && (choices.first() != Some(&sub.preferred())
+                            || !choices.contains(&sub.channels()))
                     {
                         return Outcome::Failed(Error::Redis(redis::RedisError::from((
                             redis::ErrorKind::Client,
@@ -51,28 +57,30 @@ impl Ops {
 /// A look at the server's settings, on the primary's own connection (no new connection: it
 /// comes every [`QUIET`](presence_sweeper_rules::primary::notifications::QUIET) on a quiet
 /// keyspace), within the command timeout. Turns them on again if the configuration allows.
-/// Says which channels to listen to: those the server publishes on, or both where it will not
-/// say or publishes neither yet.
-async fn look(mut node: Node, settings: &LoopSettings) -> (Config, Channels) {
+/// Says which channels to listen to, in order of preference ([`Published::choices`]): those
+/// the server publishes on, or both where it will not say or publishes neither yet ([`UNSAID`]).
+async fn look(mut node: Node, settings: &LoopSettings) -> (Config, Vec<Channels>) {
+    let unsaid = || UNSAID.to_vec();
     let look = async {
         match keyspace::availability(&mut node).await? {
-            Availability::On(channels) => Ok((Config::On, channels)),
+            Availability::On(published) => Ok((Config::On, published.choices())),
             Availability::Off(flags) if settings.tracking.configure_notifications => {
                 let set = keyspace::enable(&mut node, &flags).await?;
                 tracing::info!(node = %node.id(), flags = %set, "turned keyspace notifications on (tracking.configure_notifications)");
-                Ok((Config::On, Channels::of(&set).unwrap_or(Channels::Both)))
+                let choices = Published::of(&set).map_or_else(unsaid, Published::choices);
+                Ok((Config::On, choices))
             }
-            Availability::Off(flags) => Ok((Config::Off(flags), Channels::Both)),
-            Availability::Unknown(why) => Ok::<_, Error>((Config::Refused(why), Channels::Both)),
+            Availability::Off(flags) => Ok((Config::Off(flags), unsaid())),
+            Availability::Unknown(why) => Ok::<_, Error>((Config::Refused(why), unsaid())),
         }
     };
     match tokio::time::timeout(settings.command_timeout, look).await {
         Ok(Ok(looked)) => looked,
         Ok(Err(e)) => {
             tracing::debug!(node = %node.id(), error = %e, "could not look at notify-keyspace-events");
-            (Config::NoAnswer, Channels::Both)
+            (Config::NoAnswer, unsaid())
         }
-        Err(_) => (Config::NoAnswer, Channels::Both),
+        Err(_) => (Config::NoAnswer, unsaid()),
     }
 }
 
@@ -86,7 +94,7 @@ async fn subscribe(
     patterns: Vec<String>,
     settings: Arc<LoopSettings>,
 ) -> Outcome<RedisIo> {
-    let (config, channels) = match look(node.clone(), &settings).await {
+    let (config, choices) = match look(node.clone(), &settings).await {
         (Config::NoAnswer, _) => {
             return Outcome::Failed(Error::Redis(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
@@ -103,42 +111,39 @@ async fn subscribe(
     // a tracked key's deadline comes from its checks, so heartbeats need not be heard.
     //
     // An ACL may refuse a channel: the canary's (the sweeps' notices still prove the flow), or
-    // the new keys' where the server will not say what it publishes (the keyspace's still
-    // serve). So the subscription is tried with less each time the ACL refuses.
+    // the new keys' where the keyspace's also serve. So each choice is tried with the canary
+    // and without, in order, until the ACL allows one.
     let canary = format!("{}{}*", channel_prefix(node.db()), canary::PREFIX);
-    let keyspace = patterns.clone();
-    let mut patterns = match channels.keyspace() {
-        true => patterns,
-        false => Vec::new(),
-    };
-    if channels.new_keys() {
-        patterns.push(new_key_channel(node.db()));
-    }
-    let mut tries = vec![
-        (
-            patterns.iter().cloned().chain([canary.clone()]).collect(),
-            channels,
-        ),
-        (patterns.clone(), channels),
-    ];
-    if channels == Channels::Both {
-        let with_canary = keyspace.iter().cloned().chain([canary.clone()]).collect();
-        tries.push((with_canary, Channels::Keyspace));
-        tries.push((keyspace, Channels::Keyspace));
-    }
-    // The last refused try names the channels to grant: the sweeps' own where the server
-    // will not say which it publishes (the documented ACL grants those).
-    let mut refused_for = patterns;
+    let preferred = choices[0];
+    let tries: Vec<(Vec<String>, Channels)> = choices
+        .iter()
+        .flat_map(|&listening| {
+            let mut these = match listening.keyspace() {
+                true => patterns.clone(),
+                false => Vec::new(),
+            };
+            if listening.new_keys() {
+                these.push(new_key_channel(node.db()));
+            }
+            let with_canary = these.iter().cloned().chain([canary.clone()]).collect();
+            [(with_canary, listening), (these, listening)]
+        })
+        .collect();
+    // Where all are refused, the warning names the channels to grant: the first choice's, or
+    // the sweeps' own where the server will not say which it publishes.
+    let mut refused_for: Option<Vec<String>> = None;
     let attempt = async {
         let timeout = settings.command_timeout;
         let mut refused = None;
         for (these, listening) in tries {
             let pubsub = store.subscriber(&node).await?;
             match Subscription::start(pubsub, node.db(), &these, timeout).await {
-                Ok(sub) => return Ok(sub.listening_to(listening)),
+                Ok(sub) => return Ok(sub.listening_to(listening, preferred)),
                 Err(e @ Error::Permission { .. }) => {
                     refused = Some(e);
-                    refused_for = these.into_iter().filter(|p| *p != canary).collect();
+                    if refused_for.is_none() && listening != Channels::Both {
+                        refused_for = Some(these.into_iter().filter(|p| *p != canary).collect());
+                    }
                 }
                 Err(e) => return Err(e),
             }
@@ -146,15 +151,27 @@ async fn subscribe(
         Err(refused.expect("tried"))
     };
     match attempt.await {
-        Ok(sub) => Outcome::Subscribed(Box::new(sub), config),
-        Err(Error::Permission { .. }) => Outcome::Unavailable {
-            why: format!(
-                "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
-                refused_for.join(", "),
-                refused_for.join(" &")
-            ),
-            refused: true,
-        },
+        Ok(sub) => {
+            if sub.channels() != preferred && preferred == Channels::NewKeys {
+                let channel = new_key_channel(node.db());
+                tracing::warn!(
+                    node = %node.id(),
+                    "the Redis user may not PSUBSCRIBE {channel}: listening to the sweeps' keyspace channels instead, which hear every heartbeat (add &{channel} to its ACL)"
+                );
+            }
+            Outcome::Subscribed(Box::new(sub), config)
+        }
+        Err(Error::Permission { .. }) => {
+            let refused_for = refused_for.unwrap_or_default();
+            Outcome::Unavailable {
+                why: format!(
+                    "the Redis user may not PSUBSCRIBE {} (add each to its ACL as a channel: &{})",
+                    refused_for.join(", "),
+                    refused_for.join(" &")
+                ),
+                refused: true,
+            }
+        }
         Err(e) => Outcome::Failed(e),
     }
 }
