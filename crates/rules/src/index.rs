@@ -119,16 +119,62 @@ struct Slot {
     /// Members at the last check.
     card: u32,
     state: Phase,
-    /// A keyspace notification said the key was written since its last check: a score written
-    /// in the past may have moved its deadline earlier, so reconciliation reads it.
-    written: bool,
-    /// The walk in flight found it, or it was tracked or written since that walk started: it
-    /// is there. (A flag, cleared at each walk's start, keeps the slot at 40 bytes.)
-    seen: bool,
+    /// [`WRITTEN`], [`SEEN`] and the key's step in spreading its checks ([`SPREAD_STEP`]), in
+    /// one byte: the slot stays at 40 bytes.
+    flags: u8,
     /// Whether its next checks read its own TTL: 0, the next does; below [`TTL_NONE`], how
     /// many of them need not (its TTL ends later); from [`TTL_NONE`] up, it had none, and the
     /// check at which the count is down to [`TTL_NONE`] reads it again.
     ttl_reads: u8,
+}
+
+/// A keyspace notification said the key was written since its last check: a score written in
+/// the past may have moved its deadline earlier, so reconciliation reads it.
+const WRITTEN: u8 = 1;
+/// The walk in flight found it, or it was tracked or written since that walk started: it is
+/// there. Cleared at each walk's start.
+const SEEN: u8 = 2;
+/// Two bits: which check of the key spreads it ([`Spread`]). 0: none (done, or its first
+/// check, which a size of 0 tells); [`LOOKING`]: the next is the look its first check set;
+/// [`AGAIN`]: the next, at a deadline, spreads it again over its own cycle.
+const SPREAD_STEP: u8 = 0b1100;
+const LOOKING: u8 = 0b0100;
+const AGAIN: u8 = 0b1000;
+
+impl Slot {
+    fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    fn set(&mut self, flag: u8, on: bool) {
+        if on {
+            self.flags |= flag;
+        } else {
+            self.flags &= !flag;
+        }
+    }
+
+    fn step(&self) -> u8 {
+        self.flags & SPREAD_STEP
+    }
+
+    fn set_step(&mut self, step: u8) {
+        self.flags = (self.flags & !SPREAD_STEP) | step;
+    }
+}
+
+/// Which check of a key spreads its later checks over time, and how (see
+/// [`crate::primary::deadlines::spread_first`]). Each fraction is in [0, 1), from the hash of
+/// the key's id.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Spread {
+    /// Its first check since it was tracked (or found gone while it was written anew): a look
+    /// within a ttl of its oldest score.
+    First(f64),
+    /// The first check at a deadline after that look, due at `due` (ms on Redis's clock): the
+    /// time from there to the next deadline is the key's own cycle, and a look within it
+    /// spreads the phases evenly.
+    Again { fraction: f64, due: u64 },
 }
 
 /// [`Slot::ttl_reads`] from this up: a key that had no TTL of its own at its last read. Each
@@ -247,8 +293,7 @@ impl Index {
             deadline: NEVER,
             card: 0,
             state: Phase::Scheduled,
-            written: false,
-            seen: true,
+            flags: SEEN,
             ttl_reads: 0,
         };
         let s = match self.free.pop() {
@@ -322,15 +367,24 @@ impl Index {
         }
     }
 
-    /// For a check that is the first of its key since it was tracked (or found gone while it
-    /// was written anew): a fraction in [0, 1) from the hash of its id, the same for the key
-    /// while it is tracked and spread evenly over keys. `None` for any later check.
-    pub fn first_check_spread(&self, ticket: Ticket) -> Option<f64> {
+    /// Whether the check of `ticket` spreads its key's later checks ([`Spread`]): its first
+    /// since it was tracked, or the first at a deadline after the look that one set. The
+    /// fraction is the same for the key while it is tracked, and spread evenly over keys.
+    /// `None` for any other check.
+    pub fn spread(&self, ticket: Ticket) -> Option<Spread> {
         let slot = &self.slots[ticket.slot as usize];
-        (slot.card == 0).then(|| {
-            let hash = self.hasher.hash_one(slot.id.as_slice());
-            (hash >> 11) as f64 / (1u64 << 53) as f64
-        })
+        let hash = || self.hasher.hash_one(slot.id.as_slice());
+        match (slot.card, slot.step()) {
+            // The high bits of the hash for the first, the low ones for the second: had both
+            // looks the same fraction, the phases each sets would go together, and the second
+            // would undo the first as often as not.
+            (0, _) => Some(Spread::First((hash() >> 11) as f64 / (1u64 << 53) as f64)),
+            (_, AGAIN) => Some(Spread::Again {
+                fraction: f64::from(hash() as u32) / (1u64 << 32) as f64,
+                due: slot.deadline,
+            }),
+            _ => None,
+        }
     }
 
     /// A check of `ticket` came back: the key is due again at `next.at` (milliseconds on
@@ -347,7 +401,15 @@ impl Index {
             return;
         };
         // The check read the key as it is: its deadline holds every write before it.
-        slot.written = rewritten;
+        slot.set(WRITTEN, rewritten);
+        // The steps of spreading: after the first check, the look it set; after that, the
+        // check at the next deadline.
+        let step = match (slot.card, slot.step()) {
+            (0, _) => LOOKING,
+            (_, LOOKING) => AGAIN,
+            _ => 0,
+        };
+        slot.set_step(step);
         match next {
             Some(Next {
                 at: deadline,
@@ -404,8 +466,8 @@ impl Index {
             return false;
         };
         let slot = &mut self.slots[s as usize];
-        slot.written = true;
-        slot.seen = true;
+        slot.set(WRITTEN, true);
+        slot.set(SEEN, true);
         match &mut slot.state {
             Phase::InFlight { rewritten } => *rewritten = true,
             Phase::Scheduled if slot.deadline > by => self.schedule(s, by),
@@ -427,8 +489,8 @@ impl Index {
     pub fn found(&mut self, id: &[u8]) -> Option<bool> {
         let s = self.find(id)?;
         let slot = &mut self.slots[s as usize];
-        slot.seen = true;
-        Some(self.unnoticed || slot.written)
+        slot.set(SEEN, true);
+        Some(self.unnoticed || slot.has(WRITTEN))
     }
 
     /// A walk starts: from now on it, a track or a write marks each key it finds as seen. A
@@ -436,7 +498,7 @@ impl Index {
     /// unseen at its end was gone at some moment of it.
     pub fn walk_started(&mut self) {
         for slot in &mut self.slots {
-            slot.seen = false;
+            slot.set(SEEN, false);
         }
     }
 
@@ -450,7 +512,7 @@ impl Index {
             if out.len() >= limit {
                 return Some(s);
             }
-            if slot.state == Phase::Scheduled && !slot.seen {
+            if slot.state == Phase::Scheduled && !slot.has(SEEN) {
                 out.push(slot.id.to_vec());
             }
         }
@@ -464,7 +526,7 @@ impl Index {
             return false;
         };
         let slot = &self.slots[s as usize];
-        if slot.seen || slot.state != Phase::Scheduled {
+        if slot.has(SEEN) || slot.state != Phase::Scheduled {
             return false;
         }
         self.remove(s);
@@ -496,7 +558,7 @@ impl Index {
         if slot.state != Phase::Scheduled {
             return false;
         }
-        slot.written = false;
+        slot.set(WRITTEN, false);
         let card = u32::try_from(card).unwrap_or(u32::MAX);
         self.members = self.members + u64::from(card) - u64::from(slot.card);
         slot.card = card;
@@ -571,6 +633,38 @@ mod tests {
         let mut out = Vec::new();
         i.take_due(now, usize::MAX, |t, id, _| out.push((t, id.to_vec())));
         out
+    }
+
+    #[test]
+    fn a_key_spreads_at_its_first_check_and_at_the_deadline_after_its_look() {
+        let mut i = index(10);
+        i.track(b"c1", 1000);
+        let check = |i: &mut Index, now: u64, next: u64| {
+            let (t, _) = due(i, now).pop().expect("due");
+            let spread = i.spread(t);
+            i.checked(t, due_at(next, 1), now + 45_000);
+            spread
+        };
+        // Its first check sets a look at 20,000.
+        let Some(Spread::First(f)) = check(&mut i, 1000, 20_000) else {
+            panic!("the first check spreads");
+        };
+        assert!((0.0..1.0).contains(&f));
+        // The look finds the key due at 66,000; the check then finds it due 40 s later (its
+        // cycle), and sets another look, at 90,000.
+        assert_eq!(check(&mut i, 20_000, 66_000), None, "the look");
+        let Some(Spread::Again { fraction, due }) = check(&mut i, 66_000, 90_000) else {
+            panic!("the check at the deadline after the look spreads again");
+        };
+        assert_eq!(due, 66_000);
+        assert!((0.0..1.0).contains(&fraction) && fraction != f);
+        assert_eq!(
+            check(&mut i, 90_000, 106_000),
+            None,
+            "spread twice, then never"
+        );
+        assert_eq!(check(&mut i, 106_000, 146_000), None);
+        assert_eq!(std::mem::size_of::<Slot>(), 40);
     }
 
     #[test]

@@ -229,15 +229,37 @@ pub fn ttl_seen(expiry: Expiry, now_ms: u64, next: u64, ttl_ms: u64) -> TtlSeen 
 /// checked within 20 s would be checked in the same 20 s of every 40, at twice the average
 /// rate, with the other 20 s idle. On a Redis the apps keep busy, the twice is what saturates
 /// it and makes zombies wait (`benches/busy.py`). A look before the deadline finds the
-/// heartbeats since, and sets the key's phase anew. Looks spread evenly over the ttl after the
-/// oldest score find each of the heartbeats within it equally often, whatever the heartbeat
-/// period, so the phases spread evenly too. It costs one check at most per key tracked; a look
-/// that finds no new heartbeat leaves the key's deadline as it was.
+/// heartbeats since, and sets the key's phase anew. It costs one check at most per key
+/// tracked; a look that finds no new heartbeat leaves the key's deadline as it was.
+///
+/// A look within a ttl is not quite even: where the ttl is not a whole number of heartbeat
+/// periods, the part left over finds the same phase as no heartbeat at all (20 s and 45 s: 25
+/// of 45 keys keep their phase, 20 move half a cycle), so [`respread`] looks once more.
 pub fn spread_first(now_ms: u64, next: u64, ttl_ms: u64, spread: f64) -> u64 {
+    look_within(now_ms, next, ttl_ms, spread)
+}
+
+/// When a key is looked at again after the first check at a deadline that followed its first
+/// look, due at `due` and now due at `next`: a look within its own cycle (`next - due`, a
+/// whole number of heartbeat periods for a key with one user), at its fraction `spread`.
+/// Looks spread evenly over a whole number of periods find each phase equally often, whatever
+/// the period, so the keys' checks come at an even rate (`benches/busy.py --timeline` counts
+/// them each second). A cycle of nothing or over a ttl (a late check, many users, scores ahead)
+/// looks no earlier.
+pub fn respread(now_ms: u64, next: u64, due: u64, ttl_ms: u64, spread: f64) -> u64 {
+    let cycle = next.saturating_sub(due);
+    if next == NEVER || cycle == 0 || cycle > ttl_ms {
+        return next;
+    }
+    look_within(now_ms, next, cycle, spread)
+}
+
+/// A look `spread` of `span` after `next - span`, or `next` if that is too soon.
+fn look_within(now_ms: u64, next: u64, span: u64, spread: f64) -> u64 {
     if next == NEVER {
         return next;
     }
-    let early = (ttl_ms as f64 * (1.0 - spread.clamp(0.0, 1.0))) as u64;
+    let early = (span as f64 * (1.0 - spread.clamp(0.0, 1.0))) as u64;
     let look = next.saturating_sub(early);
     if look < now_ms.saturating_add(MIN_RECHECK_MS) {
         next
@@ -286,6 +308,39 @@ mod tests {
             card: 3,
             oldest: Some(oldest),
         }
+    }
+
+    /// Keys heartbeating every 20 s with a ttl of 45 s, one at each fraction: how many land in
+    /// each half of the 40 s cycle after a look at `look(fraction, latest, next)`.
+    fn halves(look: impl Fn(f64, u64, u64) -> u64) -> [usize; 2] {
+        let (period, ttl) = (20_000, 45_000);
+        let mut halves = [0; 2];
+        for n in 0..1000 {
+            let latest = NOW;
+            let next = latest + ttl;
+            let at = look(n as f64 / 1000.0, latest, next);
+            // The look finds the latest heartbeat by then; no look keeps the phase.
+            let found = latest + (at.min(next) - latest) / period * period;
+            let phase = (found - latest) % (2 * period);
+            halves[(phase / period) as usize] += 1;
+        }
+        halves
+    }
+
+    #[test]
+    fn a_look_within_the_key_s_cycle_finds_each_phase_equally_often() {
+        let first = halves(|f, latest, next| spread_first(latest, next, 45_000, f));
+        assert_eq!(first, [556, 444], "the 5 s over two periods keep the phase");
+        // The check at the deadline after the first look: due 40 s before `next`.
+        let again = halves(|f, _, next| respread(next - 40_000, next, next - 40_000, 45_000, f));
+        assert!(again[0].abs_diff(again[1]) <= 2, "{again:?}");
+        // A cycle that is no cycle: no look.
+        assert_eq!(
+            respread(NOW, NOW + 45_000, NOW + 45_000, 45_000, 0.5),
+            NOW + 45_000
+        );
+        assert_eq!(respread(NOW, NOW + 99_000, NOW, 45_000, 0.5), NOW + 99_000);
+        assert_eq!(respread(NOW, NEVER, NOW, 45_000, 0.5), NEVER);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::standing::Verdict;
 use super::walks::{WalkEnding, WalkKind};
 use super::{Io, Job};
 use crate::check::{Checked, Expiry};
-use crate::index::{Capacity, Index, NEVER, Next, Ticket, Track};
+use crate::index::{Capacity, Index, NEVER, Next, Spread, Ticket, Track};
 use crate::keyspace::{self, Change};
 use crate::node::NodeId;
 use crate::read::{KeyRead, KeyStatus, Probing, Reads};
@@ -215,8 +215,9 @@ impl<I: Io> Tracked<I> {
     /// A check of keys this sweep's index handed out came back: each key is looked at again at
     /// its new deadline, retried, or forgotten. `credit_until`: the credit of the last outage
     /// or reset (Redis's clock, seconds), which spares every member until then.
-    /// `spread_first`: a key's first check is followed by a look before its deadline
-    /// ([`deadlines::spread_first`]).
+    /// `spread_first`: a key's first check is followed by a look before its deadline, and
+    /// the first check at a deadline after it by another ([`deadlines::spread_first`],
+    /// [`deadlines::respread`]).
     pub fn checked(
         &mut self,
         node: &NodeId,
@@ -237,12 +238,16 @@ impl<I: Io> Tracked<I> {
                 Look::Forget => self.index.checked(ticket, None, written_by),
                 Look::At { next, card } => {
                     let spread = match (spared_until, spread_first) {
-                        (None, true) => self.index.first_check_spread(ticket),
+                        (None, true) => self.index.spread(ticket),
                         _ => None,
                     };
-                    let next = spread.map_or(next, |spread| {
-                        deadlines::spread_first(now_ms, next, ttl_ms, spread)
-                    });
+                    let next = match spread {
+                        None => next,
+                        Some(Spread::First(f)) => deadlines::spread_first(now_ms, next, ttl_ms, f),
+                        Some(Spread::Again { fraction, due }) => {
+                            deadlines::respread(now_ms, next, due, ttl_ms, fraction)
+                        }
+                    };
                     let next = Next {
                         at: next,
                         card,

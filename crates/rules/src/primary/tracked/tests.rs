@@ -469,6 +469,19 @@ fn spread_of(per_second: &[usize], from: usize) -> (usize, usize, usize) {
     (*least, *most, fives.iter().sum())
 }
 
+/// The most keys checked in any 20 s of the 40 s cycle of keys heartbeated every 20 s with a
+/// ttl of 45 s, over `per_second[from..]` folded onto one cycle.
+fn busiest_half(per_second: &[usize], from: usize) -> usize {
+    let mut cycle = [0; 40];
+    for (s, n) in per_second[from..].iter().enumerate() {
+        cycle[s % 40] += n;
+    }
+    (0..40)
+        .map(|o| (0..20).map(|k| cycle[(o + k) % 40]).sum())
+        .max()
+        .unwrap_or(0)
+}
+
 #[test]
 fn keys_a_walk_checked_together_are_spread_for_one_check_each() {
     // 4,000 keys heartbeated every 20 s, ttl 45 s: each is checked every 40 s, 8,000 checks in
@@ -482,14 +495,26 @@ fn keys_a_walk_checked_together_are_spread_for_one_check_each() {
     );
     let spread = checks_per_second(4000, 20_000, 200, true);
     let (least, most, total) = spread_of(&spread, 120);
+    eprintln!(
+        "DBG {least} {most} {total} half {}",
+        busiest_half(&spread, 120)
+    );
     assert!(
         total <= 8000 * 102 / 100,
         "{total} checks in 80 s: none added after the first"
     );
     assert!(
-        most <= 700 && least >= 300,
+        most <= 650 && least >= 350,
         "{least} to {most} in 5 s, against 500 on average"
     );
+    // Even over the cycle: one look alone left 54 to 56 % of the checks in its busier half
+    // (the 5 s left over from two heartbeat periods keep the phase that no heartbeat keeps);
+    // the second, within the key's cycle, 51 %.
+    let half = busiest_half(&spread, 120);
+    assert!(
+        half <= 8000 * 53 / 100,
+        "{half} of 8,000 checks in 20 s of 40"
+    );
     let first: usize = spread[..120].iter().sum::<usize>() - together[..120].iter().sum::<usize>();
-    assert!(first <= 4000, "at most one look more per key: {first}");
+    assert!(first <= 8000, "at most two looks more per key: {first}");
 }
