@@ -94,8 +94,8 @@ pub struct Subscription {
     new_keys: Vec<u8>,
     /// Which notifications it listens to.
     channels: Channels,
-    /// What it would have listened to had the ACL allowed: `channels`, or the new keys where
-    /// it fell back to the keyspace channels.
+    /// What it would have listened to had the ACL allowed: `channels`, or what it fell back
+    /// from to the keyspace channels (the new keys, or both where the server will not say).
     preferred: Channels,
     held: VecDeque<Notice>,
 }

@@ -4,8 +4,8 @@
 /// What a primary's `notify-keyspace-events` allows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Availability {
-    /// `E` and `n`: every new key is published ([`Channels::NewKeys`]); or `K` and `z`
-    /// (or `A`): every sorted-set write of a key is ([`Channels::Keyspace`]).
+    /// `E` and `n`: every new key is published ([`Channels::NewKeys`]); or `K` and `z` (or
+    /// `A`): every sorted-set write of a key is ([`Channels::Keyspace`]); or both.
     On(Published),
     /// Off, or without what presence keys need; the flags as the server reports them.
     Off(String),
@@ -29,13 +29,14 @@ pub enum Channels {
     Both,
 }
 
-/// Where a server publishes what the daemon needs, from its `notify-keyspace-events`.
+/// Where a server publishes what the daemon needs, from its `notify-keyspace-events`: on one
+/// channel at least ([`Published::of`] says `None` otherwise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Published {
     /// `E` and `n`: on `__keyevent@<db>__:new`.
-    pub new_keys: bool,
+    new_keys: bool,
     /// `K` and `z` (or `A`): on the keyspace channels.
-    pub keyspace: bool,
+    keyspace: bool,
 }
 
 impl Published {
@@ -46,10 +47,11 @@ impl Published {
         (new_keys || keyspace).then_some(Self { new_keys, keyspace })
     }
 
-    /// What to listen to, in order: each is tried where the ACL refuses the one before. New
-    /// keys first (one message per key, none per heartbeat); the keyspace channels where the
-    /// server publishes those too, so that a user granted only the sweeps' channels (the ACL of
-    /// earlier releases) still hears new keys, at the price of hearing every heartbeat.
+    /// What to listen to, in order (one choice at least): each is tried where the ACL refuses
+    /// the one before. New keys first (one message per key, none per heartbeat); the keyspace
+    /// channels where the server publishes those too, so that a user granted only the sweeps'
+    /// channels (the ACL of earlier releases) still hears new keys, at the price of hearing
+    /// every heartbeat.
     pub fn choices(self) -> Vec<Channels> {
         let mut out = Vec::with_capacity(2);
         if self.new_keys {

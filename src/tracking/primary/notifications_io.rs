@@ -33,14 +33,16 @@ impl Ops {
                 Box::pin(async move {
                     let (config, choices) = look(node, &settings).await;
                     // The server now publishes on other channels than those listened to, or
-                    // newly on cheaper ones (an operator changed the flags): subscribe again,
-                    // walking what went unheard. A subscription that fell back to the keyspace
-                    // channels because the ACL refused the new keys' stays while the server
-                    // publishes both: subscribing again would only be refused again.
+                    // newly on cheaper ones (an operator changed the flags, or turned on what
+                    // was off when both were listened to): subscribe again, walking what went
+                    // unheard. A subscription that fell back to the keyspace channels because
+                    // the ACL refused the new keys' stays while the server publishes both
+                    // (subscribing again would only be refused again), and one that listens to
+                    // the server's first choice stays as it is.
+                    let first = choices.first().copied();
                     if config == Config::On
-                        && sub.channels() != Channels::Both
-                        && (choices.first() != Some(&sub.preferred())
-                            || !choices.contains(&sub.channels()))
+                        && first != Some(sub.channels())
+                        && (first != Some(sub.preferred()) || !choices.contains(&sub.channels()))
                     {
                         return Outcome::Failed(Error::Redis(redis::RedisError::from((
                             redis::ErrorKind::Client,
@@ -114,7 +116,7 @@ async fn subscribe(
     // the new keys' where the keyspace's also serve. So each choice is tried with the canary
     // and without, in order, until the ACL allows one.
     let canary = format!("{}{}*", channel_prefix(node.db()), canary::PREFIX);
-    let preferred = choices[0];
+    let preferred = choices.first().copied().unwrap_or(Channels::Both);
     let tries: Vec<(Vec<String>, Channels)> = choices
         .iter()
         .flat_map(|&listening| {
@@ -152,12 +154,19 @@ async fn subscribe(
     };
     match attempt.await {
         Ok(sub) => {
-            if sub.channels() != preferred && preferred == Channels::NewKeys {
-                let channel = new_key_channel(node.db());
-                tracing::warn!(
+            let channel = new_key_channel(node.db());
+            match (preferred, sub.channels()) {
+                (Channels::NewKeys, Channels::Keyspace) => tracing::warn!(
                     node = %node.id(),
                     "the Redis user may not PSUBSCRIBE {channel}: listening to the sweeps' keyspace channels instead, which hear every heartbeat (add &{channel} to its ACL)"
-                );
+                ),
+                // Where the server will not say what it publishes, the keyspace channels may
+                // well be what it does: notices arriving tell.
+                (Channels::Both, Channels::Keyspace) => tracing::info!(
+                    node = %node.id(),
+                    "the Redis user may not PSUBSCRIBE {channel}: listening to the sweeps' keyspace channels alone, which a server that publishes new keys alone (En) never uses (add &{channel} to its ACL)"
+                ),
+                _ => {}
             }
             Outcome::Subscribed(Box::new(sub), config)
         }
