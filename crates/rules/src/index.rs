@@ -135,8 +135,12 @@ const WRITTEN: u8 = 1;
 /// there. Cleared at each walk's start.
 const SEEN: u8 = 2;
 /// Two bits: which check of the key spreads it ([`Spread`]). 0: none (done, or its first
-/// check, which a size of 0 tells); [`LOOKING`]: the next is the look its first check set;
-/// [`AGAIN`]: the next, at a deadline, spreads it again over its own cycle.
+/// check, which a size of 0 tells); [`LOOKING`]: its first check is done, and the next is the
+/// look that one set (or its deadline, where no look was set); [`AGAIN`]: the next check whose
+/// spreading is asked for ([`Index::spread`]) spreads it again over its own cycle. That is the
+/// check at the deadline after the look, unless it was spared (an outage's credit, the storm
+/// guard's hold) or came early (a retry, a write noticed): then the time to its next deadline
+/// is not quite its cycle, and the look is merely somewhere within it.
 const SPREAD_STEP: u8 = 0b1100;
 const LOOKING: u8 = 0b0100;
 const AGAIN: u8 = 0b1000;
@@ -368,21 +372,28 @@ impl Index {
     }
 
     /// Whether the check of `ticket` spreads its key's later checks ([`Spread`]): its first
-    /// since it was tracked, or the first at a deadline after the look that one set. The
-    /// fraction is the same for the key while it is tracked, and spread evenly over keys.
-    /// `None` for any other check.
-    pub fn spread(&self, ticket: Ticket) -> Option<Spread> {
+    /// since it was tracked, or the first at a deadline after the look that one set (which
+    /// this call uses up: ask only where the spreading is applied). Each fraction is the same
+    /// for the key while it is tracked, and spread evenly over keys. `None` for any other
+    /// check.
+    pub fn spread(&mut self, ticket: Ticket) -> Option<Spread> {
         let slot = &self.slots[ticket.slot as usize];
-        let hash = || self.hasher.hash_one(slot.id.as_slice());
+        // The high half of the hash for the first, the low half for the second: had both looks
+        // the same fraction, the phases each sets would go together, and the second would undo
+        // the first as often as not.
+        let hash = self.hasher.hash_one(slot.id.as_slice());
+        let (high, low) = ((hash >> 32) as u32, hash as u32);
+        let fraction = |half: u32| f64::from(half) / (1u64 << 32) as f64;
         match (slot.card, slot.step()) {
-            // The high bits of the hash for the first, the low ones for the second: had both
-            // looks the same fraction, the phases each sets would go together, and the second
-            // would undo the first as often as not.
-            (0, _) => Some(Spread::First((hash() >> 11) as f64 / (1u64 << 53) as f64)),
-            (_, AGAIN) => Some(Spread::Again {
-                fraction: f64::from(hash() as u32) / (1u64 << 32) as f64,
-                due: slot.deadline,
-            }),
+            (0, _) => Some(Spread::First(fraction(high))),
+            (_, AGAIN) => {
+                let due = slot.deadline;
+                self.slots[ticket.slot as usize].set_step(0);
+                Some(Spread::Again {
+                    fraction: fraction(low),
+                    due,
+                })
+            }
             _ => None,
         }
     }
@@ -403,11 +414,11 @@ impl Index {
         // The check read the key as it is: its deadline holds every write before it.
         slot.set(WRITTEN, rewritten);
         // The steps of spreading: after the first check, the look it set; after that, the
-        // check at the next deadline.
+        // check at the next deadline, until [`Index::spread`] uses it up.
         let step = match (slot.card, slot.step()) {
             (0, _) => LOOKING,
-            (_, LOOKING) => AGAIN,
-            _ => 0,
+            (_, LOOKING | AGAIN) => AGAIN,
+            (_, step) => step,
         };
         slot.set_step(step);
         match next {
@@ -650,20 +661,23 @@ mod tests {
             panic!("the first check spreads");
         };
         assert!((0.0..1.0).contains(&f));
-        // The look finds the key due at 66,000; the check then finds it due 40 s later (its
-        // cycle), and sets another look, at 90,000.
+        // The look finds the key due at 66,000. The check then is spared (an outage's
+        // credit): its spreading is not asked for, and waits for the next check, which finds
+        // the key due 40 s later (its cycle) and sets another look, at 130,000.
         assert_eq!(check(&mut i, 20_000, 66_000), None, "the look");
-        let Some(Spread::Again { fraction, due }) = check(&mut i, 66_000, 90_000) else {
+        let (t, _) = due(&mut i, 66_000).pop().expect("due");
+        i.checked(t, due_at(106_000, 1), 66_000 + 45_000);
+        let Some(Spread::Again { fraction, due }) = check(&mut i, 106_000, 130_000) else {
             panic!("the check at the deadline after the look spreads again");
         };
-        assert_eq!(due, 66_000);
+        assert_eq!(due, 106_000);
         assert!((0.0..1.0).contains(&fraction) && fraction != f);
         assert_eq!(
-            check(&mut i, 90_000, 106_000),
+            check(&mut i, 130_000, 146_000),
             None,
             "spread twice, then never"
         );
-        assert_eq!(check(&mut i, 106_000, 146_000), None);
+        assert_eq!(check(&mut i, 146_000, 186_000), None);
         assert_eq!(std::mem::size_of::<Slot>(), 40);
     }
 

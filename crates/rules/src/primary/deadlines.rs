@@ -229,12 +229,14 @@ pub fn ttl_seen(expiry: Expiry, now_ms: u64, next: u64, ttl_ms: u64) -> TtlSeen 
 /// checked within 20 s would be checked in the same 20 s of every 40, at twice the average
 /// rate, with the other 20 s idle. On a Redis the apps keep busy, the twice is what saturates
 /// it and makes zombies wait (`benches/busy.py`). A look before the deadline finds the
-/// heartbeats since, and sets the key's phase anew. It costs one check at most per key
-/// tracked; a look that finds no new heartbeat leaves the key's deadline as it was.
+/// heartbeats since, and sets the key's phase anew. A look that finds no new heartbeat leaves
+/// the key's deadline as it was.
 ///
 /// A look within a ttl is not quite even: where the ttl is not a whole number of heartbeat
 /// periods, the part left over finds the same phase as no heartbeat at all (20 s and 45 s: 25
-/// of 45 keys keep their phase, 20 move half a cycle), so [`respread`] looks once more.
+/// of 45 keys keep their phase, 20 move half a cycle), so [`respread`] looks once more: two
+/// checks at most per key tracked. A check that comes late by more than a look's lead skips
+/// that look, and its key keeps its phase: a small bias, only while checks run late.
 pub fn spread_first(now_ms: u64, next: u64, ttl_ms: u64, spread: f64) -> u64 {
     look_within(now_ms, next, ttl_ms, spread)
 }
