@@ -171,6 +171,15 @@ fn primary_down(known: bool) {
         // deliver the entries its workers read before the stop: at least once.)
         std::thread::sleep(Duration::from_secs(1));
         assert_eq!(delivered(), expected, "nothing of the dead primary's");
+    } else {
+        // Its claims on the dead primary fail, those on the others work: that is not Redis
+        // back.
+        first.wait_for_log(
+            "cannot look for events to deliver",
+            1,
+            Duration::from_secs(5),
+        );
+        assert_eq!(first.count("looking for events to deliver works again"), 0);
     }
 }
 

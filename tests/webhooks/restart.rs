@@ -1,6 +1,7 @@
 //! A Redis restarted from its append-only file, with the daemon killed meanwhile: the streams,
 //! the due set and the cursors come back from the AOF, and a new daemon delivers every event
-//! that was not yet delivered, under the ids it would have had.
+//! that was not yet delivered, under the ids it would have had. And a Redis away under a
+//! running daemon: said once, and its return said.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -46,4 +47,23 @@ fn a_killed_daemon_and_a_redis_restarted_from_its_aof_lose_nothing() {
     );
     super::wait_state_gone(&server);
     drop(second);
+}
+
+#[test]
+fn a_redis_away_is_said_once_and_its_return_too() {
+    let mut server = RedisServer::start();
+    let receiver = Receiver::start(Mode::Accept);
+    let config = toml(PER_CONVERSATION, &receiver.url(), "");
+    let d = daemon(&server, &config);
+    d.wait_ready(Duration::from_secs(20));
+    server.stop();
+    let away = "cannot look for events to deliver";
+    let back = "looking for events to deliver works again";
+    d.wait_for_log(away, 1, Duration::from_secs(10));
+    // Looks fail at each turn meanwhile: the warning is not repeated.
+    std::thread::sleep(Duration::from_secs(2));
+    server.restart();
+    d.wait_for_log(back, 1, Duration::from_secs(15));
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!((d.count(away), d.count(back)), (1, 1), "{}", d.log());
 }

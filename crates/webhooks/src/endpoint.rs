@@ -3,7 +3,7 @@
 //! lease, and on shutdown gives them back so that another replica goes on at once. On a cluster
 //! it claims from the due sets of the slots it knows to hold streams ([`Slots`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use crate::clock::{RedisOffset, now};
 use crate::hints::DueSlots;
 use crate::metrics::DeliveryMetrics;
 use crate::signing::{BadSecret, Signer};
-use crate::store::{Claims, DeliveryStore};
+use crate::store::{Claims, DeliveryStore, StoreError};
 use crate::worker::{self, Common};
 
 /// How often an idle deliverer looks for due streams: well within the 100 ms a webhook may
@@ -132,9 +132,7 @@ impl Deliverer {
         let mut slots = Slots::new(shared.store.per_slot());
         let renew_every = self.lease / 3;
         let mut renewed = now();
-        // When a claim's failure was last logged at warn: on a cluster with one primary down,
-        // its slots fail look after look while the others' succeed in between.
-        let mut warned: Option<std::time::Instant> = None;
+        let mut trouble = ClaimTrouble::default();
         let mut looked: Option<std::time::Instant> = None;
         while !cancel.is_cancelled() {
             if slots.per_slot {
@@ -162,6 +160,7 @@ impl Deliverer {
                     let window = active.len() + 2 * free;
                     match shared.store.claim(in_slot, free, window).await {
                         Ok(claims) => {
+                            trouble.worked(&shared.name, in_slot);
                             shared.clock.observe(claims.now_ms);
                             let (due, oldest_ms) = (claims.due, claims.oldest_ms);
                             let started =
@@ -171,14 +170,13 @@ impl Deliverer {
                         }
                         Err(e) => {
                             shared.metrics.redis_error();
-                            if warned.is_none_or(|at| now().duration_since(at) >= WARN_EVERY) {
-                                tracing::warn!(webhook = %shared.name, error = %e, "cannot look for events to deliver; retrying");
-                                warned = Some(now());
-                            }
                             // Its primary's other slots would fail alike: they rest too, and
                             // the look goes on with the other primaries' slots.
-                            let same = in_slot.map(|s| shared.store.same_primary(s, slots.known()));
-                            slots.failed(in_slot, same.unwrap_or_default());
+                            let same = in_slot
+                                .map(|s| shared.store.same_primary(s, slots.known()))
+                                .unwrap_or_default();
+                            trouble.failed(&shared.name, &e, in_slot, &same);
+                            slots.failed(in_slot, same);
                             continue;
                         }
                     }
@@ -280,6 +278,47 @@ fn finished(
     };
     if let Some(stream) = ids.remove(&id) {
         active.remove(&stream);
+    }
+}
+
+/// Claims that fail, as the log tells them: a warning at most every [`WARN_EVERY`] (on a
+/// cluster with one primary down, its slots fail look after look while the others' succeed in
+/// between), and once every due set that failed since works again, a line that says so.
+#[derive(Debug, Default)]
+struct ClaimTrouble {
+    /// When the warning was last logged.
+    warned: Option<std::time::Instant>,
+    /// The due sets whose claims failed (with the other known slots of their primaries, which
+    /// would fail alike), each until a claim on it works again. Each is looked at again once
+    /// it has rested, so the set empties once Redis is back.
+    failing: BTreeSet<Option<u16>>,
+    /// Whether the warning told of them.
+    told: bool,
+}
+
+impl ClaimTrouble {
+    fn failed(&mut self, webhook: &str, e: &StoreError, in_slot: Option<u16>, same: &[u16]) {
+        if self
+            .warned
+            .is_none_or(|at| now().duration_since(at) >= WARN_EVERY)
+        {
+            tracing::warn!(webhook, error = %e, "cannot look for events to deliver; retrying");
+            self.warned = Some(now());
+            self.told = true;
+        }
+        self.failing.insert(in_slot);
+        self.failing.extend(same.iter().map(|&s| Some(s)));
+    }
+
+    fn worked(&mut self, webhook: &str, in_slot: Option<u16>) {
+        if self.failing.remove(&in_slot)
+            && self.failing.is_empty()
+            && std::mem::take(&mut self.told)
+        {
+            tracing::info!(webhook, "looking for events to deliver works again");
+            // A failure soon after is said again.
+            self.warned = None;
+        }
     }
 }
 
