@@ -268,18 +268,18 @@ fn notifications_need_the_keyspace_channels_not_config() {
             .query(&mut con)
             .unwrap();
         d.wait_for_log(says, 1, Duration::from_secs(5));
-        let s = crate::support::scrape(d.http_addr());
-        assert_eq!(
-            crate::support::metric(
-                &s,
-                "presence_sweeper_notifications_in_use",
-                &[("node", &node)]
-            ),
-            Some(in_use),
-            "{user}: {}",
-            d.log()
-        );
+        assert_eq!(in_use_on(&d, &node), Some(in_use), "{user}: {}", d.log());
     }
+}
+
+/// `presence_sweeper_notifications_in_use` for `node`, as the daemon exports it now.
+fn in_use_on(d: &crate::support::Binary, node: &str) -> Option<f64> {
+    let s = crate::support::scrape(d.http_addr());
+    crate::support::metric(
+        &s,
+        "presence_sweeper_notifications_in_use",
+        &[("node", node)],
+    )
 }
 
 /// The documented ACL grants the new keys' channel, on which `En` (the cheapest flags) publishes.
@@ -341,19 +341,11 @@ fn a_user_refused_the_new_keys_channel_falls_back_to_the_keyspace_channels() {
         d.wait_for_log(says, 1, Duration::from_secs(5));
         // Several looks later: still subscribed once, still in use.
         std::thread::sleep(Duration::from_secs(4));
-        let s = crate::support::scrape(d.http_addr());
         let what = format!("{user} on {flags}: {}", d.log());
-        assert_eq!(
-            crate::support::metric(
-                &s,
-                "presence_sweeper_notifications_in_use",
-                &[("node", &node)]
-            ),
-            Some(in_use),
-            "{what}"
-        );
+        assert_eq!(in_use_on(&d, &node), Some(in_use), "{what}");
         assert_eq!(d.count(says), 1, "{what}");
         if in_use == 1.0 {
+            let s = crate::support::scrape(d.http_addr());
             let notices =
                 crate::support::metric(&s, "presence_sweeper_notices_total", &[("node", &node)]);
             assert!(notices.unwrap_or(0.0) >= 1.0, "{notices:?} {what}");

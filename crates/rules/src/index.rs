@@ -144,6 +144,14 @@ const SEEN: u8 = 2;
 const SPREAD_STEP: u8 = 0b1100;
 const LOOKING: u8 = 0b0100;
 const AGAIN: u8 = 0b1000;
+/// Two bits: how many checks at [`AGAIN`] have let the second look wait. Each key waits its own
+/// number of cycles, 0 to [`CYCLES_APART`] - 1, so that keys first checked together (a million
+/// new at once) take their second looks over that many cycles, not all in one.
+const WAITED: u8 = 0b11_0000;
+const WAITED_ONE: u8 = 0b01_0000;
+/// Over how many cycles keys first checked together take their second looks: each adds a
+/// check per key to the cycle it falls in.
+const CYCLES_APART: u64 = 4;
 
 impl Slot {
     fn has(&self, flag: u8) -> bool {
@@ -372,8 +380,9 @@ impl Index {
     }
 
     /// Whether the check of `ticket` spreads its key's later checks ([`Spread`]): its first
-    /// since it was tracked, or the first at a deadline after the look that one set (which
-    /// this call uses up: ask only where the spreading is applied). Each fraction is the same
+    /// since it was tracked, or one at a deadline after the look that one set, the key's own
+    /// number of cycles later ([`CYCLES_APART`]; this call counts them and uses the step up:
+    /// ask only where the spreading is applied). Each fraction is the same
     /// for the key while it is tracked, and spread evenly over keys. `None` for any other
     /// check.
     pub fn spread(&mut self, ticket: Ticket) -> Option<Spread> {
@@ -388,7 +397,16 @@ impl Index {
             (0, _) => Some(Spread::First(fraction(high))),
             (_, AGAIN) => {
                 let due = slot.deadline;
-                self.slots[ticket.slot as usize].set_step(0);
+                // Bits of the high half the first fraction hardly depends on.
+                let wait = u64::from(high) % CYCLES_APART;
+                let waited = u64::from((slot.flags & WAITED) / WAITED_ONE);
+                let slot = &mut self.slots[ticket.slot as usize];
+                if waited < wait {
+                    slot.flags += WAITED_ONE;
+                    return None;
+                }
+                slot.flags &= !WAITED;
+                slot.set_step(0);
                 Some(Spread::Again {
                     fraction: fraction(low),
                     due,
@@ -662,22 +680,31 @@ mod tests {
         };
         assert!((0.0..1.0).contains(&f));
         // The look finds the key due at 66,000. The check then is spared (an outage's
-        // credit): its spreading is not asked for, and waits for the next check, which finds
-        // the key due 40 s later (its cycle) and sets another look, at 130,000.
+        // credit): its spreading is not asked for. The checks at the next deadlines, 40 s
+        // apart (its cycle), let the second look wait the key's own number of cycles, at
+        // most CYCLES_APART - 1, then one sets it.
         assert_eq!(check(&mut i, 20_000, 66_000), None, "the look");
         let (t, _) = due(&mut i, 66_000).pop().expect("due");
         i.checked(t, due_at(106_000, 1), 66_000 + 45_000);
-        let Some(Spread::Again { fraction, due }) = check(&mut i, 106_000, 130_000) else {
-            panic!("the check at the deadline after the look spreads again");
+        let mut at = 106_000;
+        let (fraction, was_due) = loop {
+            assert!(at < 106_000 + CYCLES_APART * 40_000, "waited too long");
+            match check(&mut i, at, at + 40_000) {
+                None => at += 40_000,
+                Some(Spread::Again { fraction, due }) => break (fraction, due),
+                Some(other) => panic!("{other:?}"),
+            }
         };
-        assert_eq!(due, 106_000);
+        assert_eq!(was_due, at);
         assert!((0.0..1.0).contains(&fraction) && fraction != f);
-        assert_eq!(
-            check(&mut i, 130_000, 146_000),
-            None,
-            "spread twice, then never"
-        );
-        assert_eq!(check(&mut i, 146_000, 186_000), None);
+        for n in 1..=6 {
+            let now = at + n * 40_000;
+            assert_eq!(
+                check(&mut i, now, now + 40_000),
+                None,
+                "spread twice, then never"
+            );
+        }
         assert_eq!(std::mem::size_of::<Slot>(), 40);
     }
 

@@ -484,20 +484,21 @@ fn busiest_half(per_second: &[usize], from: usize) -> usize {
 
 #[test]
 fn keys_a_walk_checked_together_are_spread_for_two_looks_each() {
-    // 4,000 keys heartbeated every 20 s, ttl 45 s: each is checked every 40 s, 8,000 checks in
-    // 80 s, 500 in each 5 s at an even rate.
-    let together = checks_per_second(4000, 20_000, 200, false);
-    let (least, most, total) = spread_of(&together, 120);
+    // 4,000 keys heartbeated every 20 s, ttl 45 s: each is checked every 40 s, 12,000 checks in
+    // 120 s, 500 in each 5 s at an even rate. The second looks come over four cycles after the
+    // first deadline: the window is past them.
+    let together = checks_per_second(4000, 20_000, 400, false);
+    let (least, most, total) = spread_of(&together, 280);
     assert_eq!(
         (least, most, total),
-        (0, 1000, 8000),
+        (0, 1000, 12_000),
         "half the time idle, half at twice"
     );
-    let spread = checks_per_second(4000, 20_000, 200, true);
-    let (least, most, total) = spread_of(&spread, 120);
+    let spread = checks_per_second(4000, 20_000, 400, true);
+    let (least, most, total) = spread_of(&spread, 280);
     assert!(
-        total <= 8000 * 102 / 100,
-        "{total} checks in 80 s: none added after the first"
+        total <= 12_000 * 102 / 100,
+        "{total} checks in 120 s: none added after the looks"
     );
     assert!(
         most <= 650 && least >= 350,
@@ -505,12 +506,20 @@ fn keys_a_walk_checked_together_are_spread_for_two_looks_each() {
     );
     // Even over the cycle: one look alone left 54 to 56 % of the checks in its busier half
     // (the 5 s left over from two heartbeat periods keep the phase that no heartbeat keeps);
-    // the second, within the key's cycle, 51 %.
-    let half = busiest_half(&spread, 120);
+    // the second, within the key's cycle, 50.9 to 52.4 % in 13 runs (the hash is seeded per
+    // process).
+    let half = busiest_half(&spread, 280);
     assert!(
-        half <= 8000 * 53 / 100,
-        "{half} of 8,000 checks in 20 s of 40"
+        half <= 12_000 * 535 / 1000,
+        "{half} of 12,000 checks in 20 s of 40"
     );
-    let first: usize = spread[..120].iter().sum::<usize>() - together[..120].iter().sum::<usize>();
-    assert!(first <= 8000, "at most two looks more per key: {first}");
+    let looks: usize = spread[..280].iter().sum::<usize>() - together[..280].iter().sum::<usize>();
+    assert!(looks <= 8000, "at most two looks more per key: {looks}");
+    // The second looks come over four cycles: from 30 s on, the busiest 5 s held 704 to 756
+    // checks in 13 runs, against 861 to 904 with every second look in one cycle.
+    let (_, busiest, _) = spread_of(&spread[..280], 30);
+    assert!(
+        busiest <= 820,
+        "{busiest} checks in 5 s while the looks come"
+    );
 }
