@@ -132,7 +132,7 @@ def main():
     ap.add_argument("--window", type=int, default=60)
     ap.add_argument("--warmup", type=float, default=60.0,
                     help="seconds from a phase's start to its measured window: past the first checks "
-                    "of every key and the looks that spread them (about 130 s at ttl 45 s), raise "
+                    "of every key and the looks that spread them (about 250 s at ttl 45 s), raise "
                     "--duration with it")
     ap.add_argument("--before", help="an earlier build of presence-sweeper, run as one more phase")
     ap.add_argument("--variant", action="append", default=[],
