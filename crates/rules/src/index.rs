@@ -381,10 +381,9 @@ impl Index {
 
     /// Whether the check of `ticket` spreads its key's later checks ([`Spread`]): its first
     /// since it was tracked, or one at a deadline after the look that one set, the key's own
-    /// number of cycles later ([`CYCLES_APART`]; this call counts them and uses the step up:
-    /// ask only where the spreading is applied). Each fraction is the same
-    /// for the key while it is tracked, and spread evenly over keys. `None` for any other
-    /// check.
+    /// number of cycles later (0 to 3; this call counts them and uses the step up: ask only
+    /// where the spreading is applied). Each fraction is the same for the key while it is
+    /// tracked, and spread evenly over keys. `None` for any other check.
     pub fn spread(&mut self, ticket: Ticket) -> Option<Spread> {
         let slot = &self.slots[ticket.slot as usize];
         // The high half of the hash for the first, the low half for the second: had both looks
