@@ -386,13 +386,18 @@ impl Index {
     /// tracked, and spread evenly over keys. `None` for any other check.
     pub fn spread(&mut self, ticket: Ticket) -> Option<Spread> {
         let slot = &self.slots[ticket.slot as usize];
+        let (card, step) = (slot.card, slot.step());
+        if card != 0 && step != AGAIN {
+            // Most checks: no hash of the id.
+            return None;
+        }
         // The high half of the hash for the first, the low half for the second: had both looks
         // the same fraction, the phases each sets would go together, and the second would undo
         // the first as often as not.
         let hash = self.hasher.hash_one(slot.id.as_slice());
         let (high, low) = ((hash >> 32) as u32, hash as u32);
         let fraction = |half: u32| f64::from(half) / (1u64 << 32) as f64;
-        match (slot.card, slot.step()) {
+        match (card, step) {
             (0, _) => Some(Spread::First(fraction(high))),
             (_, AGAIN) => {
                 let due = slot.deadline;
