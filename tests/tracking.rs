@@ -601,3 +601,94 @@ async fn a_score_written_in_the_past_is_caught_by_reconciliation() {
         );
     }
 }
+
+/// SCAN calls Redis served so far.
+fn scans(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_scan:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Watches SCAN calls until `sweep` has walked `n` times: when the first one after `from`
+/// came, and when the walk count reached `n`.
+fn watch_walk(
+    d: &Binary,
+    con: &mut redis::Connection,
+    n: u64,
+    from: u64,
+    timeout: Duration,
+) -> (Instant, Instant) {
+    let deadline = Instant::now() + timeout;
+    let mut first = None;
+    loop {
+        let now = Instant::now();
+        if first.is_none() && scans(con) > from {
+            first = Some(now);
+        }
+        if d.walks("online") >= n {
+            return (first.unwrap_or(now), now);
+        }
+        assert!(
+            now < deadline,
+            "no walk {n} within {timeout:?}:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_reconciliation_is_spread_over_half_its_interval_and_hurries_for_a_catch_up() {
+    let server = RedisServer::start_with(NOTIFICATIONS);
+    let mut con = server.con();
+    // About 45 pages of SCAN; live for ten minutes, so nothing is evicted.
+    let keys = (0..40_000).map(|i| format!("presence:r{i}:online"));
+    crate::support::seed_keys(&mut con, keys, 0, 1);
+    let d = daemon(
+        &server,
+        &online("2s", "1h", "[tracking]\nreconcile_interval = \"8s\"\n"),
+    );
+    d.wait_ready(Duration::from_secs(10));
+    wait_until("notifications in use", Duration::from_secs(5), || {
+        in_use(&d, &server) == 1.0
+    });
+    d.wait_walks("online", 1, Duration::from_secs(10));
+    // The first reconciliation, 8 s after the start-up walk: its pages spread over 4 s.
+    let before = scans(&mut con);
+    let (first, ended) = watch_walk(&d, &mut con, 2, before, Duration::from_secs(20));
+    let took = ended - first;
+    assert!(
+        took >= Duration::from_millis(3200),
+        "a reconciliation took {took:?}, not about 4 s:\n{}",
+        d.log()
+    );
+    // The next one: the subscription is lost a moment into it, and the catch-up walk that
+    // follows the new one does not wait for the rest of its 4 s.
+    let from = scans(&mut con);
+    wait_until("the next reconciliation", Duration::from_secs(15), || {
+        scans(&mut con) > from
+    });
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con)
+        .unwrap();
+    assert!(killed >= 1);
+    let (_, caught_up) = watch_walk(&d, &mut con, 4, 0, Duration::from_secs(10));
+    assert!(
+        caught_up - started < Duration::from_millis(3000),
+        "the catch-up walk waited {:?} for the spread one:\n{}",
+        caught_up - started,
+        d.log()
+    );
+    d.wait_for_log(
+        "lost the keyspace-notification subscription",
+        1,
+        Duration::from_secs(1),
+    );
+}

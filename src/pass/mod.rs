@@ -187,7 +187,7 @@ impl Pass {
         let mut failure: Option<Error> = None;
         let mut scan_done = false;
         let mut stopping = false;
-        let mut pace = Pace::new(now(), rate);
+        let mut pace = Pace::new(now(), rate, None);
 
         loop {
             for (s, queue) in queues.iter_mut().enumerate() {

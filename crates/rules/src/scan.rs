@@ -53,23 +53,34 @@ pub fn common_glob<'p>(patterns: impl IntoIterator<Item = &'p KeyPattern>) -> St
     glob
 }
 
-/// `scan.max_keys_per_second` for one walk: pages are asked for no faster than the rate allows
-/// since the walk started.
+/// How fast one walk may ask for its pages: `scan.max_keys_per_second`, and for a periodic
+/// reconciliation a pace of pages that spreads it over part of its interval. Pages are asked
+/// for no faster than either allows since the walk started.
 #[derive(Debug, Clone, Copy)]
 pub struct Pace {
     started: Instant,
     /// Keys per second; `None`: unpaced.
     rate: Option<f64>,
+    /// Pages per second; `None`: unpaced.
+    pages_rate: Option<f64>,
     scanned: u64,
+    pages: u64,
     next_page_at: Option<Instant>,
 }
 
 impl Pace {
-    pub fn new(started: Instant, keys_per_second: Option<f64>) -> Self {
+    pub fn new(
+        started: Instant,
+        keys_per_second: Option<f64>,
+        pages_per_second: Option<f64>,
+    ) -> Self {
+        let positive = |r: Option<f64>| r.filter(|r| *r > 0.0 && r.is_finite());
         Self {
             started,
-            rate: keys_per_second.filter(|r| *r > 0.0),
+            rate: positive(keys_per_second),
+            pages_rate: positive(pages_per_second),
             scanned: 0,
+            pages: 0,
             next_page_at: None,
         }
     }
@@ -77,9 +88,20 @@ impl Pace {
     /// A page of `keys` came: the next one waits until the walk is back on pace.
     pub fn page(&mut self, keys: usize) {
         self.scanned += keys as u64;
-        if let Some(rate) = self.rate {
-            let due = self.scanned as f64 / rate;
+        self.pages += 1;
+        let by_keys = self.rate.map(|rate| self.scanned as f64 / rate);
+        let by_pages = self.pages_rate.map(|rate| self.pages as f64 / rate);
+        if let Some(due) = by_keys.into_iter().chain(by_pages).reduce(f64::max) {
             self.next_page_at = Some(self.started + Duration::from_secs_f64(due));
+        }
+    }
+
+    /// The pace of pages no longer holds (a catch-up walk waits for this one).
+    pub fn unspread(&mut self) {
+        if self.pages_rate.take().is_some() {
+            self.next_page_at = self
+                .rate
+                .map(|rate| self.started + Duration::from_secs_f64(self.scanned as f64 / rate));
         }
     }
 
@@ -88,14 +110,19 @@ impl Pace {
         self.scanned
     }
 
+    /// Pages the walk read so far.
+    pub fn pages(&self) -> u64 {
+        self.pages
+    }
+
     /// When the next page may be asked for, if the pace holds it back at all.
     pub fn next_page_at(&self) -> Option<Instant> {
         self.next_page_at
     }
 
-    /// Whether a page may be asked for at `now`.
-    pub fn ready(&self, now: Instant) -> bool {
-        self.next_page_at.is_none_or(|t| t <= now)
+    /// Whether a page may be asked for at `at`.
+    pub fn ready(&self, at: Instant) -> bool {
+        self.next_page_at.is_none_or(|t| t <= at)
     }
 }
 
@@ -156,7 +183,7 @@ mod tests {
     #[test]
     fn pages_follow_the_rate_since_the_start() {
         let start = crate::testing::now();
-        let mut pace = Pace::new(start, Some(100.0));
+        let mut pace = Pace::new(start, Some(100.0), None);
         assert!(pace.ready(start), "the first page is not held back");
         pace.page(50);
         assert_eq!(
@@ -167,9 +194,44 @@ mod tests {
         pace.page(50);
         assert_eq!(pace.next_page_at(), Some(start + Duration::from_secs(1)));
         assert_eq!(pace.scanned(), 100);
-        let mut unpaced = Pace::new(start, None);
+        let mut unpaced = Pace::new(start, None, None);
         unpaced.page(1_000_000);
         assert!(unpaced.ready(start));
+    }
+
+    #[test]
+    fn pages_follow_the_slower_of_the_two_paces() {
+        let start = crate::testing::now();
+        // 4 pages a second, and 1,000 keys a second.
+        let mut pace = Pace::new(start, Some(1_000.0), Some(4.0));
+        pace.page(10);
+        assert_eq!(
+            pace.next_page_at(),
+            Some(start + Duration::from_millis(250)),
+            "a page of few keys waits for the pages' pace"
+        );
+        pace.page(990);
+        assert_eq!(
+            pace.next_page_at(),
+            Some(start + Duration::from_secs(1)),
+            "a page of many keys waits for the keys' pace"
+        );
+        assert_eq!(pace.pages(), 2);
+        let mut pages_only = Pace::new(start, None, Some(2.0));
+        pages_only.page(1_000_000);
+        assert_eq!(
+            pages_only.next_page_at(),
+            Some(start + Duration::from_millis(500))
+        );
+        assert!(Pace::new(start, None, Some(0.0)).ready(start));
+        pace.unspread();
+        assert_eq!(
+            pace.next_page_at(),
+            Some(start + Duration::from_secs(1)),
+            "the keys' pace still holds"
+        );
+        pages_only.unspread();
+        assert!(pages_only.ready(start), "nothing holds it back any more");
     }
 
     #[test]

@@ -46,6 +46,28 @@ pub struct Start {
     pub kind: WalkKind,
     /// An untracked key it finds is a missed notification.
     pub count_missed: bool,
+    /// A periodic reconciliation with notifications in use: nothing waits for it, so it is
+    /// spread over this long ([`pages_per_second`]).
+    pub spread_over: Option<Duration>,
+}
+
+/// A periodic reconciliation is spread over this share of `tracking.reconcile_interval`
+/// (a half): with notifications in use nothing waits for it, and at full speed it took a Redis
+/// that the apps kept at 85 % of a core to 100 % for 15 s at 1,000,000 keys, delaying the
+/// apps' own commands (`benches/busy.py --timeline`). The start-up walk and a catch-up walk
+/// after a lost subscription go at full speed: keys may wait for them.
+const SPREAD_SHARE: u32 = 2;
+
+/// A spread reconciliation still asks for this many pages a second at least: a keyspace that
+/// grew since the walk before is not walked for longer than its pages at this pace.
+pub const MIN_PAGES_PER_SECOND: f64 = 10.0;
+
+/// The pages a second that spread a walk over `spread_over`, given how many pages the last
+/// whole walk of the primary read (`None`: no walk finished yet, so no pace).
+pub fn pages_per_second(spread_over: Option<Duration>, last_pages: Option<u64>) -> Option<f64> {
+    let (over, pages) = (spread_over?, last_pages?);
+    let seconds = over.as_secs_f64();
+    (seconds > 0.0).then(|| (pages as f64 / seconds).max(MIN_PAGES_PER_SECOND))
 }
 
 impl Walks {
@@ -103,11 +125,23 @@ impl Walks {
         } else {
             kind
         };
+        let spread_over =
+            (count_missed && kind == WalkKind::Reconcile).then(|| self.interval / SPREAD_SHARE);
         if kind == WalkKind::Reconcile {
             self.sync_wanted = false;
             self.reconcile_at = after(at, self.interval);
         }
-        Start { kind, count_missed }
+        Start {
+            kind,
+            count_missed,
+            spread_over,
+        }
+    }
+
+    /// Whether a catch-up walk is wanted: a spread walk in flight goes at full speed then,
+    /// so that the catch-up does not wait for it.
+    pub fn sync_wanted(&self) -> bool {
+        self.sync_wanted
     }
 
     /// Nothing to walk at `at` (no sweep here, or stopping): no catch-up is owed, and a
@@ -146,7 +180,7 @@ impl<E> Walk<E> {
         at: Instant,
         start: Start,
         epochs: Vec<u64>,
-        keys_per_second: Option<f64>,
+        pace: (Option<f64>, Option<f64>),
         subscription: (bool, u64),
     ) -> Self {
         Self {
@@ -159,7 +193,7 @@ impl<E> Walk<E> {
             scan_done: false,
             in_flight: 0,
             error: None,
-            pace: Pace::new(at, keys_per_second),
+            pace: Pace::new(at, pace.0, pace.1),
         }
     }
 
@@ -222,8 +256,9 @@ mod tests {
         let start = Start {
             kind,
             count_missed: false,
+            spread_over: None,
         };
-        Walk::new(at, start, vec![1], None, subscription)
+        Walk::new(at, start, vec![1], (None, None), subscription)
     }
 
     #[test]
@@ -234,6 +269,10 @@ mod tests {
         assert!(!w.due(t0, true), "it waits for a subscription being made");
         let start = w.start(t0, WalkKind::Discover, false);
         assert_eq!(start.kind, WalkKind::Reconcile);
+        assert_eq!(
+            start.spread_over, None,
+            "the start-up walk goes at full speed"
+        );
         assert!(!w.due(t0, false));
         assert_eq!(w.next_wake(false), t0 + HOUR);
     }
@@ -253,6 +292,7 @@ mod tests {
             !start.count_missed,
             "a catch-up counts no missed notification"
         );
+        assert_eq!(start.spread_over, None, "a catch-up goes at full speed");
         assert!(!w.due(lost + Duration::from_secs(1), false), "once");
     }
 
@@ -280,6 +320,7 @@ mod tests {
         assert!(w.due(t0 + HOUR, true), "a reconciliation waits for nothing");
         let start = w.start(t0 + HOUR, WalkKind::Reconcile, true);
         assert!(start.count_missed);
+        assert_eq!(start.spread_over, Some(HOUR / 2), "nothing waits for it");
         let tick = w.start(t0 + HOUR, WalkKind::Discover, false);
         assert_eq!(tick.kind, WalkKind::Discover);
         assert_eq!(
@@ -287,6 +328,26 @@ mod tests {
             t0 + HOUR * 2,
             "a discovery moves no reconciliation"
         );
+    }
+
+    #[test]
+    fn a_spread_reconciliation_paces_the_pages_of_the_walk_before() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(pages_per_second(Some(minute), None), None, "no walk yet");
+        assert_eq!(pages_per_second(None, Some(6_000)), None, "not spread");
+        assert_eq!(pages_per_second(Some(minute), Some(6_000)), Some(100.0));
+        assert_eq!(
+            pages_per_second(Some(minute), Some(1)),
+            Some(MIN_PAGES_PER_SECOND),
+            "a keyspace that grew since is walked at a floor"
+        );
+        assert_eq!(pages_per_second(Some(Duration::ZERO), Some(1)), None);
+        let t0 = crate::testing::now();
+        let mut w = Walks::new(t0, HOUR);
+        w.start(t0, WalkKind::Reconcile, true);
+        assert!(!w.sync_wanted());
+        w.want_sync_soon();
+        assert!(w.sync_wanted(), "a spread walk in flight hurries");
     }
 
     #[test]

@@ -212,6 +212,11 @@ impl<I: Io> Coordinator<I> {
         self.notifications.in_use()
     }
 
+    /// Whether a catch-up walk is wanted (a subscription was lost or made, the primary moved).
+    pub fn catch_up_wanted(&self) -> bool {
+        self.walks.sync_wanted()
+    }
+
     /// Changes whenever a subscription is made or lost.
     pub fn generation(&self) -> u64 {
         self.notifications.generation()

@@ -54,6 +54,9 @@ pub struct Work<I: Io> {
     settings: Settings,
     beat: Arc<dyn Beat>,
     walk: Option<Walk<I::Error>>,
+    /// Pages the last walk that covered the keyspace read: a periodic reconciliation is
+    /// paced by them.
+    last_walk_pages: Option<u64>,
     /// Requests handed out whose results have not come back.
     in_flight: usize,
     /// How many may be.
@@ -77,6 +80,7 @@ impl<I: Io> Work<I> {
             settings,
             beat,
             walk: None,
+            last_walk_pages: None,
             in_flight: 0,
             window: Window::new(&settings.batching),
             stopping: false,
@@ -104,6 +108,11 @@ impl<I: Io> Work<I> {
         let patterns = self.sweeps.channels();
         self.coord
             .turn(now.at, turn, |op| subscribe(op, patterns.clone()));
+        if let Some(walk) = &mut self.walk
+            && self.coord.catch_up_wanted()
+        {
+            walk.pace.unspread();
+        }
         self.apply_actions(now.at);
         self.dispatch_checks(now.at);
         self.dispatch_walk_work(now);

@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::{Now, Task, Walked, Work, batch_of};
 use crate::primary::deadlines;
 use crate::primary::tracked::{WalkEnd, WalkWork};
-use crate::primary::walks::{Start, Walk};
+use crate::primary::walks::{Start, Walk, WalkEnding, pages_per_second};
 use crate::primary::{Io, Job as _};
 use crate::scan::{Page, common_glob};
 
@@ -19,10 +19,11 @@ impl<I: Io> Work<I> {
         self.beat.busy(true);
         let subscription = (self.coord.in_use(), self.coord.generation());
         let epochs = self.sweeps.epochs();
-        let rate = self.settings.keys_per_second;
-        self.walk = Some(Walk::new(now, start, epochs, rate, subscription));
+        let pages = pages_per_second(start.spread_over, self.last_walk_pages);
+        let pace = (self.settings.keys_per_second, pages);
+        self.walk = Some(Walk::new(now, start, epochs, pace, subscription));
         self.tasks.push(Task::Scan { glob });
-        tracing::debug!(node = %self.sweeps.node(), kind = ?start.kind, "walk started");
+        tracing::debug!(node = %self.sweeps.node(), kind = ?start.kind, pages_per_second = ?pages, "walk started");
     }
 
     /// The walk's next SCAN page came: its keys go to the sweeps they fit. `None`: the SCAN is
@@ -114,6 +115,9 @@ impl<I: Io> Work<I> {
             return;
         }
         let walk = self.walk.take().expect("checked above");
+        if walk.ending(self.stopping) == WalkEnding::Done {
+            self.last_walk_pages = Some(walk.pace.pages());
+        }
         self.tasks.push(Task::ScanOver);
         self.beat.busy(false);
         let in_use = self.coord.in_use();
