@@ -226,13 +226,7 @@ async fn a_killed_subscription_is_renewed_and_a_walk_finds_what_was_missed() {
         in_use(&d, &server) == 1.0
     });
     let walks = d.walks("online");
-    let killed: u64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut con)
-        .unwrap();
-    assert!(killed >= 1);
+    kill_subscriptions(&mut con);
     // Written while nobody listens.
     let now = redis_now(&mut con);
     let _: () = con.zadd("presence:gap:online", "gone", now - 10.0).unwrap();
@@ -602,6 +596,17 @@ async fn a_score_written_in_the_past_is_caught_by_reconciliation() {
     }
 }
 
+/// Kills every subscriber's connection, as a proxy or a network blip would.
+fn kill_subscriptions(con: &mut redis::Connection) {
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(con)
+        .unwrap();
+    assert!(killed >= 1, "no subscriber to kill");
+}
+
 /// SCAN calls Redis served so far.
 fn scans(con: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
@@ -672,13 +677,7 @@ async fn a_periodic_reconciliation_is_spread_over_half_its_interval_and_hurries_
     });
     let started = Instant::now();
     std::thread::sleep(Duration::from_millis(300));
-    let killed: u64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut con)
-        .unwrap();
-    assert!(killed >= 1);
+    kill_subscriptions(&mut con);
     let (_, caught_up) = watch_walk(&d, &mut con, 4, 0, Duration::from_secs(10));
     assert!(
         caught_up - started < Duration::from_millis(3000),

@@ -53,9 +53,10 @@ pub struct Start {
 
 /// A periodic reconciliation is spread over this share of `tracking.reconcile_interval`
 /// (a half): with notifications in use nothing waits for it, and at full speed it took a Redis
-/// that the apps kept at 85 % of a core to 100 % for 15 s at 1,000,000 keys, delaying the
-/// apps' own commands (`benches/busy.py --timeline`). The start-up walk and a catch-up walk
-/// after a lost subscription go at full speed: keys may wait for them.
+/// that the apps kept at 85 % of a core to 98 to 100 % for 15 to 37 s at 1,000,000 keys,
+/// delaying the apps' own commands (`benches/busy.py --timeline`; spread, at most 98 %). The
+/// start-up walk and a catch-up walk after a lost subscription go at full speed: keys may wait
+/// for them.
 const SPREAD_SHARE: u32 = 2;
 
 /// A spread reconciliation still asks for this many pages a second at least: a keyspace that
