@@ -669,25 +669,64 @@ async fn a_periodic_reconciliation_is_spread_over_half_its_interval_and_hurries_
         "a reconciliation took {took:?}, not about 4 s:\n{}",
         d.log()
     );
-    // The next one: the subscription is lost a moment into it, and the catch-up walk that
-    // follows the new one does not wait for the rest of its 4 s.
+    // The next one: the subscription is lost a moment into it, and it goes on at full speed,
+    // so that the catch-up walk that follows the new subscription does not wait for the rest
+    // of its 4 s.
     let from = scans(&mut con);
     wait_until("the next reconciliation", Duration::from_secs(15), || {
         scans(&mut con) > from
     });
-    let started = Instant::now();
     std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(d.walks("online"), 2, "the third walk is under way");
     kill_subscriptions(&mut con);
-    let (_, caught_up) = watch_walk(&d, &mut con, 4, 0, Duration::from_secs(10));
+    let killed = Instant::now();
+    let (_, hurried) = watch_walk(&d, &mut con, 3, 0, Duration::from_secs(10));
     assert!(
-        caught_up - started < Duration::from_millis(3000),
-        "the catch-up walk waited {:?} for the spread one:\n{}",
-        caught_up - started,
+        hurried - killed < Duration::from_millis(2500),
+        "the spread walk went on for {:?} after the subscription was lost:\n{}",
+        hurried - killed,
         d.log()
     );
+    d.wait_walks("online", 4, Duration::from_secs(10));
     d.wait_for_log(
         "lost the keyspace-notification subscription",
         1,
         Duration::from_secs(1),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spread_reconciliation_does_not_hold_back_the_walks_of_keys_past_the_cap() {
+    let server = RedisServer::start_with(NOTIFICATIONS);
+    let mut con = server.con();
+    // About 55 pages of 100: a reconciliation every 10 s would take 5 s, spread.
+    let keys = (0..5_000).map(|i| format!("presence:r{i}:online"));
+    crate::support::seed_keys(&mut con, keys, 0, 1);
+    let d = daemon(
+        &server,
+        &online(
+            "2s",
+            "1s",
+            "[scan]\ncount = 100\n[tracking]\nreconcile_interval = \"10s\"\nmax_keys = 100\n",
+        ),
+    );
+    d.wait_walks("online", 2, Duration::from_secs(10));
+    // Keys past the cap are walked on the schedule, a reconciliation in flight or not.
+    let (mut last, mut last_at) = (d.walks("online"), Instant::now());
+    let mut longest = Duration::ZERO;
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(13) {
+        std::thread::sleep(Duration::from_millis(50));
+        let walks = d.walks("online");
+        if walks > last {
+            longest = longest.max(last_at.elapsed());
+            (last, last_at) = (walks, Instant::now());
+        }
+    }
+    longest = longest.max(last_at.elapsed());
+    assert!(
+        longest < Duration::from_millis(3000),
+        "{longest:?} without a walk on a 1 s schedule:\n{}",
+        d.log()
     );
 }

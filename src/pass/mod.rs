@@ -227,7 +227,7 @@ impl Pass {
                 page = pages.next(), if want_page => match page {
                     Some(Ok(page)) => {
                         ctx.observer.progress();
-                        pace.page(page.keys.len());
+                        pace.page(page.keys.len(), now());
                         for key in page.keys {
                             route(sweeps, key, page.time, &mut queues, &mut reports);
                         }

@@ -53,56 +53,71 @@ pub fn common_glob<'p>(patterns: impl IntoIterator<Item = &'p KeyPattern>) -> St
     glob
 }
 
-/// How fast one walk may ask for its pages: `scan.max_keys_per_second`, and for a periodic
-/// reconciliation a pace of pages that spreads it over part of its interval. Pages are asked
-/// for no faster than either allows since the walk started.
+/// How fast one walk may ask for its pages: no faster than `scan.max_keys_per_second` allows
+/// since the walk started, and, for a walk nothing waits for, at its [`Spread`]'s pace.
 #[derive(Debug, Clone, Copy)]
 pub struct Pace {
     started: Instant,
     /// Keys per second; `None`: unpaced.
     rate: Option<f64>,
-    /// Pages per second; `None`: unpaced.
-    pages_rate: Option<f64>,
+    spread: Option<Spread>,
     scanned: u64,
     pages: u64,
-    next_page_at: Option<Instant>,
+    by_keys: Option<Instant>,
+    by_pages: Option<Instant>,
 }
 
+/// A pace of pages for a walk that nothing waits for (a periodic reconciliation): one page per
+/// `every`, until `until`, past which it goes at full speed. A walk held back (no room in
+/// flight, slow replies, a pause of the daemon) makes up at most [`MAX_BEHIND`] of pages at
+/// once: its backlog never comes as one burst on a Redis that is busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spread {
+    pub every: Duration,
+    pub until: Instant,
+}
+
+/// How far behind its pace a spread walk may be, and catch up at full speed.
+pub const MAX_BEHIND: Duration = Duration::from_secs(1);
+
 impl Pace {
-    pub fn new(
-        started: Instant,
-        keys_per_second: Option<f64>,
-        pages_per_second: Option<f64>,
-    ) -> Self {
-        let positive = |r: Option<f64>| r.filter(|r| *r > 0.0 && r.is_finite());
+    pub fn new(started: Instant, keys_per_second: Option<f64>, spread: Option<Spread>) -> Self {
         Self {
             started,
-            rate: positive(keys_per_second),
-            pages_rate: positive(pages_per_second),
+            rate: keys_per_second.filter(|r| *r > 0.0 && r.is_finite()),
+            spread: spread.filter(|s| !s.every.is_zero()),
             scanned: 0,
             pages: 0,
-            next_page_at: None,
+            by_keys: None,
+            by_pages: None,
         }
     }
 
-    /// A page of `keys` came: the next one waits until the walk is back on pace.
-    pub fn page(&mut self, keys: usize) {
+    /// A page of `keys` came at `at`: the next one waits until the walk is back on pace.
+    pub fn page(&mut self, keys: usize, at: Instant) {
         self.scanned += keys as u64;
         self.pages += 1;
-        let by_keys = self.rate.map(|rate| self.scanned as f64 / rate);
-        let by_pages = self.pages_rate.map(|rate| self.pages as f64 / rate);
-        if let Some(due) = by_keys.into_iter().chain(by_pages).reduce(f64::max) {
-            self.next_page_at = Some(self.started + Duration::from_secs_f64(due));
+        if let Some(rate) = self.rate {
+            let due = self.scanned as f64 / rate;
+            self.by_keys = Some(self.started + Duration::from_secs_f64(due));
+        }
+        if let Some(spread) = self.spread {
+            if at >= spread.until {
+                // Past its time (the keyspace grew since the walk before): full speed.
+                self.unspread();
+            } else {
+                let floor = at.checked_sub(MAX_BEHIND).unwrap_or(at);
+                let from = self.by_pages.unwrap_or(self.started).max(floor);
+                self.by_pages = Some((from + spread.every).min(spread.until));
+            }
         }
     }
 
-    /// The pace of pages no longer holds (a catch-up walk waits for this one).
+    /// The spread no longer holds (a catch-up walk, or a sweep's scheduled walk, waits for
+    /// this one); `scan.max_keys_per_second` still does.
     pub fn unspread(&mut self) {
-        if self.pages_rate.take().is_some() {
-            self.next_page_at = self
-                .rate
-                .map(|rate| self.started + Duration::from_secs_f64(self.scanned as f64 / rate));
-        }
+        self.spread = None;
+        self.by_pages = None;
     }
 
     /// Keys the walk's pages held so far.
@@ -117,12 +132,12 @@ impl Pace {
 
     /// When the next page may be asked for, if the pace holds it back at all.
     pub fn next_page_at(&self) -> Option<Instant> {
-        self.next_page_at
+        self.by_keys.max(self.by_pages)
     }
 
     /// Whether a page may be asked for at `at`.
     pub fn ready(&self, at: Instant) -> bool {
-        self.next_page_at.is_none_or(|t| t <= at)
+        self.next_page_at().is_none_or(|t| t <= at)
     }
 }
 
@@ -185,53 +200,94 @@ mod tests {
         let start = crate::testing::now();
         let mut pace = Pace::new(start, Some(100.0), None);
         assert!(pace.ready(start), "the first page is not held back");
-        pace.page(50);
+        pace.page(50, start);
         assert_eq!(
             pace.next_page_at(),
             Some(start + Duration::from_millis(500))
         );
         assert!(!pace.ready(start + Duration::from_millis(499)));
-        pace.page(50);
+        pace.page(50, start + Duration::from_millis(500));
         assert_eq!(pace.next_page_at(), Some(start + Duration::from_secs(1)));
         assert_eq!(pace.scanned(), 100);
         let mut unpaced = Pace::new(start, None, None);
-        unpaced.page(1_000_000);
+        unpaced.page(1_000_000, start);
         assert!(unpaced.ready(start));
     }
 
     #[test]
-    fn pages_follow_the_slower_of_the_two_paces() {
+    fn a_spread_walk_follows_the_slower_pace_within_its_time() {
         let start = crate::testing::now();
+        let ms = Duration::from_millis;
+        let spread = Spread {
+            every: ms(250),
+            until: start + Duration::from_secs(10),
+        };
         // 4 pages a second, and 1,000 keys a second.
-        let mut pace = Pace::new(start, Some(1_000.0), Some(4.0));
-        pace.page(10);
+        let mut pace = Pace::new(start, Some(1_000.0), Some(spread));
+        pace.page(10, start);
         assert_eq!(
             pace.next_page_at(),
-            Some(start + Duration::from_millis(250)),
+            Some(start + ms(250)),
             "a page of few keys waits for the pages' pace"
         );
-        pace.page(990);
+        pace.page(990, start + ms(250));
         assert_eq!(
             pace.next_page_at(),
             Some(start + Duration::from_secs(1)),
             "a page of many keys waits for the keys' pace"
         );
         assert_eq!(pace.pages(), 2);
-        let mut pages_only = Pace::new(start, None, Some(2.0));
-        pages_only.page(1_000_000);
-        assert_eq!(
-            pages_only.next_page_at(),
-            Some(start + Duration::from_millis(500))
-        );
-        assert!(Pace::new(start, None, Some(0.0)).ready(start));
         pace.unspread();
         assert_eq!(
             pace.next_page_at(),
             Some(start + Duration::from_secs(1)),
             "the keys' pace still holds"
         );
+        let mut pages_only = Pace::new(start, None, Some(spread));
+        pages_only.page(1_000_000, start);
+        assert_eq!(pages_only.next_page_at(), Some(start + ms(250)));
         pages_only.unspread();
         assert!(pages_only.ready(start), "nothing holds it back any more");
+    }
+
+    #[test]
+    fn a_spread_walk_held_back_makes_up_a_second_at_most_and_ends_in_its_time() {
+        let start = crate::testing::now();
+        let ms = Duration::from_millis;
+        let spread = Spread {
+            every: ms(100),
+            until: start + Duration::from_secs(10),
+        };
+        let mut pace = Pace::new(start, None, Some(spread));
+        pace.page(1, start);
+        // Held back for 5 s: ten pages at once, not fifty.
+        let late = start + Duration::from_secs(5);
+        pace.page(1, late);
+        assert_eq!(pace.next_page_at(), Some(late - ms(900)));
+        let mut at = late;
+        let mut at_once = 0;
+        while pace.ready(at) {
+            pace.page(1, at);
+            at_once += 1;
+        }
+        assert_eq!(at_once, 10, "a second of pages");
+        assert_eq!(pace.next_page_at(), Some(late + ms(100)));
+        // Its time is up: the rest at full speed.
+        at = start + Duration::from_secs(10);
+        pace.page(1, at);
+        assert!(pace.ready(at));
+        assert_eq!(pace.next_page_at(), None);
+        assert!(
+            Pace::new(
+                start,
+                None,
+                Some(Spread {
+                    every: Duration::ZERO,
+                    until: at
+                })
+            )
+            .ready(start)
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use crate::clock::after;
-use crate::scan::Pace;
+use crate::scan::{Pace, Spread};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WalkKind {
@@ -59,16 +59,24 @@ pub struct Start {
 /// for them.
 const SPREAD_SHARE: u32 = 2;
 
-/// A spread reconciliation still asks for this many pages a second at least: a keyspace that
-/// grew since the walk before is not walked for longer than its pages at this pace.
+/// A spread reconciliation still asks for this many pages a second at least.
 pub const MIN_PAGES_PER_SECOND: f64 = 10.0;
 
-/// The pages a second that spread a walk over `spread_over`, given how many pages the last
-/// whole walk of the primary read (`None`: no walk finished yet, so no pace).
-pub fn pages_per_second(spread_over: Option<Duration>, last_pages: Option<u64>) -> Option<f64> {
+/// The pace that spreads a walk starting at `at` over `spread_over`, given how many pages the
+/// last whole walk of the primary read (`None`: no walk finished yet, so no pace). Past
+/// `spread_over` the walk goes at full speed: a keyspace that grew since is not walked for
+/// longer.
+pub fn spread(
+    at: Instant,
+    spread_over: Option<Duration>,
+    last_pages: Option<u64>,
+) -> Option<Spread> {
     let (over, pages) = (spread_over?, last_pages?);
     let seconds = over.as_secs_f64();
-    (seconds > 0.0).then(|| (pages as f64 / seconds).max(MIN_PAGES_PER_SECOND))
+    (seconds > 0.0).then(|| Spread {
+        every: Duration::from_secs_f64(1.0 / (pages as f64 / seconds).max(MIN_PAGES_PER_SECOND)),
+        until: at + over,
+    })
 }
 
 impl Walks {
@@ -181,7 +189,7 @@ impl<E> Walk<E> {
         at: Instant,
         start: Start,
         epochs: Vec<u64>,
-        pace: (Option<f64>, Option<f64>),
+        pace: (Option<f64>, Option<Spread>),
         subscription: (bool, u64),
     ) -> Self {
         Self {
@@ -333,17 +341,23 @@ mod tests {
 
     #[test]
     fn a_spread_reconciliation_paces_the_pages_of_the_walk_before() {
-        let minute = Duration::from_secs(60);
-        assert_eq!(pages_per_second(Some(minute), None), None, "no walk yet");
-        assert_eq!(pages_per_second(None, Some(6_000)), None, "not spread");
-        assert_eq!(pages_per_second(Some(minute), Some(6_000)), Some(100.0));
-        assert_eq!(
-            pages_per_second(Some(minute), Some(1)),
-            Some(MIN_PAGES_PER_SECOND),
-            "a keyspace that grew since is walked at a floor"
-        );
-        assert_eq!(pages_per_second(Some(Duration::ZERO), Some(1)), None);
         let t0 = crate::testing::now();
+        let minute = Duration::from_secs(60);
+        assert_eq!(spread(t0, Some(minute), None), None, "no walk yet");
+        assert_eq!(spread(t0, None, Some(6_000)), None, "not spread");
+        assert_eq!(
+            spread(t0, Some(minute), Some(6_000)),
+            Some(Spread {
+                every: Duration::from_millis(10),
+                until: t0 + minute
+            })
+        );
+        assert_eq!(
+            spread(t0, Some(minute), Some(1)).map(|s| s.every),
+            Some(Duration::from_millis(100)),
+            "at least ten pages a second"
+        );
+        assert_eq!(spread(t0, Some(Duration::ZERO), Some(1)), None);
         let mut w = Walks::new(t0, HOUR);
         w.start(t0, WalkKind::Reconcile, true);
         assert!(!w.sync_wanted());

@@ -215,6 +215,11 @@ impl<I: Io> Work<I> {
         match self.sweeps.tick(name, now, self.coord.in_use(), walk) {
             Tick::Skip => {}
             Tick::Running { overrun } => {
+                // A sweep whose keys are not all tracked wants its walk on its schedule: a
+                // spread walk in flight goes at full speed for it.
+                if let Some(walk) = &mut self.walk {
+                    walk.pace.unspread();
+                }
                 tracing::debug!(sweep = %name, node = %self.sweeps.node(), overrun, "a walk is still running; skipping this tick");
             }
             Tick::Walk => {

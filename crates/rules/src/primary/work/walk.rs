@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::{Now, Task, Walked, Work, batch_of};
 use crate::primary::deadlines;
 use crate::primary::tracked::{WalkEnd, WalkWork};
-use crate::primary::walks::{Start, Walk, WalkEnding, pages_per_second};
+use crate::primary::walks::{Start, Walk, WalkEnding, spread};
 use crate::primary::{Io, Job as _};
 use crate::scan::{Page, common_glob};
 
@@ -19,11 +19,12 @@ impl<I: Io> Work<I> {
         self.beat.busy(true);
         let subscription = (self.coord.in_use(), self.coord.generation());
         let epochs = self.sweeps.epochs();
-        let pages = pages_per_second(start.spread_over, self.last_walk_pages);
-        let pace = (self.settings.keys_per_second, pages);
+        let spread = spread(now, start.spread_over, self.last_walk_pages);
+        let pace = (self.settings.keys_per_second, spread);
         self.walk = Some(Walk::new(now, start, epochs, pace, subscription));
         self.tasks.push(Task::Scan { glob });
-        tracing::debug!(node = %self.sweeps.node(), kind = ?start.kind, pages_per_second = ?pages, "walk started");
+        let page_every = spread.map(|s| s.every);
+        tracing::debug!(node = %self.sweeps.node(), kind = ?start.kind, ?page_every, "walk started");
     }
 
     /// The walk's next SCAN page came: its keys go to the sweeps they fit. `None`: the SCAN is
@@ -39,7 +40,7 @@ impl<I: Io> Work<I> {
             }
             Some(Err(e)) => walk.fail(e),
             Some(Ok(page)) => {
-                walk.pace.page(page.keys.len());
+                walk.pace.page(page.keys.len(), now.at);
                 let (kind, count_missed) = (walk.kind, walk.count_missed);
                 let epochs = walk.epochs.clone();
                 self.beat.progress();
