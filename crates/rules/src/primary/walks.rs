@@ -47,7 +47,7 @@ pub struct Start {
     /// An untracked key it finds is a missed notification.
     pub count_missed: bool,
     /// A periodic reconciliation with notifications in use: nothing waits for it, so it is
-    /// spread over this long ([`pages_per_second`]).
+    /// spread over this long ([`spread`]).
     pub spread_over: Option<Duration>,
 }
 
