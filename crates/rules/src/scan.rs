@@ -69,7 +69,7 @@ pub struct Pace {
 
 /// A pace of pages for a walk that nothing waits for (a periodic reconciliation): one page per
 /// `every`, until `until`, past which it goes at full speed. A walk held back (no room in
-/// flight, slow replies, a pause of the daemon) makes up at most [`MAX_BEHIND`] of pages at
+/// flight, slow replies, a pause of the daemon) makes up at most a second of pages at
 /// once: its backlog never comes as one burst on a Redis that is busy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spread {
@@ -78,7 +78,7 @@ pub struct Spread {
 }
 
 /// How far behind its pace a spread walk may be, and catch up at full speed.
-pub const MAX_BEHIND: Duration = Duration::from_secs(1);
+const MAX_BEHIND: Duration = Duration::from_secs(1);
 
 impl Pace {
     pub fn new(started: Instant, keys_per_second: Option<f64>, spread: Option<Spread>) -> Self {

@@ -60,7 +60,7 @@ pub struct Start {
 const SPREAD_SHARE: u32 = 2;
 
 /// A spread reconciliation still asks for this many pages a second at least.
-pub const MIN_PAGES_PER_SECOND: f64 = 10.0;
+const MIN_PAGES_PER_SECOND: f64 = 10.0;
 
 /// The pace that spreads a walk starting at `at` over `spread_over`, given how many pages the
 /// last whole walk of the primary read (`None`: no walk finished yet, so no pace). Past
@@ -189,7 +189,7 @@ impl<E> Walk<E> {
         at: Instant,
         start: Start,
         epochs: Vec<u64>,
-        pace: (Option<f64>, Option<Spread>),
+        pace: Pace,
         subscription: (bool, u64),
     ) -> Self {
         Self {
@@ -202,7 +202,7 @@ impl<E> Walk<E> {
             scan_done: false,
             in_flight: 0,
             error: None,
-            pace: Pace::new(at, pace.0, pace.1),
+            pace,
         }
     }
 
@@ -267,7 +267,7 @@ mod tests {
             count_missed: false,
             spread_over: None,
         };
-        Walk::new(at, start, vec![1], (None, None), subscription)
+        Walk::new(at, start, vec![1], Pace::new(at, None, None), subscription)
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::primary::deadlines;
 use crate::primary::tracked::{WalkEnd, WalkWork};
 use crate::primary::walks::{Start, Walk, WalkEnding, spread};
 use crate::primary::{Io, Job as _};
-use crate::scan::{Page, common_glob};
+use crate::scan::{Pace, Page, common_glob};
 
 impl<I: Io> Work<I> {
     /// A walk starts at `now`, serving every sweep here.
@@ -20,7 +20,7 @@ impl<I: Io> Work<I> {
         let subscription = (self.coord.in_use(), self.coord.generation());
         let epochs = self.sweeps.epochs();
         let spread = spread(now, start.spread_over, self.last_walk_pages);
-        let pace = (self.settings.keys_per_second, spread);
+        let pace = Pace::new(now, self.settings.keys_per_second, spread);
         self.walk = Some(Walk::new(now, start, epochs, pace, subscription));
         self.tasks.push(Task::Scan { glob });
         let page_every = spread.map(|s| s.every);
