@@ -14,11 +14,13 @@
 //!
 //! Memory is what bounds it, so keys are stored compactly: the conversation id only (the sweep's
 //! pattern rebuilds the key), inline when it fits in 16 bytes; a slab of fixed-size slots; a
-//! hash table of 4-byte slot numbers; and the deadlines in a B-tree of (deadline, slot): at most
-//! about 100 bytes per key in all (`python3 benches/steady.py --scenarios big`). A cap shared
-//! by every index ([`Capacity`]) bounds the total; keys past it are left to scheduled walks.
+//! hash table of 4-byte slot numbers; and the deadlines in a ring of millisecond buckets whose
+//! lists run through the slots themselves ([`queue`]): at most about 100 bytes per key in all
+//! (`python3 benches/steady.py --scenarios big`). A cap shared by every index ([`Capacity`])
+//! bounds the total; keys past it are left to scheduled walks.
 
-use std::collections::BTreeSet;
+mod queue;
+
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +29,7 @@ use hashbrown::{DefaultHashBuilder, HashTable};
 use smallvec::SmallVec;
 
 use crate::read::Probing;
+use queue::{Link, Links, Queue};
 
 /// A deadline that never comes: a key whose lowest score is `+inf`, kept but never checked
 /// except by reconciliation.
@@ -120,12 +123,24 @@ struct Slot {
     card: u32,
     state: Phase,
     /// [`WRITTEN`], [`SEEN`] and the key's step in spreading its checks ([`SPREAD_STEP`]), in
-    /// one byte: the slot stays at 40 bytes.
+    /// one byte: the slot stays at 48 bytes.
     flags: u8,
     /// Whether its next checks read its own TTL: 0, the next does; below [`TTL_NONE`], how
     /// many of them need not (its TTL ends later); from [`TTL_NONE`] up, it had none, and the
     /// check at which the count is down to [`TTL_NONE`] reads it again.
     ttl_reads: u8,
+    /// Its place among the keys due in the same millisecond, while it waits for a deadline.
+    link: Link,
+}
+
+impl Links for Vec<Slot> {
+    fn link(&mut self, slot: u32) -> &mut Link {
+        &mut self[slot as usize].link
+    }
+
+    fn get(&self, slot: u32) -> Link {
+        self[slot as usize].link
+    }
 }
 
 /// A keyspace notification said the key was written since its last check: a score written in
@@ -213,7 +228,8 @@ pub struct Index {
     table: HashTable<u32>,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    due: BTreeSet<(u64, u32)>,
+    /// The slots waiting for a deadline other than [`NEVER`], by deadline.
+    due: Queue,
     members: u64,
     capacity: Arc<Capacity>,
     /// Whether writes may have gone unnoticed (notifications not in use, or lost for a while):
@@ -229,7 +245,7 @@ impl Index {
             table: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
-            due: BTreeSet::new(),
+            due: Queue::default(),
             members: 0,
             capacity,
             unnoticed: true,
@@ -240,26 +256,19 @@ impl Index {
     /// freshest when last checked, the likeliest to hold members who heartbeat.
     pub fn latest(&self, n: usize) -> impl Iterator<Item = &[u8]> {
         self.due
-            .iter()
-            .rev()
-            .take(n)
-            .map(|&(_, slot)| self.slots[slot as usize].id.as_slice())
+            .latest(&self.slots, n)
+            .into_iter()
+            .map(|(_, slot)| self.slots[slot as usize].id.as_slice())
     }
 
     /// Makes the `n` keys with the latest deadlines due at `at` (ms, Redis's clock), when that
     /// is earlier: after a backward step of Redis's clock their scores may lie in its future,
     /// and their checks say how far.
     pub fn recheck_latest(&mut self, n: usize, at: u64) {
-        let latest: Vec<(u64, u32)> = self
-            .due
-            .iter()
-            .rev()
-            .take(n)
-            .copied()
-            .filter(|&(deadline, _)| deadline > at)
-            .collect();
-        for (_, s) in latest {
-            self.schedule(s, at);
+        for (deadline, s) in self.due.latest(&self.slots, n) {
+            if deadline > at {
+                self.schedule(s, at);
+            }
         }
     }
 
@@ -291,8 +300,8 @@ impl Index {
         self.find(id).is_some()
     }
 
-    /// Tracks `id`, due at `due` (milliseconds on Redis's clock), unless it is known already or
-    /// every index together is full.
+    /// Tracks `id`, due at `due` (milliseconds on Redis's clock, no later than now), unless it
+    /// is known already or every index together is full.
     pub fn track(&mut self, id: &[u8], due: u64) -> Track {
         if self.find(id).is_some() {
             return Track::Known;
@@ -307,6 +316,7 @@ impl Index {
             state: Phase::Scheduled,
             flags: SEEN,
             ttl_reads: 0,
+            link: Link::default(),
         };
         let s = match self.free.pop() {
             Some(s) => {
@@ -323,6 +333,9 @@ impl Index {
         self.table.insert_unique(hash, s, |&t| {
             hasher.hash_one(slots[t as usize].id.as_slice())
         });
+        // The deadline ring follows the clock from here too, not only from the checks: a walk
+        // tracks a million keys before the first check, and their deadlines belong in it.
+        self.due.catch_up(&mut self.slots, due);
         self.schedule(s, due);
         Track::Added
     }
@@ -330,18 +343,20 @@ impl Index {
     fn schedule(&mut self, s: u32, deadline: u64) {
         let slot = &mut self.slots[s as usize];
         if slot.state == Phase::Scheduled && slot.deadline != NEVER {
-            self.due.remove(&(slot.deadline, s));
+            let old = slot.deadline;
+            self.due.remove(&mut self.slots, s, old);
         }
+        let slot = &mut self.slots[s as usize];
         slot.deadline = deadline;
         slot.state = Phase::Scheduled;
         if deadline != NEVER {
-            self.due.insert((deadline, s));
+            self.due.insert(&mut self.slots, s, deadline);
         }
     }
 
     /// The earliest deadline of a key waiting for one.
     pub fn next_due(&self) -> Option<u64> {
-        self.due.first().map(|&(d, _)| d)
+        self.due.first()
     }
 
     /// The deadline of the `n`-th key to come due (1: the next), if that many wait.
@@ -349,7 +364,7 @@ impl Index {
         if self.due.len() < n {
             return None;
         }
-        self.due.iter().nth(n.checked_sub(1)?).map(|&(d, _)| d)
+        self.due.nth(n)
     }
 
     /// Hands out up to `max` keys due at or before `now` for a check: `each` is given each
@@ -358,13 +373,9 @@ impl Index {
     /// [`Index::checked`] gives them back.
     pub fn take_due(&mut self, now: u64, max: usize, mut each: impl FnMut(Ticket, &[u8], Probing)) {
         for _ in 0..max {
-            let Some(&(deadline, s)) = self.due.first() else {
+            let Some((_, s)) = self.due.pop_due(&mut self.slots, now) else {
                 return;
             };
-            if deadline > now {
-                return;
-            }
-            self.due.pop_first();
             let slot = &mut self.slots[s as usize];
             slot.state = Phase::InFlight { rewritten: false };
             // A size of 0 is a key never checked (a check that finds a key empty forgets it).
@@ -605,8 +616,10 @@ impl Index {
     fn remove(&mut self, s: u32) {
         let slot = &mut self.slots[s as usize];
         if slot.state == Phase::Scheduled && slot.deadline != NEVER {
-            self.due.remove(&(slot.deadline, s));
+            let old = slot.deadline;
+            self.due.remove(&mut self.slots, s, old);
         }
+        let slot = &mut self.slots[s as usize];
         self.members -= u64::from(slot.card);
         let id = std::mem::take(&mut slot.id);
         slot.state = Phase::Free;
@@ -709,7 +722,7 @@ mod tests {
                 "spread twice, then never"
             );
         }
-        assert_eq!(std::mem::size_of::<Slot>(), 40);
+        assert_eq!(std::mem::size_of::<Slot>(), 48);
     }
 
     #[test]
@@ -1056,7 +1069,7 @@ mod tests {
 
     #[test]
     fn the_seen_mark_costs_no_memory() {
-        assert_eq!(std::mem::size_of::<Slot>(), 40);
+        assert_eq!(std::mem::size_of::<Slot>(), 48);
     }
 
     #[test]
