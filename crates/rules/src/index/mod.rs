@@ -141,6 +141,10 @@ impl Links for Vec<Slot> {
     fn get(&self, slot: u32) -> Link {
         self[slot as usize].link
     }
+
+    fn deadline(&self, slot: u32) -> u64 {
+        self[slot as usize].deadline
+    }
 }
 
 /// A keyspace notification said the key was written since its last check: a score written in
