@@ -25,7 +25,8 @@ users vanishing per minute, P primaries, R replicas):
   sweeper CPU      P x sweeper_fixed_cpu + C x sweeper_check (+ W x sweeper_notice with KEA),
                    shared by min(R, P) replicas, each holding about P / R primaries (the busiest
                    holds ceil(P / R))
-  sweeper memory   base + index_bytes per tracked key it holds
+  sweeper memory   base + index_bytes per tracked key it holds + ring_mb per index ring (two
+                   per primary it holds, one more with a ttl over 63 s)
 
 usage:
   python3 benches/capacity.py model --conversations 1000000 [--members 1] [--heartbeat 20]
@@ -78,9 +79,13 @@ CONSTANTS = {
     # The sweeper's own CPU per keyspace notice heard (KEA), us (steady.py live, before En).
     "sweeper_notice_us": 2.0,
     # The sweeper's RSS with nothing tracked, MB, and its index per tracked key, bytes
-    # (steady.py --scenarios big: 104 bytes at most).
+    # (steady.py --scenarios big: 71 bytes at most).
     "base_mb": 20.7,
-    "index_bytes": 104.0,
+    "index_bytes": 71.0,
+    # Each index's ring of deadlines, MB: one per sweep on each primary held once it tracks a
+    # key (the online and typing sweeps), and a second for a sweep whose ttl is over 63 s
+    # (65,536 buckets of 12 bytes and their bitmap).
+    "ring_mb": 0.79,
 }
 
 
@@ -110,6 +115,8 @@ def model(n, members, heartbeat, ttl, vanish, primaries, replicas, notify, c=CON
     sweeper = (primaries * c["sweeper_fixed_core"] + checks * c["sweeper_check_us"] / 1e6
                + (writes * c["sweeper_notice_us"] / 1e6 if kea else 0.0))
     busiest = math.ceil(primaries / working) / primaries
+    # The online and the typing sweep (5 s); a ttl past the fine ring adds the coarse one.
+    rings = 2 + (1 if ttl > 63 else 0)
     return {
         "writes_per_s": writes, "checks_per_s": checks, "evictions_per_s": evictions,
         "redis_core_total": sum(redis.values()),
@@ -120,7 +127,8 @@ def model(n, members, heartbeat, ttl, vanish, primaries, replicas, notify, c=CON
         "sweeper_command_core_total": redis["sweeper_fixed"] + redis["checks"],
         "sweeper_core_total": sweeper,
         "sweeper_core_busiest_replica": sweeper * busiest,
-        "sweeper_rss_mb_busiest_replica": c["base_mb"] + n * busiest * c["index_bytes"] / 1e6,
+        "sweeper_rss_mb_busiest_replica": (c["base_mb"] + n * busiest * c["index_bytes"] / 1e6
+                                           + math.ceil(primaries / working) * rings * c["ring_mb"]),
         "idle_replicas": max(0, replicas - primaries),
     }
 

@@ -14,9 +14,10 @@
 //!
 //! Memory is what bounds it, so keys are stored compactly: the conversation id only (the sweep's
 //! pattern rebuilds the key), inline when it fits in 16 bytes; a slab of fixed-size slots; a
-//! hash table of 4-byte slot numbers; and the deadlines in a ring of millisecond buckets whose
-//! lists run through the slots themselves ([`queue`]): at most about 100 bytes per key in all
-//! (`python3 benches/steady.py --scenarios big`). A cap shared by every index ([`Capacity`])
+//! hash table of 4-byte slot numbers; and the deadlines in rings of buckets (a millisecond each
+//! over the next minute, a second each over the next 18 hours) whose lists run through the
+//! slots themselves: at most about 70 bytes per key in all (`python3 benches/steady.py
+//! --scenarios big`). A cap shared by every index ([`Capacity`])
 //! bounds the total; keys past it are left to scheduled walks.
 
 mod queue;

@@ -9,7 +9,9 @@
 //! deadline alone, and its key's links sit in the slot the check has just read, so an insert
 //! touches the bucket and the slot of the key at its tail. A key in the coarse ring moves to the
 //! fine one once, when the fine ring reaches its second. `cargo bench -p presence-sweeper-rules
-//! --bench index` on 1,000,000 keys (docs/design.md has the figures).
+//! --bench index` on 1,000,000 keys, in one run alternating with the B-tree's build: 167 to
+//! 172 ns a check against 308 to 320, and 59.4 bytes of RSS a key against 88.2 (docs/design.md
+//! has the daemon's figures).
 
 use std::collections::BTreeSet;
 
