@@ -217,7 +217,7 @@ const TTL_NONE: u8 = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Free,
-    /// Waiting for its deadline (in the B-tree unless [`NEVER`]).
+    /// Waiting for its deadline (queued in the index's `due` unless [`NEVER`]).
     Scheduled,
     /// Handed out for a check; `rewritten` if the key was written meanwhile, so that a check
     /// that found it gone looks again (it may have been created anew).

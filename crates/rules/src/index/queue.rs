@@ -27,6 +27,10 @@ const UNIT_BITS: u32 = 10;
 /// 45 s and the looks within it, so that the default sweeps' keys never leave it.
 const FINE_UNITS: u64 = 63;
 
+/// The furthest `base` goes: the rings' limits are then still below `u64::MAX`. No clock Redis
+/// gives comes near it (it is half a billion years in milliseconds).
+const MAX_BASE: u64 = u64::MAX - ((LEN as u64) << UNIT_BITS) - (1 << UNIT_BITS);
+
 /// No slot: the end of a list.
 const NIL: u32 = u32::MAX;
 
@@ -248,7 +252,7 @@ impl Queue {
     }
 
     fn coarse_limit(&self) -> u64 {
-        (self.unit() + LEN as u64).saturating_mul(1 << UNIT_BITS)
+        (self.unit() + LEN as u64) << UNIT_BITS
     }
 
     /// Queues `slot` for `deadline`; it must not be queued already.
@@ -363,7 +367,7 @@ impl Queue {
     /// Not past `now`, so that the deadlines set from now on (a key tracked, due at once) land
     /// in the rings, not before them.
     pub(crate) fn catch_up(&mut self, links: &mut impl Links, now: u64) {
-        let to = self.first().map_or(now, |f| f.min(now));
+        let to = self.first().map_or(now, |f| f.min(now)).min(MAX_BASE);
         if to <= self.base {
             return;
         }
@@ -492,6 +496,11 @@ mod tests {
         Remove(usize),
         /// Move now on by this many ms, then pop what is due.
         Pop(u64),
+        /// Move the rings on to this many ms past now, as a key tracked at a clock a little
+        /// ahead of the checks' does.
+        CatchUp(u64),
+        /// Queue a slot not queued at this many ms before `u64::MAX`.
+        Last(u64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -503,6 +512,8 @@ mod tests {
             2 => any::<usize>().prop_map(Op::Remove),
             3 => prop_oneof![0u64..50, 0u64..5_000, 60_000u64..200_000, 0u64..80_000_000]
                 .prop_map(Op::Pop),
+            1 => (0u64..5_000).prop_map(Op::CatchUp),
+            1 => (1u64..10).prop_map(Op::Last),
         ]
     }
 
@@ -521,11 +532,15 @@ mod tests {
             let mut now = T0;
             for op in ops {
                 match op {
-                    Op::Insert(ahead) => {
+                    Op::Insert(_) | Op::Last(_) => {
                         let Some(s) = (0..SLOTS).find(|&s| queued[s as usize].is_none()) else {
                             continue;
                         };
-                        let d = now.saturating_add_signed(ahead);
+                        let d = match op {
+                            Op::Insert(ahead) => now.saturating_add_signed(ahead),
+                            Op::Last(before) => u64::MAX - before,
+                            _ => unreachable!(),
+                        };
                         links.0[s as usize].1 = d;
                         queue.insert(&mut links, s, d);
                         model.insert((d, s));
@@ -548,12 +563,18 @@ mod tests {
                             queued[s as usize] = None;
                         }
                         prop_assert!(model.first().is_none_or(|&(d, _)| d > now));
+                        // Nothing left looks due: a caller that waits for `first` never spins.
+                        prop_assert!(queue.first().is_none_or(|f| f > now));
                     }
+                    Op::CatchUp(ahead) => queue.catch_up(&mut links, now + ahead),
                 }
                 prop_assert_eq!(queue.len(), model.len());
                 // Exact, or the start of the deadline's second where it is in the coarse ring.
+                let (fine_limit, coarse_limit) = (queue.fine_limit(), queue.coarse_limit());
                 let near = |got: Option<u64>, want: Option<u64>| match (got, want) {
-                    (Some(g), Some(w)) => g <= w && g >= w >> UNIT_BITS << UNIT_BITS,
+                    (Some(g), Some(w)) if (fine_limit..coarse_limit).contains(&w) => {
+                        g == w >> UNIT_BITS << UNIT_BITS
+                    }
                     (g, w) => g == w,
                 };
                 let first = model.first().map(|&(d, _)| d);
