@@ -159,6 +159,23 @@ impl Ring {
         }
     }
 
+    /// The bucket of the slot `left` places after the first from position `from` on (0: the
+    /// first), in the order of a ring that starts at position `origin`.
+    fn nth_bucket(&self, origin: usize, mut from: usize, mut left: usize) -> Option<usize> {
+        while let Some(i) = self.next_from(origin, from) {
+            let len = self.count(i);
+            if left < len {
+                return Some(i);
+            }
+            left -= len;
+            from = (i + 1) % LEN;
+            if from == origin {
+                break;
+            }
+        }
+        None
+    }
+
     /// The last occupied bucket before position `to` (`to == origin`: the ring's end), in the
     /// order of a ring that starts at position `origin`.
     fn prev_before(&self, origin: usize, to: usize) -> Option<usize> {
@@ -222,6 +239,15 @@ impl Ring {
     }
 }
 
+/// Where [`Queue`] keeps a deadline: a B-tree, or a ring's bucket.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    Early,
+    Fine(usize),
+    Coarse(usize),
+    Far,
+}
+
 /// Slots by deadline (ms): [`Queue::pop_due`] gives the earliest first; of those due in the same
 /// millisecond, the first queued (by slot in the B-trees).
 #[derive(Debug, Default)]
@@ -255,31 +281,37 @@ impl Queue {
         (self.unit() + LEN as u64) << UNIT_BITS
     }
 
+    /// Where a deadline is queued: the one rule that insert and remove share, so that a slot
+    /// is always taken out of where it went in.
+    fn place(&self, deadline: u64) -> Place {
+        if deadline < self.base {
+            Place::Early
+        } else if deadline < self.fine_limit() {
+            Place::Fine((deadline & MASK) as usize)
+        } else if deadline < self.coarse_limit() {
+            Place::Coarse(((deadline >> UNIT_BITS) & MASK) as usize)
+        } else {
+            Place::Far
+        }
+    }
+
     /// Queues `slot` for `deadline`; it must not be queued already.
     pub(crate) fn insert(&mut self, links: &mut impl Links, slot: u32, deadline: u64) {
-        if deadline < self.base {
-            self.early.insert((deadline, slot));
-        } else if deadline < self.fine_limit() {
-            self.fine.push(links, slot, (deadline & MASK) as usize);
-        } else if deadline < self.coarse_limit() {
-            let i = ((deadline >> UNIT_BITS) & MASK) as usize;
-            self.coarse.push(links, slot, i);
-        } else {
-            self.far.insert((deadline, slot));
+        match self.place(deadline) {
+            Place::Early => _ = self.early.insert((deadline, slot)),
+            Place::Fine(i) => self.fine.push(links, slot, i),
+            Place::Coarse(i) => self.coarse.push(links, slot, i),
+            Place::Far => _ = self.far.insert((deadline, slot)),
         }
     }
 
     /// Takes `slot`, queued for `deadline`, out.
     pub(crate) fn remove(&mut self, links: &mut impl Links, slot: u32, deadline: u64) {
-        if deadline < self.base {
-            self.early.remove(&(deadline, slot));
-        } else if deadline < self.fine_limit() {
-            self.fine.unlink(links, slot, (deadline & MASK) as usize);
-        } else if deadline < self.coarse_limit() {
-            let i = ((deadline >> UNIT_BITS) & MASK) as usize;
-            self.coarse.unlink(links, slot, i);
-        } else {
-            self.far.remove(&(deadline, slot));
+        match self.place(deadline) {
+            Place::Early => _ = self.early.remove(&(deadline, slot)),
+            Place::Fine(i) => self.fine.unlink(links, slot, i),
+            Place::Coarse(i) => self.coarse.unlink(links, slot, i),
+            Place::Far => _ = self.far.remove(&(deadline, slot)),
         }
     }
 
@@ -305,36 +337,13 @@ impl Queue {
         left -= self.early.len();
         if left < self.fine.len {
             let origin = (self.base & MASK) as usize;
-            let mut from = origin;
-            while let Some(i) = self.fine.next_from(origin, from) {
-                let len = self.fine.count(i);
-                if left < len {
-                    return Some(self.fine_deadline(i));
-                }
-                left -= len;
-                from = (i + 1) % LEN;
-                if from == origin {
-                    break;
-                }
-            }
-            return None;
+            return (self.fine.nth_bucket(origin, origin, left)).map(|i| self.fine_deadline(i));
         }
         left -= self.fine.len;
         if left < self.coarse.len {
             let origin = (self.unit() & MASK) as usize;
-            let mut from = ((self.fine_limit() >> UNIT_BITS) & MASK) as usize;
-            while let Some(i) = self.coarse.next_from(origin, from) {
-                let len = self.coarse.count(i);
-                if left < len {
-                    return Some(self.coarse_start(i));
-                }
-                left -= len;
-                from = (i + 1) % LEN;
-                if from == origin {
-                    break;
-                }
-            }
-            return None;
+            let from = ((self.fine_limit() >> UNIT_BITS) & MASK) as usize;
+            return (self.coarse.nth_bucket(origin, from, left)).map(|i| self.coarse_start(i));
         }
         left -= self.coarse.len;
         self.far.iter().nth(left).map(|&(d, _)| d)
