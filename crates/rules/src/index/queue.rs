@@ -361,14 +361,11 @@ impl Queue {
         }
         // Anything due by `now` is in the fine ring from here.
         self.catch_up(links, now);
-        let i = self
-            .fine
-            .next_from((self.base & MASK) as usize, (self.base & MASK) as usize)?;
-        let d = self.fine_deadline(i);
+        let d = self.first_fine()?;
         if d > now {
             return None;
         }
-        Some((d, self.fine.pop(links, i)))
+        Some((d, self.fine.pop(links, (d & MASK) as usize)))
     }
 
     /// Moves the rings on towards `now`, an instant the caller's clock has reached: to `now`,
