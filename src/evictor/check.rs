@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use presence_sweeper_redis::evict::read::{self, Read};
 use presence_sweeper_redis::{Error, Node, Store};
 use presence_sweeper_rules::check::{CheckOpts, Checked, Counts, Expiry, Purpose};
+use presence_sweeper_rules::keys::Keys;
 use presence_sweeper_rules::plan::{self, KeyState, Rules, Triage};
 use presence_sweeper_rules::read::{KeyStatus, Probing};
 use presence_sweeper_rules::report::Observer;
@@ -60,7 +61,7 @@ impl Evictor {
     pub(crate) async fn check(
         &self,
         mut node: Node,
-        keys: Vec<Vec<u8>>,
+        keys: Keys,
         probing: &[Probing],
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
@@ -102,7 +103,7 @@ impl Evictor {
     async fn check_inner(
         &self,
         node: &mut Node,
-        keys: &[Vec<u8>],
+        keys: &Keys,
         probing: &[Probing],
         opts: CheckOpts,
         ctx: CheckCtx<'_>,
@@ -111,7 +112,7 @@ impl Evictor {
         let purpose = opts.purpose;
         let judge_at = opts.judge_at;
         let cutoff = Cutoff::new(judge_at, self.config.ttl, self.config.score_unit);
-        let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let refs: Vec<&[u8]> = keys.iter().collect();
         let guarded = purpose.guarded() && self.guard.enabled();
         // Deadline checks are of tracked keys, so witnesses stand by should silence be
         // suspected; a walk's checks may have none, and read every key's newest as before.

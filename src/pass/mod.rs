@@ -205,7 +205,8 @@ impl Pass {
                     let sweep = &sweeps[s];
                     let node = node.clone();
                     in_flight.push(async move {
-                        (s, sweep.check(node, batch, &[], check_opts, ctx).await)
+                        let keys = batch.into_iter().collect();
+                        (s, sweep.check(node, keys, &[], check_opts, ctx).await)
                     });
                 }
             }

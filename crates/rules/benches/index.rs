@@ -4,15 +4,18 @@
 //! Scenario `live` as the index sees it: KEYS keys (1,000,000 by default) of one member each,
 //! heartbeating every 20 s on phases of their own, ttl 45 s. Each simulated millisecond step
 //! hands out the keys that came due in batches of 400 (asking, as the daemon does per batch,
-//! when the next full batch is ripe), and gives each back with the deadline its check would have
-//! read: its latest heartbeat + ttl. After a minute of warm-up it prints the wall time per check
-//! over SECONDS (120 by default) of simulated time, and the memory the index took per key.
+//! when the next full batch is ripe, and spelling each batch's keys for its check), and gives
+//! each back with the deadline its check would have read: its latest heartbeat + ttl. After a
+//! minute of warm-up it prints the wall time per check over SECONDS (120 by default) of
+//! simulated time, and the memory the index took per key.
 //!
 //! Wall times drift on a shared machine: compare two builds in one run, alternately.
 
 use std::time::{Duration, Instant};
 
 use presence_sweeper_rules::index::{Capacity, Index, Next, TtlSeen};
+use presence_sweeper_rules::keys::Keys;
+use presence_sweeper_rules::pattern::KeyPattern;
 
 /// The process's resident memory in bytes, from `/proc/self/statm` (0 where there is none).
 fn resident() -> i64 {
@@ -66,6 +69,7 @@ fn main() {
     }
 
     let mut now = START;
+    let pattern = KeyPattern::parse("presence:*:online").expect("a valid pattern");
     let mut run = |index: &mut Index, until: u64| {
         let mut checks = 0u64;
         let mut tickets = Vec::with_capacity(BATCH);
@@ -75,10 +79,14 @@ fn main() {
             std::hint::black_box((index.next_due(), index.nth_due(BATCH)));
             loop {
                 tickets.clear();
+                // The batch's keys, spelled as the daemon spells them for the check.
+                let mut keys = Keys::with_capacity(BATCH, pattern.key_len(36));
                 index.take_due(now, BATCH, |ticket, id, _| {
+                    pattern.push_key(id, &mut keys);
                     let k: usize = std::str::from_utf8(id).unwrap().parse().unwrap();
                     tickets.push((ticket, phases[k]));
                 });
+                std::hint::black_box(keys);
                 if tickets.is_empty() {
                     break;
                 }

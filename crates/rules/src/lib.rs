@@ -12,10 +12,10 @@
 //!   error as the rules see it); [`redact`]: ids as a log line shows them.
 //! - [`clock`]: Redis's clock as followed from its `TIME` readings; [`backoff`]: retry waits.
 //! - [`event`]: the JSON leave event, byte for byte as published.
-//! - [`read`]: what a read of a key found; [`check`]: a check's options and outcome;
-//!   [`plan`]: classifying the reads and splitting zombies into eviction calls, with
-//!   [`sizing`] (how big a call may be), [`units`] (the score-unit check) and [`ahead`]
-//!   (scores ahead of Redis's clock); [`storm`]: the storm guard.
+//! - [`keys`]: a batch's keys in one buffer; [`read`]: what a read of a key found; [`check`]:
+//!   a check's options and outcome; [`plan`]: classifying the reads and splitting zombies into
+//!   eviction calls, with [`sizing`] (how big a call may be), [`units`] (the score-unit check)
+//!   and [`ahead`] (scores ahead of Redis's clock); [`storm`]: the storm guard.
 //! - [`index`]: the deadline index; [`scan`]: a walk's pages and queues; [`keyspace`]: what a
 //!   keyspace notification says; [`pause`]: pauses of the daemon itself.
 //! - [`primary`]: one primary's parts: the coordinator, Redis's standing, the subscription,
@@ -30,6 +30,7 @@ pub mod check;
 pub mod clock;
 pub mod event;
 pub mod index;
+pub mod keys;
 pub mod keyspace;
 pub mod node;
 pub mod pattern;

@@ -10,6 +10,7 @@
 
 use std::fmt;
 
+use crate::keys::Keys;
 use crate::slot::hash_tag;
 
 /// Why a `match` value was rejected.
@@ -116,6 +117,16 @@ impl KeyPattern {
         key.extend_from_slice(conversation_id);
         key.extend_from_slice(self.suffix());
         key
+    }
+
+    /// Appends the key of a conversation to `keys`, as [`KeyPattern::key`] spells it.
+    pub fn push_key(&self, conversation_id: &[u8], keys: &mut Keys) {
+        keys.push_parts(&[self.prefix(), conversation_id, self.suffix()]);
+    }
+
+    /// The length of a key whose conversation id is `id_len` bytes long.
+    pub fn key_len(&self, id_len: usize) -> usize {
+        self.glob.len() - 1 + id_len
     }
 }
 

@@ -13,6 +13,7 @@ use super::walks::{WalkEnding, WalkKind};
 use super::{Io, Job};
 use crate::check::{Checked, Expiry};
 use crate::index::{Capacity, Index, NEVER, Next, Spread, Ticket, Track};
+use crate::keys::Keys;
 use crate::keyspace::{self, Change};
 use crate::node::NodeId;
 use crate::read::{KeyRead, KeyStatus, Probing, Reads};
@@ -70,7 +71,7 @@ pub enum Tick {
 #[derive(Debug)]
 pub struct Due {
     pub tickets: Vec<Ticket>,
-    pub keys: Vec<Vec<u8>>,
+    pub keys: Keys,
     /// What each key's read asks besides its lowest score.
     pub probing: Vec<Probing>,
 }
@@ -200,13 +201,14 @@ impl<I: Io> Tracked<I> {
     fn take_due(&mut self, due_by: u64, batch: usize) -> Due {
         let mut due = Due {
             tickets: Vec::with_capacity(batch),
-            keys: Vec::with_capacity(batch),
+            // Ids as long as a UUID's need no second allocation.
+            keys: Keys::with_capacity(batch, self.job.pattern().key_len(36)),
             probing: Vec::with_capacity(batch),
         };
         let pattern = self.job.pattern();
         self.index.take_due(due_by, batch, |ticket, id, probing| {
             due.tickets.push(ticket);
-            due.keys.push(pattern.key(id));
+            pattern.push_key(id, &mut due.keys);
             due.probing.push(probing);
         });
         due

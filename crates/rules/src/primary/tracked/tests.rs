@@ -51,7 +51,7 @@ fn live(oldest_s: f64) -> KeyState {
 /// Takes every due key (by `by`): their tickets, and the conversation ids of their keys.
 fn take(t: &mut Tracked<TestIo>, by: u64) -> (Vec<Ticket>, Vec<Vec<u8>>) {
     let due = t.take_due(by, 100);
-    (due.tickets, due.keys)
+    (due.tickets, due.keys.iter().map(<[u8]>::to_vec).collect())
 }
 
 /// A sweep whose first walk ended, having found `ids`.

@@ -26,6 +26,7 @@ use super::walks::{Walk, WalkKind};
 use super::{Io, Job as _};
 use crate::check::{CheckOpts, Checked};
 use crate::index::Ticket;
+use crate::keys::Keys;
 use crate::keyspace::Notice;
 use crate::report::Beat;
 
@@ -390,7 +391,7 @@ impl<I: Io> Work<I> {
 
 /// A check of `keys` of sweep `t` judged as `opts` say. When the storm guard suspects the
 /// sweep went silent, a few busy keys go with it as witnesses.
-fn batch_of<I: Io>(t: &Tracked<I>, keys: Vec<Vec<u8>>, opts: CheckOpts) -> Batch<I> {
+fn batch_of<I: Io>(t: &Tracked<I>, keys: Keys, opts: CheckOpts) -> Batch<I> {
     let witnesses = if opts.purpose.may_hold() && t.job.guard().suspects_silence(opts.judge_at) {
         let pattern = t.job.pattern();
         t.index

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::check::{CheckOpts, Checked};
 use crate::index::Ticket;
+use crate::keys::Keys;
 use crate::primary::Io;
 use crate::read::{Probing, Reads};
 use crate::report::Observer;
@@ -61,7 +62,7 @@ pub enum Task<I: Io> {
 pub struct Batch<I: Io> {
     pub job: Arc<I::Job>,
     pub observer: Arc<dyn Observer>,
-    pub keys: Vec<Vec<u8>>,
+    pub keys: Keys,
     /// For a deadline check, what each key's read asks besides its lowest score; empty for
     /// the others.
     pub probing: Vec<Probing>,

@@ -90,7 +90,7 @@ impl<I: Io> Work<I> {
                     verdict,
                 } => {
                     let opts = deadlines::walk_opts(verdict, page_time);
-                    let batch = batch_of(t, keys, opts);
+                    let batch = batch_of(t, keys.into_iter().collect(), opts);
                     Task::Direct { epoch, batch }
                 }
                 WalkWork::Verify { ids } => {
