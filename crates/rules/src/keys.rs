@@ -3,10 +3,11 @@
 //! A deadline check names a hundred keys or so. Built as a `Vec` each, they cost the daemon an
 //! allocation, a copy into memory not yet in the cache and a free per key: about a tenth of its
 //! CPU in a `perf` profile of scenario `live` on a slow hour. Here a batch takes two
-//! allocations. In the index bench (`cargo bench -p presence-sweeper-rules --bench index`, one
-//! run, 1,000,000 keys), spelling the keys of each batch added per check:
+//! allocations (more only where its keys outgrow the room reserved for them). In the index bench
+//! (`cargo bench -p presence-sweeper-rules --bench index`, two runs alternating, 1,000,000 keys),
+//! spelling the keys of each batch added per check:
 //!
-//! | keys as | ns a check, two runs |
+//! | keys as | ns a check, run 1, run 2 |
 //! |---|---|
 //! | a `Vec<u8>` each | 31, 49 |
 //! | a `SmallVec<[u8; 64]>` each (`smallvec`) | 26, 29 |
@@ -17,6 +18,8 @@
 //! the id stays, wherever the key is spelled.
 
 use std::fmt;
+
+use crate::redact::Id;
 
 /// Keys one after another in one buffer, each found by where it ends.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -91,12 +94,12 @@ impl fmt::Debug for Keys {
     }
 }
 
-/// A key as a quoted string, its bytes that are not printable ASCII escaped.
+/// A key as a log would show it ([`Id`]): keys hold conversation ids.
 struct Escaped<'a>(&'a [u8]);
 
 impl fmt::Debug for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "\"{}\"", self.0.escape_ascii())
+        write!(f, "\"{}\"", Id(self.0))
     }
 }
 

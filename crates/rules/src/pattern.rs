@@ -112,7 +112,7 @@ impl KeyPattern {
 
     /// The key of a conversation: the inverse of [`KeyPattern::conversation_id`].
     pub fn key(&self, conversation_id: &[u8]) -> Vec<u8> {
-        let mut key = Vec::with_capacity(self.glob.len() - 1 + conversation_id.len());
+        let mut key = Vec::with_capacity(self.key_len(conversation_id.len()));
         key.extend_from_slice(self.prefix());
         key.extend_from_slice(conversation_id);
         key.extend_from_slice(self.suffix());
@@ -126,7 +126,7 @@ impl KeyPattern {
 
     /// The length of a key whose conversation id is `id_len` bytes long.
     pub fn key_len(&self, id_len: usize) -> usize {
-        self.glob.len() - 1 + id_len
+        self.prefix_len + self.suffix_len + id_len
     }
 }
 

@@ -67,10 +67,13 @@ pub enum Tick {
     Walk,
 }
 
-/// Keys due for a check, as the index handed them out.
+/// Keys due for a check, as the index handed them out: the `i`-th ticket, key and probing are
+/// of one key, and so is the `i`-th state of the check's result.
 #[derive(Debug)]
 pub struct Due {
+    /// What gives each key back to the index when its check returns.
     pub tickets: Vec<Ticket>,
+    /// The keys to read.
     pub keys: Keys,
     /// What each key's read asks besides its lowest score.
     pub probing: Vec<Probing>,

@@ -62,6 +62,7 @@ pub enum Task<I: Io> {
 pub struct Batch<I: Io> {
     pub job: Arc<I::Job>,
     pub observer: Arc<dyn Observer>,
+    /// The keys to check; the `i`-th state of the result is the `i`-th key's.
     pub keys: Keys,
     /// For a deadline check, what each key's read asks besides its lowest score; empty for
     /// the others.
