@@ -60,13 +60,6 @@ impl Keys {
         self.ends.is_empty()
     }
 
-    /// The `i`-th key, if there are as many.
-    pub fn get(&self, i: usize) -> Option<&[u8]> {
-        let end = *self.ends.get(i)?;
-        let start = i.checked_sub(1).map_or(0, |before| self.ends[before]);
-        Some(&self.bytes[start..end])
-    }
-
     /// The keys in order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
         let mut start = 0;
@@ -117,10 +110,6 @@ mod tests {
         assert_eq!(keys.len(), 3);
         let all: Vec<&[u8]> = keys.iter().collect();
         assert_eq!(all, [&b"presence:c1:online"[..], b"", b"k\r\n\xff"]);
-        assert_eq!(keys.get(0), Some(&b"presence:c1:online"[..]));
-        assert_eq!(keys.get(1), Some(&b""[..]));
-        assert_eq!(keys.get(2), Some(&b"k\r\n\xff"[..]));
-        assert_eq!(keys.get(3), None);
         let again: Keys = all.iter().collect();
         assert_eq!(again, keys);
         assert_eq!(

@@ -337,13 +337,19 @@ impl Queue {
         left -= self.early.len();
         if left < self.fine.len {
             let origin = (self.base & MASK) as usize;
-            return (self.fine.nth_bucket(origin, origin, left)).map(|i| self.fine_deadline(i));
+            return self
+                .fine
+                .nth_bucket(origin, origin, left)
+                .map(|i| self.fine_deadline(i));
         }
         left -= self.fine.len;
         if left < self.coarse.len {
             let origin = (self.unit() & MASK) as usize;
             let from = ((self.fine_limit() >> UNIT_BITS) & MASK) as usize;
-            return (self.coarse.nth_bucket(origin, from, left)).map(|i| self.coarse_start(i));
+            return self
+                .coarse
+                .nth_bucket(origin, from, left)
+                .map(|i| self.coarse_start(i));
         }
         left -= self.coarse.len;
         self.far.iter().nth(left).map(|&(d, _)| d)
